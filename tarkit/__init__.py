@@ -1,0 +1,48 @@
+"""tarkit: a toolkit for datasets stored as WebDataset tar shards.
+
+The library streams tar members and samples strictly and byte-exactly; the commands
+(``tarcat``, ``tarsplit``, ``tar2tsv``, ``tarshow``…) are thin layers over it.
+"""
+
+from __future__ import annotations
+
+from .errors import (
+    CompressionError,
+    HeaderError,
+    InputError,
+    OutputError,
+    SampleError,
+    SourceError,
+    TarkitError,
+    TruncatedError,
+    UsageError,
+)
+from .pipeline import read_samples, shuffle_samples, slice_samples, take, write_samples
+from .samples import Sample, SkipLog, group_samples, split_name
+from .tario import Member, TarWriter, read_members
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "CompressionError",
+    "HeaderError",
+    "InputError",
+    "Member",
+    "OutputError",
+    "Sample",
+    "SampleError",
+    "SkipLog",
+    "SourceError",
+    "TarWriter",
+    "TarkitError",
+    "TruncatedError",
+    "UsageError",
+    "group_samples",
+    "read_members",
+    "read_samples",
+    "shuffle_samples",
+    "slice_samples",
+    "split_name",
+    "take",
+    "write_samples",
+]

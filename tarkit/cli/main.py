@@ -1,0 +1,49 @@
+"""The umbrella command: ``tarkit <command>``, where ``tarkit cat`` is ``tarcat``."""
+
+from __future__ import annotations
+
+import importlib
+
+import typer
+
+# (subcommand, module under tarkit.cli, function in it, one-line help)
+COMMANDS = [
+    ("cat", "tarcat", "tarcat", "Concatenate samples of shards into one archive (tarcat)."),
+    ("split", "tarsplit", "tarsplit", "Cut a stream into shards at sample boundaries (tarsplit)."),
+    ("tsv", "tar2tsv", "tar2tsv", "One TSV line per sample (tar2tsv)."),
+    ("show", "tarshow", "tarshow", "Show samples: fields, sizes, previews (tarshow)."),
+    ("proc", "tarproc", "tarproc", "Run a shell command on every sample (tarproc)."),
+    ("create", "tarcreate", "tarcreate", "Build a shard from a plan or a directory (tarcreate)."),
+    ("sort", "tarsort", "tarsort", "Sort samples by key or field, repairing interleaving (tarsort)."),
+    ("first", "tarfirst", "tarfirst", "Write the bytes of the first matching field (tarfirst)."),
+    ("index", "tarindex", "tarindex", "Write the dataset manifest of shards (tarindex)."),
+    ("shard", "shard", "shard", "Turn a directory, plan or Dataset into shards."),
+    ("map", "map", "map_command", "Process many shards in parallel, locally or on Ray."),
+    ("demo", "demo", "demo", "Run the end-to-end demo on a real dataset."),
+]
+
+
+def build_app() -> typer.Typer:
+    app = typer.Typer(
+        add_completion=False,
+        rich_markup_mode=None,
+        no_args_is_help=True,
+        help="tarkit: tools for datasets stored as WebDataset tar shards.",
+    )
+    for name, module, function, summary in COMMANDS:
+        try:
+            command_module = importlib.import_module(f"tarkit.cli.{module}")
+        except ModuleNotFoundError as exc:
+            if exc.name == f"tarkit.cli.{module}":
+                continue
+            raise
+        callback = getattr(command_module, function)
+        info = command_module.app.registered_commands[0]
+        app.command(name, help=info.help, short_help=summary)(callback)
+    return app
+
+
+def main() -> None:
+    import typer.main
+
+    typer.main.get_command(build_app())(prog_name="tarkit")

@@ -1,0 +1,51 @@
+"""Options shared by every command that reads tar, declared once."""
+
+from __future__ import annotations
+
+from typing import Annotated, Optional
+
+import typer
+
+Inputs = Annotated[
+    Optional[list[str]],
+    typer.Argument(
+        help="Input files or URLs: paths, '-' for stdin, pipe:CMD, http(s)://, s3://. "
+        "Brace patterns like data-{000..009}.tar are expanded. None means stdin.",
+        show_default=False,
+    ),
+]
+Output = Annotated[
+    str, typer.Option("-o", "--output", help="Output file ('-' is stdout). Compressed by its ending.")
+]
+Strict = Annotated[
+    bool,
+    typer.Option(
+        "--strict",
+        help="Make members without a field (no dot in the file name) and non-regular "
+        "members (links, devices, FIFOs) errors instead of warnings.",
+    ),
+]
+IgnoreZeros = Annotated[
+    bool,
+    typer.Option(
+        "--ignore-zeros",
+        help="Read past zero blocks, like tar -i: concatenated archives are read whole.",
+    ),
+]
+AllowEmpty = Annotated[
+    bool, typer.Option("--allow-empty", help="Accept an empty input (0 bytes) as no samples.")
+]
+Count = Annotated[
+    Optional[int],
+    typer.Option("-c", "--count", help="Stop after N samples (and stop reading).", show_default=False),
+]
+Fields = Annotated[
+    Optional[str],
+    typer.Option(
+        "-f",
+        "--fields",
+        help="Fields to keep, e.g. 'jpg;png cls': spaces separate fields, ';' separates "
+        "alternatives (the first one present is kept).",
+        show_default=False,
+    ),
+]

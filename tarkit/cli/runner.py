@@ -1,0 +1,106 @@
+"""What every command shares: exit statuses, error and warning lines, signals.
+
+Exit statuses: 0 success; 1 the run finished but skipped something under a lenient
+option; 2 bad input, bad usage or a failure; 130 Ctrl-C; 141 output pipe closed (quiet);
+143 SIGTERM. Errors are one line on stderr, ``<tool>: error: <message>``; a traceback
+only for a bug, or with ``TARKIT_DEBUG=1``.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import sys
+import traceback
+from collections.abc import Callable
+from typing import NoReturn
+
+from ..errors import TarkitError
+from ..samples import SkipLog
+
+EXIT_OK, EXIT_SKIPPED, EXIT_ERROR = 0, 1, 2
+EXIT_INTERRUPTED, EXIT_PIPE, EXIT_TERMINATED = 130, 141, 143
+
+
+class Terminated(BaseException):
+    """SIGTERM arrived: unwind like Ctrl-C so that cleanup code runs."""
+
+
+def _on_sigterm(signum: int, frame: object) -> None:
+    raise Terminated()
+
+
+def warn(tool: str, message: str) -> None:
+    """Print one warning line on stderr."""
+    sys.stderr.write(f"{tool}: warning: {message}\n")
+    sys.stderr.flush()
+
+
+def skip_log(tool: str) -> SkipLog:
+    """A SkipLog that warns once per reason; call :func:`report_skips` at the end."""
+
+    def notify(reason: str, source: str, member: str) -> None:
+        warn(tool, f"{source}: skipping {reason}: {member}")
+
+    return SkipLog(notify)
+
+
+def report_skips(tool: str, skips: SkipLog) -> None:
+    """Print the summary line when more than one member was skipped."""
+    if skips.total > 1:
+        warn(tool, skips.summary())
+
+
+def _quiet_stdout() -> None:
+    # Python would report the broken pipe again when it flushes stdout at exit.
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+    except OSError:
+        pass
+
+
+def run(tool: str, body: Callable[[], int | None]) -> NoReturn:
+    """Run a command's body and exit with the status it earned."""
+    signal.signal(signal.SIGTERM, _on_sigterm)
+    debug = bool(os.environ.get("TARKIT_DEBUG"))
+    try:
+        status = body() or EXIT_OK
+        sys.stdout.flush()
+    except BrokenPipeError:
+        _quiet_stdout()
+        status = EXIT_PIPE
+    except KeyboardInterrupt:
+        status = EXIT_INTERRUPTED
+    except Terminated:
+        status = EXIT_TERMINATED
+    except TarkitError as exc:
+        if debug:
+            traceback.print_exc()
+        sys.stderr.write(f"{tool}: error: {exc}\n")
+        status = EXIT_ERROR
+    except MemoryError:
+        sys.stderr.write(f"{tool}: error: out of memory\n")
+        status = EXIT_ERROR
+    except OSError as exc:
+        if debug:
+            traceback.print_exc()
+        where = f"{exc.filename}: " if exc.filename else ""
+        sys.stderr.write(f"{tool}: error: {where}{exc.strerror or exc}\n")
+        status = EXIT_ERROR
+    sys.stderr.flush()
+    # Skip interpreter teardown flushes that could hit a closed pipe again.
+    try:
+        sys.stdout.flush()
+    except (BrokenPipeError, OSError):
+        _quiet_stdout()
+    os._exit(status) if status == EXIT_PIPE else sys.exit(status)
+
+
+def typer_main(app: object, tool: str) -> NoReturn:
+    """Entry point for a console script: run the typer ``app`` under the name ``tool``."""
+    import typer.main
+
+    command = typer.main.get_command(app)  # type: ignore[arg-type]
+    command(prog_name=tool)
+    sys.exit(0)

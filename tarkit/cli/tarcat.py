@@ -1,0 +1,70 @@
+"""tarcat: concatenate the samples of tar shards into one archive."""
+
+from __future__ import annotations
+
+from typing import Annotated, Optional
+
+import typer
+
+from . import options as o
+from .runner import report_skips, run, skip_log, typer_main
+
+app = typer.Typer(add_completion=False, rich_markup_mode=None)
+
+
+@app.command(
+    help="Concatenate the samples of all inputs, in order, into one tar archive.\n\n"
+    "Example: tarcat -c 100 -f 'jpg;png cls' data-{000..009}.tar -o small.tar",
+    no_args_is_help=False,
+)
+def tarcat(
+    ctx: typer.Context,
+    inputs: o.Inputs = None,
+    output: o.Output = "-",
+    count: o.Count = None,
+    skip: Annotated[int, typer.Option("--skip", help="Skip the first N samples.")] = 0,
+    slice_: Annotated[
+        Optional[str],
+        typer.Option("--slice", help="Python slice START:STOP[:STEP] on the sample index.",
+                     show_default=False),
+    ] = None,
+    fields: o.Fields = None,
+    shuffle: Annotated[
+        int, typer.Option("--shuffle", help="Shuffle with a buffer of this many samples.")
+    ] = 0,
+    seed: Annotated[int, typer.Option("--seed", help="Seed for --shuffle.")] = 0,
+    strict: o.Strict = False,
+    ignore_zeros: o.IgnoreZeros = False,
+    allow_empty: o.AllowEmpty = False,
+) -> None:
+    tool = ctx.command_path
+
+    def body() -> int:
+        from ..pipeline import read_samples, shuffle_samples, slice_samples, take, write_samples
+        from ..samples import parse_field_spec, select_fields
+        from ..urls import Sink
+
+        skips = skip_log(tool)
+        samples = read_samples(
+            inputs or [], strict=strict, skips=skips,
+            ignore_zeros=ignore_zeros, allow_empty=allow_empty,
+        )  # fmt: skip
+        if skip:
+            samples = slice_samples(samples, slice(skip, None))
+        if slice_:
+            samples = slice_samples(samples, slice_)
+        if fields:
+            spec = parse_field_spec(fields)
+            samples = (s for s in map(lambda s: select_fields(s, spec), samples) if s.fields)
+        if shuffle:
+            samples = shuffle_samples(samples, shuffle, seed)
+        samples = take(samples, count)
+        write_samples(samples, Sink(output))
+        report_skips(tool, skips)
+        return 0
+
+    run(tool, body)
+
+
+def main() -> None:
+    typer_main(app, "tarcat")

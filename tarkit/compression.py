@@ -1,0 +1,259 @@
+"""Compression: detect it on input by magic bytes, choose it on output by file name.
+
+Input: gzip (CRC checked; the stream is read to its end), bzip2, xz and zstd. A corrupt or
+cut-short compressed stream raises :class:`~tarkit.errors.CompressionError`.
+Output: ``.gz``/``.tgz``, ``.bz2``, ``.xz``, ``.zst``; gzip headers carry no name and mtime
+0, so compressed output is as reproducible as the tar inside it.
+"""
+
+from __future__ import annotations
+
+import io
+import zlib
+from typing import BinaryIO
+
+from .errors import CompressionError
+
+_MAGICS = (
+    (b"\x1f\x8b", "gzip"),
+    (b"BZh", "bzip2"),
+    (b"\xfd7zXZ\x00", "xz"),
+    (b"\x28\xb5\x2f\xfd", "zstd"),
+)
+_SUFFIXES = (
+    (".tar.gz", "gzip"),
+    (".tgz", "gzip"),
+    (".gz", "gzip"),
+    (".bz2", "bzip2"),
+    (".tbz2", "bzip2"),
+    (".xz", "xz"),
+    (".txz", "xz"),
+    (".zst", "zstd"),
+    (".tzst", "zstd"),
+)
+
+
+class _Prefixed(io.RawIOBase):
+    """A readable stream that first returns ``prefix``, then the rest of ``stream``."""
+
+    def __init__(self, prefix: bytes, stream: BinaryIO) -> None:
+        self._prefix = prefix
+        self._stream = stream
+        self._read = getattr(stream, "read1", None) or stream.read
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, b) -> int:  # type: ignore[no-untyped-def, override]
+        data = self.read1(len(b))
+        b[: len(data)] = data
+        return len(data)
+
+    def read1(self, n: int = -1) -> bytes:  # type: ignore[override]
+        if self._prefix:
+            data, self._prefix = self._prefix, b""
+            return data
+        return self._read(n if n and n > 0 else 1 << 20)
+
+    def read(self, n: int = -1) -> bytes:  # type: ignore[override]
+        if n is None or n < 0:
+            parts = [self._prefix, self._stream.read()]
+            self._prefix = b""
+            return b"".join(parts)
+        return self.read1(n)
+
+
+def sniff(stream: BinaryIO) -> tuple[str | None, BinaryIO]:
+    """Detect the compression of ``stream`` from its first bytes.
+
+    Returns the compression name (or None) and a stream that still starts at byte 0.
+    """
+    peek = getattr(stream, "peek", None)
+    head = b""
+    if peek is not None:
+        try:
+            head = peek(6)[:6]
+        except (OSError, ValueError):
+            peek = None
+    if peek is None or len(head) < 6:
+        read = getattr(stream, "read1", None) or stream.read
+        head = b""
+        while len(head) < 6:
+            chunk = read(6 - len(head))
+            if not chunk:
+                break
+            head += chunk
+        stream = _Prefixed(head, stream)  # type: ignore[assignment]
+    for magic, name in _MAGICS:
+        if head.startswith(magic):
+            return name, stream
+    return None, stream
+
+
+class _Decompressed(io.RawIOBase):
+    """Wrap a decompressing reader so its errors become CompressionError."""
+
+    def __init__(self, reader: BinaryIO, kind: str, source: str) -> None:
+        self._reader = reader
+        self._kind = kind
+        self._source = source
+        self._read = getattr(reader, "read1", None) or reader.read
+
+    def readable(self) -> bool:
+        return True
+
+    def read1(self, n: int = -1) -> bytes:  # type: ignore[override]
+        try:
+            return self._read(n if n and n > 0 else 1 << 20)
+        except EOFError:
+            raise CompressionError(
+                f"{self._kind} stream is cut short", source=self._source
+            ) from None
+        except (OSError, zlib.error, ValueError) as exc:
+            raise CompressionError(
+                f"corrupt {self._kind} stream: {_reason(exc)}", source=self._source
+            ) from None
+        except Exception as exc:  # zstandard.ZstdError and friends
+            if type(exc).__name__ == "ZstdError":
+                raise CompressionError(
+                    f"corrupt {self._kind} stream: {_reason(exc)}", source=self._source
+                ) from None
+            raise
+
+    read = read1  # type: ignore[assignment]
+
+    def readinto(self, b) -> int:  # type: ignore[no-untyped-def, override]
+        data = self.read1(len(b))
+        b[: len(data)] = data
+        return len(data)
+
+
+def _reason(exc: BaseException) -> str:
+    text = str(exc) or type(exc).__name__
+    return text.splitlines()[0]
+
+
+class _ZstdReader(io.RawIOBase):
+    """zstd frames, one after another, failing on a frame cut short."""
+
+    def __init__(self, stream: BinaryIO) -> None:
+        import zstandard
+
+        self._stream = stream
+        self._read = getattr(stream, "read1", None) or stream.read
+        self._dctx = zstandard.ZstdDecompressor()
+        self._obj = self._dctx.decompressobj()
+        self._done = False
+
+    def readable(self) -> bool:
+        return True
+
+    def read1(self, n: int = -1) -> bytes:  # type: ignore[override]
+        while not self._done:
+            chunk = self._read(1 << 20)
+            if not chunk:
+                self._done = True
+                if not self._obj.eof and self._started:
+                    raise EOFError("zstd frame cut short")
+                return b""
+            self._started = True
+            out = []
+            while chunk:
+                out.append(self._obj.decompress(chunk))
+                if self._obj.eof:
+                    chunk = self._obj.unused_data
+                    self._obj = self._dctx.decompressobj()
+                    self._started = bool(chunk)
+                else:
+                    chunk = b""
+            data = b"".join(out)
+            if data:
+                return data
+        return b""
+
+    _started = False
+    read = read1  # type: ignore[assignment]
+
+
+def open_decompressed(stream: BinaryIO, source: str) -> BinaryIO:
+    """Return a stream of the tar bytes inside ``stream``, decompressing if needed."""
+    kind, stream = sniff(stream)
+    if kind is None:
+        return stream
+    reader: BinaryIO
+    if kind == "gzip":
+        import gzip
+
+        reader = gzip.GzipFile(fileobj=stream, mode="rb")  # type: ignore[assignment]
+    elif kind == "bzip2":
+        import bz2
+
+        reader = bz2.BZ2File(stream)  # type: ignore[assignment]
+    elif kind == "xz":
+        import lzma
+
+        reader = lzma.LZMAFile(stream)  # type: ignore[assignment]
+    else:
+        reader = _ZstdReader(stream)  # type: ignore[assignment]
+    return _Decompressed(reader, kind, source)  # type: ignore[return-value]
+
+
+def compression_for(name: str) -> str | None:
+    """The compression an output named ``name`` gets.
+
+    >>> compression_for("shard-000.tar.gz"), compression_for("x.tar")
+    ('gzip', None)
+    """
+    lower = name.lower()
+    for suffix, kind in _SUFFIXES:
+        if lower.endswith(suffix):
+            return kind
+    return None
+
+
+def open_compressor(stream: BinaryIO, kind: str | None) -> BinaryIO:
+    """Wrap ``stream`` for writing with compression ``kind``; close the result to finish.
+
+    Closing the returned wrapper does not close ``stream``.
+    """
+    if kind is None:
+        return stream
+    if kind == "gzip":
+        import gzip
+
+        return gzip.GzipFile(  # type: ignore[return-value]
+            filename="", mode="wb", fileobj=stream, compresslevel=6, mtime=0
+        )
+    if kind == "bzip2":
+        import bz2
+
+        return _Compressing(stream, bz2.BZ2Compressor(9))  # type: ignore[return-value]
+    if kind == "xz":
+        import lzma
+
+        return _Compressing(stream, lzma.LZMACompressor())  # type: ignore[return-value]
+    import zstandard
+
+    return zstandard.ZstdCompressor(level=3, write_checksum=True).stream_writer(  # type: ignore[return-value]
+        stream, closefd=False
+    )
+
+
+class _Compressing(io.RawIOBase):
+    def __init__(self, stream: BinaryIO, compressor) -> None:  # type: ignore[no-untyped-def]
+        self._stream = stream
+        self._compressor = compressor
+
+    def writable(self) -> bool:
+        return True
+
+    def write(self, data) -> int:  # type: ignore[no-untyped-def, override]
+        out = self._compressor.compress(data)
+        if out:
+            self._stream.write(out)
+        return len(data)
+
+    def close(self) -> None:
+        if not self.closed:
+            self._stream.write(self._compressor.flush())
+        super().close()

@@ -1,0 +1,194 @@
+"""Stream stages over samples: read many inputs, take, slice, shuffle, write.
+
+Every stage takes an iterator and returns one, so the commands are compositions:
+
+>>> list(slice_samples(iter(range(10)), "2:8:3"))
+[2, 5]
+"""
+
+from __future__ import annotations
+
+import errno
+import itertools
+import random
+from collections import deque
+from collections.abc import Iterable, Iterator, Sequence
+from typing import TypeVar
+
+from .compression import open_decompressed
+from .errors import OutputError, UsageError
+from .samples import Sample, SkipLog, group_samples
+from .tario import TarWriter, read_members
+from .urls import Sink, expand_inputs, open_source
+
+T = TypeVar("T")
+
+
+def read_samples(
+    inputs: Sequence[str],
+    *,
+    strict: bool = False,
+    skips: SkipLog | None = None,
+    ignore_zeros: bool = False,
+    allow_empty: bool = False,
+) -> Iterator[Sample]:
+    """Yield the samples of every input in order (brace-expanded; none means stdin).
+
+    Each input is opened only when the previous one is done, and closed (its
+    ``pipe:`` command's exit status checked) before the next. Stopping early closes
+    the current input without reading the rest. Raises
+    :class:`~tarkit.errors.TarkitError` for any bad input.
+    """
+    for spec in expand_inputs(inputs):
+        with open_source(spec) as source:
+            stream = open_decompressed(source.stream, source.name)
+            members = read_members(
+                stream, source.name, ignore_zeros=ignore_zeros, allow_empty=allow_empty
+            )
+            yield from group_samples(members, source.name, strict=strict, skips=skips)
+
+
+def take(items: Iterable[T], count: int | None) -> Iterator[T]:
+    """The first ``count`` items (all of them for None); stops reading after that."""
+    if count is None:
+        yield from items
+        return
+    if count < 0:
+        raise UsageError("the count must not be negative")
+    iterator = iter(items)
+    try:
+        yield from itertools.islice(iterator, count)
+    finally:
+        close_iterator(iterator)
+
+
+def close_iterator(items: object) -> None:
+    """Close a generator chain now, so inputs it still holds open are closed early."""
+    close = getattr(items, "close", None)
+    if close is not None:
+        close()
+
+
+def parse_slice(text: str) -> slice:
+    """Parse ``START:STOP[:STEP]`` (any part may be empty, as in Python).
+
+    >>> parse_slice("10:-5")
+    slice(10, -5, None)
+    """
+    parts = text.split(":")
+    if not 1 <= len(parts) <= 3:
+        raise UsageError(f"--slice {text!r}: expected START:STOP[:STEP]")
+    try:
+        numbers = [int(p) if p.strip() else None for p in parts]
+    except ValueError:
+        raise UsageError(f"--slice {text!r}: expected integers, as in START:STOP[:STEP]") from None
+    if len(numbers) == 1:
+        start = numbers[0]
+        return slice(start, None if start is None or start == -1 else start + 1)
+    step = numbers[2] if len(numbers) == 3 else None
+    if step is not None and step <= 0:
+        raise UsageError(f"--slice {text!r}: the step must be positive on a stream")
+    return slice(numbers[0], numbers[1], step)
+
+
+def slice_samples(items: Iterator[T], spec: str | slice) -> Iterator[T]:
+    """Python slice semantics on the item index, negative indices included.
+
+    Negative indices hold back at most that many items in memory.
+    """
+    s = parse_slice(spec) if isinstance(spec, str) else spec
+    start, stop, step = s.start or 0, s.stop, s.step or 1
+    if start >= 0 and (stop is None or stop >= 0):
+        try:
+            yield from itertools.islice(items, start, stop, step)
+        finally:
+            close_iterator(items)
+        return
+    # Negative bounds: index relative to the end, so buffer just enough.
+    if start < 0:
+        window: deque[tuple[int, T]] = deque(maxlen=-start)
+        total = 0
+        for item in items:
+            window.append((total, item))
+            total += 1
+        first = max(total + start, 0)
+        last = total if stop is None else (stop if stop >= 0 else total + stop)
+        for index, item in window:
+            if first <= index < last and (index - first) % step == 0:
+                yield item
+        return
+    # start >= 0, stop < 0: hold back -stop items.
+    held: deque[tuple[int, T]] = deque()
+    for index, item in enumerate(items):
+        held.append((index, item))
+        if len(held) > -stop:
+            i, it = held.popleft()
+            if i >= start and (i - start) % step == 0:
+                yield it
+
+
+def shuffle_samples(items: Iterable[T], bufsize: int, seed: int = 0) -> Iterator[T]:
+    """A seeded buffer shuffle: the same seed and input give the same order.
+
+    Memory: ``bufsize`` items.
+
+    >>> list(shuffle_samples(range(5), 3, seed=1)) == list(shuffle_samples(range(5), 3, seed=1))
+    True
+    """
+    if bufsize < 1:
+        raise UsageError("--shuffle needs a buffer size of at least 1")
+    rng = random.Random(seed)
+    buffer: list[T] = []
+    for item in items:
+        if len(buffer) < bufsize:
+            buffer.append(item)
+            continue
+        index = rng.randrange(bufsize)
+        yield buffer[index]
+        buffer[index] = item
+    rng.shuffle(buffer)
+    yield from buffer
+
+
+def write_samples(samples: Iterable[Sample], sink: Sink) -> int:
+    """Write samples to ``sink`` as one archive and commit it; returns the sample count.
+
+    If reading fails, everything before the failing sample has been written, the
+    end-of-archive marker has not, and the sink is aborted (a file output is removed).
+    """
+    count = 0
+    writer = TarWriter(sink.stream)
+    write_raw = writer.write_raw
+    try:
+        with output_errors(sink):
+            for sample in samples:
+                members = sample.members
+                if len(members) == 1:
+                    write_raw(members[0].raw)
+                else:
+                    write_raw(b"".join([m.raw for m in members]))
+                count += 1
+            close_iterator(samples)
+            writer.close()
+            sink.commit()
+    except BaseException:
+        sink.abort()
+        raise
+    return count
+
+
+class output_errors:
+    """Turn an OSError while writing (full disk, quota) into an OutputError naming the sink."""
+
+    def __init__(self, sink: Sink) -> None:
+        self.sink = sink
+
+    def __enter__(self) -> None:
+        return None
+
+    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
+                 tb: object) -> None:  # fmt: skip
+        if isinstance(exc, OSError) and not isinstance(exc, BrokenPipeError):
+            if exc.errno in (errno.ENOSPC, errno.EDQUOT, errno.EFBIG, errno.EIO, errno.EROFS):
+                name = "<stdout>" if self.sink.spec == "-" else self.sink.spec
+                raise OutputError(f"{name}: write failed: {exc.strerror}") from None

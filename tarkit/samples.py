@@ -1,0 +1,224 @@
+"""Samples: the key/field rule, grouping adjacent members, and the checks on them.
+
+A member's key is its path up to the first dot of its file name, and its field is the
+rest (``a/b/x.seg.png`` → key ``a/b/x``, field ``seg.png``): WebDataset's rule. A sample
+is a run of adjacent members with the same key.
+
+>>> split_name("a/b/x.seg.png")
+('a/b/x', 'seg.png')
+>>> split_name("a.d/README") is None
+True
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Iterable, Iterator
+
+from .errors import SampleError
+from .tario import DIRECTORY, FILE, Member
+
+# webdataset skips these metadata members without a word; so do we.
+_META = re.compile(r"__[^/]*__($|/)")
+
+
+def split_name(name: str) -> tuple[str, str] | None:
+    """Split a member path into (key, field); None when the file name has no usable dot.
+
+    A file name without a dot, or starting with one (``.hidden``), has no key.
+
+    >>> split_name("x.JPG")
+    ('x', 'JPG')
+    >>> split_name("dir/.hidden.txt") is None
+    True
+    """
+    slash = name.rfind("/") + 1
+    dot = name.find(".", slash)
+    if dot <= slash:
+        return None
+    return name[:dot], name[dot + 1 :]
+
+
+class Sample:
+    """One sample: its key and its members, in archive order.
+
+    ``fields`` are the field names in the same order as ``members``.
+    """
+
+    __slots__ = ("key", "fields", "members", "source")
+
+    def __init__(self, key: str, fields: list[str], members: list[Member], source: str) -> None:
+        self.key = key
+        self.fields = fields
+        self.members = members
+        self.source = source
+
+    def data(self) -> dict[str, bytes]:
+        """The fields and their bytes, as a dict in archive order."""
+        return {f: m.data for f, m in zip(self.fields, self.members)}
+
+    def get(self, field: str) -> bytes | None:
+        """The bytes of ``field`` (exact name), or None."""
+        for f, m in zip(self.fields, self.members):
+            if f == field:
+                return m.data
+        return None
+
+    @property
+    def raw(self) -> bytes:
+        """All the sample's members as they were read."""
+        return b"".join(m.raw for m in self.members)
+
+    @property
+    def size(self) -> int:
+        """Bytes the sample's members take in the archive."""
+        return sum(len(m.raw) for m in self.members)
+
+    def __repr__(self) -> str:
+        return f"Sample({self.key!r}, {self.fields})"
+
+
+class SkipLog:
+    """Counts members that were skipped, by reason, with the first example of each.
+
+    ``notify(reason, source, member)`` is called for the first skip of each reason
+    (a command prints a warning there); the library itself never prints.
+    """
+
+    def __init__(self, notify: Callable[[str, str, str], None] | None = None) -> None:
+        self.counts: dict[str, int] = {}
+        self.first: dict[str, tuple[str, str]] = {}
+        self.notify = notify
+
+    def add(self, reason: str, source: str, member: str) -> None:
+        if reason not in self.counts:
+            self.counts[reason] = 0
+            self.first[reason] = (source, member)
+            if self.notify is not None:
+                self.notify(reason, source, member)
+        self.counts[reason] += 1
+
+    @property
+    def total(self) -> int:
+        return sum(self.counts.values())
+
+    def summary(self) -> str:
+        """One line, e.g. ``skipped 3 members: 2 without a field, 1 symlink``."""
+        parts = [f"{n} {reason}" for reason, n in self.counts.items()]
+        noun = "member" if self.total == 1 else "members"
+        return f"skipped {self.total} {noun}: {', '.join(parts)}"
+
+
+NO_FIELD = "without a field (no dot in the file name)"
+
+
+def group_samples(
+    members: Iterable[Member],
+    source: str = "-",
+    *,
+    strict: bool = False,
+    skips: SkipLog | None = None,
+) -> Iterator[Sample]:
+    """Group adjacent members with the same key into samples.
+
+    Directories are skipped silently, as are webdataset's ``__meta__`` members.
+    Members with no field (no dot in the file name) and non-regular members are
+    skipped and counted in ``skips``; with ``strict`` they raise
+    :class:`~tarkit.errors.SampleError`. A field that appears twice in a sample
+    (case-insensitively, as webdataset lowercases fields) and a key that comes back
+    after its sample ended raise :class:`SampleError`. A sample is yielded only once
+    the member after it (or the clean end of the archive) has been read, so an input
+    error never lets a partial sample through.
+    """
+    key: str | None = None
+    fields: list[str] = []
+    lowered: set[str] = set()
+    group: list[Member] = []
+    seen: set[str] = set()
+    for member in members:
+        name = member.name
+        if member.kind is not FILE:
+            if member.kind is DIRECTORY:
+                continue
+            _skip(f"{member.kind} member", member, source, strict, skips)
+            continue
+        if name[:2] == "__" and _META.match(name):
+            continue
+        slash = name.rfind("/") + 1
+        dot = name.find(".", slash)
+        if dot <= slash:
+            _skip(NO_FIELD, member, source, strict, skips)
+            continue
+        member_key = name[:dot]
+        field = name[dot + 1 :]
+        if member_key != key:
+            if key is not None:
+                yield Sample(key, fields, group, source)
+            if member_key in seen:
+                raise SampleError(
+                    f"key {member_key!r} comes back after other keys: members of a sample "
+                    "must be adjacent (sort the input: tarsort, or tar --sort=name)",
+                    source=source,
+                    offset=member.offset,
+                    member=name,
+                )
+            seen.add(member_key)
+            key = member_key
+            fields = [field]
+            group = [member]
+            lowered = {field.lower()}
+            continue
+        folded = field.lower()
+        if folded in lowered:
+            raise SampleError(
+                f"field {field!r} appears twice in sample {key!r} "
+                "(fields are compared case-insensitively, as webdataset does)",
+                source=source,
+                offset=member.offset,
+                member=name,
+            )
+        lowered.add(folded)
+        fields.append(field)
+        group.append(member)
+    if key is not None:
+        yield Sample(key, fields, group, source)
+
+
+def _skip(reason: str, member: Member, source: str, strict: bool, skips: SkipLog | None) -> None:
+    if strict:
+        raise SampleError(
+            f"{reason} is not allowed with --strict", source=source,
+            offset=member.offset, member=member.name,
+        )
+    if skips is not None:
+        skips.add(reason, source, member.name)
+
+
+def parse_field_spec(spec: str) -> list[list[str]]:
+    """Parse a field selection: spaces or commas separate columns, ``;`` alternatives.
+
+    >>> parse_field_spec("jpg;png cls")
+    [['jpg', 'png'], ['cls']]
+    """
+    columns = [c for c in re.split(r"[\s,]+", spec.strip()) if c]
+    return [[a for a in column.split(";") if a] for column in columns]
+
+
+def select_fields(sample: Sample, spec: list[list[str]]) -> Sample:
+    """Keep, for each column of ``spec``, the first alternative the sample has.
+
+    Fields keep their archive order. Alternatives match field names exactly.
+    """
+    keep: set[int] = set()
+    for alternatives in spec:
+        for alternative in alternatives:
+            if alternative in sample.fields:
+                keep.add(sample.fields.index(alternative))
+                break
+    indices = sorted(keep)
+    return Sample(
+        sample.key,
+        [sample.fields[i] for i in indices],
+        [sample.members[i] for i in indices],
+        sample.source,
+    )

@@ -1,0 +1,692 @@
+"""Block-level streaming tar reader and writer: strict, never seeks, byte-exact.
+
+The reader turns any readable byte stream (a pipe, a socket, a decompressor) into
+:class:`Member` objects. It accepts ustar (with the prefix field), GNU (``L``/``K`` long
+names), pax (``x`` and ``g``) and v7 headers, and raises :class:`~tarkit.errors.InputError`
+for everything a downstream reader (GNU tar, bsdtar, Python's ``tarfile``) would stop at,
+misread or silently drop: bad checksums, malformed numeric fields, odd extension records,
+and a stream that ends without its end-of-archive marker.
+
+Each member keeps its raw bytes (extension headers, header, data, padding), so copying a
+member writes exactly what was read.
+
+>>> import io
+>>> archive = io.BytesIO()
+>>> with TarWriter(archive) as w:
+...     w.add("a/x.txt", b"hello")
+>>> _ = archive.seek(0)
+>>> [(m.name, m.data) for m in read_members(archive)]
+[('a/x.txt', b'hello')]
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import zlib
+from collections.abc import Iterator
+from typing import BinaryIO
+
+from .errors import HeaderError, InputError, TruncatedError
+
+BLOCK = 512
+ZERO_BLOCK = bytes(BLOCK)
+END_OF_ARCHIVE = bytes(2 * BLOCK)
+MAX_EXTENSION_SIZE = 1 << 20  # pax / GNU long-name data; real names are under 4 KiB
+DEFAULT_MTIME = 946684800  # 2000-01-01T00:00:00Z, used unless SOURCE_DATE_EPOCH is set
+
+# Member kinds, from the type flag.
+FILE, DIRECTORY, SYMLINK, HARDLINK, CHARDEV, BLOCKDEV, FIFO = (
+    "file",
+    "directory",
+    "symlink",
+    "hard link",
+    "character device",
+    "block device",
+    "fifo",
+)
+_KINDS = {
+    b"0": FILE,
+    b"\0": FILE,
+    b"7": FILE,
+    b"1": HARDLINK,
+    b"2": SYMLINK,
+    b"3": CHARDEV,
+    b"4": BLOCKDEV,
+    b"5": DIRECTORY,
+    b"6": FIFO,
+    b"D": DIRECTORY,  # GNU dumpdir: a directory listing, no file content
+}
+_UNSUPPORTED = {
+    b"S": "GNU sparse member",
+    b"V": "GNU volume label",
+    b"M": "GNU multi-volume continuation",
+    b"N": "old GNU long-name member",
+}
+
+_NO_DATA_KINDS = (DIRECTORY, SYMLINK, HARDLINK, CHARDEV, BLOCKDEV, FIFO)
+_USTAR_MAGIC = b"ustar\x0000"
+# The common shapes of the numeric fields mode, uid, gid, size, mtime (bytes 100-148):
+# octal digits closed by one or two spaces or NULs. Anything else takes the slow path.
+_F8 = rb"(?:[0-7]{7}[ \0]|[0-7]{6}[ \0]{2})"
+_F12 = rb"(?:[0-7]{11}[ \0]|[0-7]{10}[ \0]{2})"
+_FAST_NUMBERS = re.compile(_F8 * 3 + _F12 * 2)
+_FAST_DEVICES = re.compile(rb"(?:[0-7]{7}[ \0]|[0-7]{6}[ \0]{2}|\0{8}){2}")
+_OCTAL = re.compile(rb" *([0-7]*)[ \0]*")
+_PAX_RECORD = re.compile(rb"([1-9][0-9]*) ([^=\n\0]+)=")
+_NUMERIC_FIELDS = (
+    ("mode", 100, 108),
+    ("uid", 108, 116),
+    ("gid", 116, 124),
+    ("size", 124, 136),
+    ("mtime", 136, 148),
+    ("devmajor", 329, 337),
+    ("devminor", 337, 345),
+)
+
+
+class Member:
+    """One archive member, with its raw bytes as they were read.
+
+    ``raw`` holds every block of the member: extension headers, the header, the data
+    and the padding. ``name`` is the resolved path (pax ``path``, GNU long name or ustar
+    prefix applied); ``kind`` is one of the kind constants of this module.
+    """
+
+    __slots__ = ("name", "kind", "size", "offset", "raw", "data_start", "linkname")
+
+    def __init__(
+        self,
+        name: str,
+        kind: str,
+        size: int,
+        offset: int,
+        raw: bytes,
+        data_start: int,
+        linkname: str = "",
+    ) -> None:
+        self.name = name
+        self.kind = kind
+        self.size = size
+        self.offset = offset
+        self.raw = raw
+        self.data_start = data_start
+        self.linkname = linkname
+
+    @property
+    def data(self) -> bytes:
+        """The member's content."""
+        return self.raw[self.data_start : self.data_start + self.size]
+
+    def __repr__(self) -> str:
+        return f"Member({self.name!r}, {self.kind}, size={self.size}, offset={self.offset})"
+
+
+def _decode(name: bytes) -> str:
+    return name.decode("utf-8", "surrogateescape")
+
+
+def _cstring(field: bytes) -> bytes:
+    end = field.find(b"\0")
+    return field if end < 0 else field[:end]
+
+
+def parse_number(field: bytes, what: str, source: str, offset: int) -> int:
+    """Parse a numeric header field: octal text, or GNU base-256 (first byte 0x80).
+
+    Raises :class:`HeaderError` for a malformed value (base-256 0xFF is negative).
+
+    >>> parse_number(b"0000644\\0", "mode", "-", 0)
+    420
+    >>> parse_number(b"\\x80" + (5).to_bytes(11, "big"), "size", "-", 0)
+    5
+    """
+    if field[0] == 0x80:
+        return int.from_bytes(field[1:], "big")
+    if field[0] == 0xFF:
+        return int.from_bytes(field[1:], "big") - 256 ** (len(field) - 1)
+    match = _OCTAL.fullmatch(field)
+    if match is None:
+        shown = _cstring(field).decode("ascii", "backslashreplace")
+        raise HeaderError(
+            f"malformed {what} field {shown!r} in header", source=source, offset=offset
+        )
+    digits = match.group(1)
+    return int(digits, 8) if digits else 0
+
+
+def _parse_pax(data: bytes, source: str, offset: int) -> dict[str, bytes]:
+    records: dict[str, bytes] = {}
+    pos = 0
+    while pos < len(data):
+        match = _PAX_RECORD.match(data, pos)
+        end = pos + int(match.group(1)) if match else 0
+        if match is None or end > len(data) or end <= match.end() or data[end - 1] != 0x0A:
+            raise HeaderError(
+                f"malformed pax extended header record at its byte {pos}",
+                source=source,
+                offset=offset,
+            )
+        keyword = _decode(match.group(2))
+        records[keyword] = data[match.end() : end - 1]
+        pos = end
+    return records
+
+
+def _pax_size(value: bytes, source: str, offset: int) -> int:
+    if not value.isdigit():
+        shown = value.decode("ascii", "backslashreplace")
+        raise HeaderError(f"malformed pax size {shown!r}", source=source, offset=offset)
+    return int(value)
+
+
+class _Extensions:
+    """Extension headers (pax ``x``, GNU ``L``/``K``) waiting for their member."""
+
+    __slots__ = ("raw", "offset", "name", "linkname", "size", "sparse", "pax_seen")
+
+    def __init__(self, offset: int) -> None:
+        self.raw: list[bytes] = []
+        self.offset = offset
+        self.name: bytes | None = None
+        self.linkname: bytes | None = None
+        self.size: int | None = None
+        self.sparse = False
+        self.pax_seen = False
+
+
+def _refill(buf: bytes, pos: int, n: int, read, chunk_size: int) -> bytes:  # type: ignore[no-untyped-def]
+    """Return a buffer holding buf[pos:] plus enough read data to reach ``n`` bytes.
+
+    Shorter than ``n`` only when the stream ended.
+    """
+    parts = [buf[pos:]] if pos < len(buf) else []
+    avail = len(buf) - pos
+    while avail < n:
+        chunk = read(max(n - avail, chunk_size))
+        if not chunk:
+            break
+        parts.append(chunk)
+        avail += len(chunk)
+    return b"".join(parts)
+
+
+def read_members(
+    stream: BinaryIO,
+    source: str = "-",
+    *,
+    ignore_zeros: bool = False,
+    allow_empty: bool = False,
+    chunk_size: int = 1 << 20,
+) -> Iterator[Member]:
+    """Yield the members of the tar stream ``stream``, strictly, reading forward only.
+
+    Raises :class:`~tarkit.errors.InputError` (naming ``source``, the byte offset and the
+    member) for truncation, bad checksums, malformed fields, odd extension headers, an
+    empty input (unless ``allow_empty``) and data after the end-of-archive marker
+    (unless ``ignore_zeros``, which reads concatenated archives like ``tar -i``). After
+    the marker it reads the stream to its end, so a compressed input's checksum is
+    verified. Memory: one member at a time.
+    """
+    read = getattr(stream, "read1", None) or stream.read
+    buf = b""
+    pos = 0
+    base = 0  # stream offset of buf[0]
+    ext: _Extensions | None = None
+    adler32 = zlib.adler32
+    fast_numbers = _FAST_NUMBERS.match
+    fast_devices = _FAST_DEVICES.match
+    kinds = _KINDS
+
+    while True:
+        if len(buf) - pos < BLOCK:
+            base += pos
+            buf = _refill(buf, pos, BLOCK, read, chunk_size)
+            pos = 0
+            if len(buf) < BLOCK:
+                _check_end_of_input(buf, base, ext, allow_empty, source)
+                return
+        header = buf[pos : pos + BLOCK]
+        offset = base + pos
+
+        if header == ZERO_BLOCK:
+            if ext is not None:
+                raise HeaderError(
+                    "extension header followed by a zero block", source=source, offset=offset
+                )
+            pos += BLOCK
+            if len(buf) - pos < BLOCK:
+                base += pos
+                buf = _refill(buf, pos, BLOCK, read, chunk_size)
+                pos = 0
+            if ignore_zeros:
+                if not buf[pos:]:
+                    return
+                continue
+            if len(buf) - pos < BLOCK:
+                if buf[pos:].count(0) != len(buf) - pos:
+                    raise InputError(
+                        "data after the end-of-archive marker", source=source, offset=offset
+                    )
+                return  # one zero block at the very end: accepted, as GNU tar and Go do
+            if buf[pos : pos + BLOCK] != ZERO_BLOCK:
+                raise HeaderError(
+                    "a lone zero block is followed by more members "
+                    "(pass --ignore-zeros to read past it)",
+                    source=source,
+                    offset=offset,
+                )
+            pos += BLOCK
+            _drain(buf[pos:], read, source, base + pos)
+            return
+
+        # Checksum: the unsigned byte sum with the checksum field read as spaces.
+        # adler32's low half is 1 + the byte sum mod 65521, exact for 256 bytes.
+        try:
+            stored = int(header[148:156].strip(b" \0") or b"x", 8)
+        except ValueError:
+            stored = -1
+        if (
+            (adler32(header[:256]) & 0xFFFF) + (adler32(header[256:]) & 0xFFFF)
+            - sum(header[148:156]) + 254 != stored  # fmt: skip
+        ) and not _signed_checksum_ok(header, stored):
+            if offset == 0:
+                raise HeaderError(
+                    "not a tar archive (bad header checksum in the first block)",
+                    source=source,
+                    offset=0,
+                )
+            raise HeaderError("bad header checksum", source=source, offset=offset)
+
+        if fast_numbers(header, 100, 148) and fast_devices(header, 329, 345):
+            size = int(header[124:136].rstrip(b" \0"), 8)
+        else:
+            size = _slow_size(header, source, offset)
+        typeflag = header[156:157]
+        kind = kinds.get(typeflag)
+
+        if kind is None and typeflag in (b"x", b"g", b"L", b"K"):
+            padded = (size + 511) & ~511
+            if len(buf) - pos < BLOCK + padded:
+                if size > MAX_EXTENSION_SIZE:
+                    _extension_too_large(size, source, offset)
+                base += pos
+                buf = _refill(buf, pos, BLOCK + padded, read, chunk_size)
+                pos = 0
+            ext = _extension(ext, header, buf[pos : pos + BLOCK + padded], size, source, offset)
+            pos += BLOCK + padded
+            continue
+
+        if ext is not None and ext.size is not None:
+            size = ext.size
+        if ext is not None and ext.name is not None:
+            raw_name = ext.name
+        else:
+            end = header.find(0, 0, 100)
+            raw_name = header[:end] if end >= 0 else header[:100]
+            if header[345] and header[257:265] == _USTAR_MAGIC:
+                raw_name = _cstring(header[345:500]) + b"/" + raw_name
+        name = raw_name.decode("utf-8", "surrogateescape")
+
+        if kind is not FILE or typeflag == b"\0":
+            kind = _check_kind(kind, typeflag, raw_name, size, ext, source, offset, name)
+        padded = (size + 511) & ~511
+        total = BLOCK + padded
+        if len(buf) - pos < total:
+            base += pos
+            buf = _refill(buf, pos, total, read, chunk_size)
+            pos = 0
+            if len(buf) < total:
+                raise TruncatedError(
+                    f"input ends inside member data ({max(len(buf) - BLOCK, 0)} of "
+                    f"{size} bytes)",
+                    source=source,
+                    offset=offset,
+                    member=name,
+                )
+        if ext is None:
+            linkname = "" if kind is FILE else _decode(_cstring(header[157:257]))
+            yield Member(name, kind, size, offset, buf[pos : pos + total], BLOCK, linkname)
+        else:
+            ext.raw.append(buf[pos : pos + total])
+            raw = b"".join(ext.raw)
+            linkname = ""
+            if kind is SYMLINK or kind is HARDLINK:
+                linkname = _decode(
+                    ext.linkname if ext.linkname is not None else _cstring(header[157:257])
+                )
+            member = Member(name, kind, size, ext.offset, raw, len(raw) - total + BLOCK, linkname)
+            ext = None
+            pos += total
+            yield member
+            continue
+        pos += total
+
+
+def _check_end_of_input(
+    rest: bytes, offset: int, ext: _Extensions | None, allow_empty: bool, source: str
+) -> None:
+    """The stream ended where a header should start: say how it was cut."""
+    if offset == 0 and not rest:
+        if allow_empty:
+            return
+        raise TruncatedError("empty input (0 bytes)", source=source)
+    if rest:
+        raise TruncatedError("input ends inside a header block", source=source, offset=offset)
+    if ext is not None:
+        raise TruncatedError(
+            "input ends after an extension header, before its member",
+            source=source,
+            offset=offset,
+        )
+    raise TruncatedError(
+        "input ends without the end-of-archive marker (truncated, or cut between two members)",
+        source=source,
+        offset=offset,
+    )
+
+
+def _signed_checksum_ok(header: bytes, stored: int) -> bool:
+    # Old tars summed signed bytes; GNU tar, bsdtar and tarfile all accept that too.
+    signed = sum(b - 256 if b > 127 else b for b in header[:148])
+    signed += sum(b - 256 if b > 127 else b for b in header[156:]) + 256
+    return signed == stored
+
+
+def _slow_size(header: bytes, source: str, offset: int) -> int:
+    """Validate every numeric field the slow way; return the size."""
+    size = 0
+    for what, start, stop in _NUMERIC_FIELDS:
+        number = parse_number(header[start:stop], what, source, offset)
+        if what == "size":
+            size = number
+    if size < 0:
+        raise HeaderError(f"negative size field ({size})", source=source, offset=offset)
+    return size
+
+
+def _extension_too_large(size: int, source: str, offset: int) -> None:
+    raise HeaderError(
+        f"extension header of {size} bytes is over the {MAX_EXTENSION_SIZE}-byte limit",
+        source=source,
+        offset=offset,
+    )
+
+
+def _extension(
+    ext: _Extensions | None, header: bytes, raw: bytes, size: int, source: str, offset: int
+) -> _Extensions | None:
+    """Record one extension header (pax x/g, GNU L/K) for the member that follows."""
+    if size > MAX_EXTENSION_SIZE:
+        _extension_too_large(size, source, offset)
+    if len(raw) < BLOCK + size:
+        raise TruncatedError(
+            "input ends inside an extension header", source=source, offset=offset
+        )
+    typeflag = header[156:157]
+    payload = raw[BLOCK : BLOCK + size]
+    if typeflag == b"g":
+        # A global header belongs to no member: it is read and dropped. Records that
+        # change how members are named or sized would change what the members mean
+        # without it, so they are refused.
+        if ext is not None:
+            raise HeaderError(
+                "global pax header between an extension header and its member",
+                source=source,
+                offset=offset,
+            )
+        records = _parse_pax(payload, source, offset)
+        critical = sorted(
+            k for k in records
+            if k in ("path", "linkpath", "size", "hdrcharset") or k.startswith("GNU.sparse")
+        )  # fmt: skip
+        if critical:
+            raise HeaderError(
+                f"global pax header sets {', '.join(critical)}, "
+                "which tarkit does not apply across members",
+                source=source,
+                offset=offset,
+            )
+        return None
+    if ext is None:
+        ext = _Extensions(offset)
+    ext.raw.append(raw)
+    if typeflag == b"x":
+        if ext.pax_seen:
+            raise HeaderError(
+                "two pax extended headers for one member", source=source, offset=offset
+            )
+        ext.pax_seen = True
+        records = _parse_pax(payload, source, offset)
+        if any(k.startswith("GNU.sparse") for k in records):
+            ext.sparse = True
+        if "path" in records:
+            if ext.name is not None:
+                raise HeaderError(
+                    "conflicting extension headers both set the member name",
+                    source=source,
+                    offset=offset,
+                )
+            ext.name = records["path"]
+        if "linkpath" in records:
+            ext.linkname = records["linkpath"]
+        if "size" in records:
+            ext.size = _pax_size(records["size"], source, offset)
+    elif typeflag == b"L":
+        if ext.name is not None:
+            raise HeaderError(
+                "conflicting extension headers both set the member name",
+                source=source,
+                offset=offset,
+            )
+        ext.name = _cstring(payload)
+    else:
+        if ext.linkname is not None:
+            raise HeaderError(
+                "two long link names for one member", source=source, offset=offset
+            )
+        ext.linkname = _cstring(payload)
+    return ext
+
+
+def _check_kind(
+    kind: str | None,
+    typeflag: bytes,
+    raw_name: bytes,
+    size: int,
+    ext: _Extensions | None,
+    source: str,
+    offset: int,
+    name: str,
+) -> str:
+    """The kind of a member that is not a plain file; raise for unsupported ones."""
+    if ext is not None and ext.sparse:
+        raise HeaderError(
+            "unsupported member type: pax sparse member", source=source, offset=offset,
+            member=name,
+        )  # fmt: skip
+    if kind is None:
+        what = _UNSUPPORTED.get(typeflag)
+        if what is not None:
+            raise HeaderError(
+                f"unsupported member type: {what}", source=source, offset=offset, member=name
+            )
+        # Unknown types are read as files with data by tar and tarfile alike.
+        kind = f"unknown type {typeflag.decode('latin-1')!r}"
+    elif kind is FILE and typeflag == b"\0" and raw_name.endswith(b"/"):
+        kind = DIRECTORY  # old tars mark directories only by the trailing slash
+    if size and kind in _NO_DATA_KINDS and typeflag != b"D":
+        # tarfile reads no data after such a header, other readers skip `size`
+        # bytes: the readers would disagree on where the next header is.
+        raise HeaderError(
+            f"{kind} member with a nonzero size field ({size})",
+            source=source,
+            offset=offset,
+            member=name,
+        )
+    return kind
+
+
+def _drain(rest: bytes, read, source: str, offset: int) -> None:  # type: ignore[no-untyped-def]
+    """Read past the end-of-archive marker: only zero padding may follow."""
+    while True:
+        if rest.count(0) != len(rest):
+            nonzero = offset + len(rest) - len(rest.lstrip(b"\0"))
+            raise InputError(
+                "data after the end-of-archive marker "
+                "(concatenated archives? pass --ignore-zeros to read them all)",
+                source=source,
+                offset=nonzero - nonzero % BLOCK,
+            )
+        offset += len(rest)
+        rest = read(1 << 20)
+        if not rest:
+            return
+
+
+def default_mtime() -> int:
+    """The mtime stamped on members tarkit creates: ``SOURCE_DATE_EPOCH`` or 2000-01-01."""
+    value = os.environ.get("SOURCE_DATE_EPOCH")
+    if value:
+        try:
+            return int(value)
+        except ValueError:
+            pass
+    return DEFAULT_MTIME
+
+
+def _octal(value: int, width: int) -> bytes:
+    return b"%0*o\0" % (width - 1, value)
+
+
+def make_header(name: str, size: int, *, mtime: int | None = None, mode: int = 0o444) -> bytes:
+    """Build the header blocks for a new regular file, deterministically.
+
+    ustar when the name fits (split over prefix and name if needed) and is ASCII; a pax
+    header carrying ``path`` (and ``size`` above 8 GiB) otherwise. uid/gid 0, no user
+    or group names, the given mode, mtime from :func:`default_mtime`.
+
+    >>> len(make_header("a/b.txt", 3))
+    512
+    """
+    if mtime is None:
+        mtime = default_mtime()
+    encoded = name.encode("utf-8", "surrogateescape")
+    records: list[tuple[str, bytes]] = []
+    prefix = b""
+    short = encoded
+    if not encoded.isascii() or len(encoded) > 100:
+        split = _split_ustar_name(encoded) if encoded.isascii() else None
+        if split is None:
+            records.append(("path", encoded))
+            short = _pax_fallback_name(encoded)
+        else:
+            prefix, short = split
+    size_field = size
+    if size >= 8**11:
+        records.append(("size", str(size).encode()))
+        size_field = 0
+    blocks = b""
+    if records:
+        payload = b"".join(_pax_record(k, v) for k, v in records)
+        blocks = _ustar_block(b"././@PaxHeader", len(payload), mtime, 0o644, b"x", b"")
+        blocks += payload + bytes(-len(payload) % BLOCK)
+    return blocks + _ustar_block(short, size_field, mtime, mode, b"0", prefix)
+
+
+def _split_ustar_name(name: bytes) -> tuple[bytes, bytes] | None:
+    for i in range(len(name) - 1, 0, -1):
+        if name[i : i + 1] == b"/" and i <= 155 and len(name) - i - 1 <= 100:
+            if len(name) - i - 1 == 0:
+                return None
+            return name[:i], name[i + 1 :]
+    return None
+
+
+def _pax_fallback_name(name: bytes) -> bytes:
+    ascii_name = name.decode("ascii", "replace").encode("ascii", "replace")
+    return ascii_name[-100:]
+
+
+def _pax_record(keyword: str, value: bytes) -> bytes:
+    body = b" " + keyword.encode() + b"=" + value + b"\n"
+    length = len(body) + 1
+    while len(str(length)) + len(body) != length:
+        length = len(str(length)) + len(body)
+    return str(length).encode() + body
+
+
+def _ustar_block(
+    name: bytes, size: int, mtime: int, mode: int, typeflag: bytes, prefix: bytes
+) -> bytes:
+    header = bytearray(BLOCK)
+    header[0 : len(name)] = name
+    header[100:108] = _octal(mode, 8)
+    header[108:116] = _octal(0, 8)
+    header[116:124] = _octal(0, 8)
+    header[124:136] = _octal(size, 12)
+    header[136:148] = _octal(mtime, 12)
+    header[148:156] = b" " * 8
+    header[156:157] = typeflag
+    header[257:265] = _USTAR_MAGIC
+    header[329:337] = _octal(0, 8)
+    header[337:345] = _octal(0, 8)
+    header[345 : 345 + len(prefix)] = prefix
+    header[148:156] = b"%06o\0 " % sum(header)
+    return bytes(header)
+
+
+class TarWriter:
+    """Write tar members to a binary stream.
+
+    :meth:`write` copies a read :class:`Member` byte for byte; :meth:`add` creates a
+    new regular file with deterministic headers. :meth:`close` (or leaving the
+    ``with`` block without an exception) writes the end-of-archive marker; leaving it
+    with an exception does not, so a reader downstream sees the stream as truncated.
+    The stream itself is not closed.
+    """
+
+    def __init__(self, stream: BinaryIO, *, mtime: int | None = None) -> None:
+        self.stream = stream
+        self.mtime = default_mtime() if mtime is None else mtime
+        self.bytes_written = 0
+        self._write = stream.write
+
+    def write(self, member: Member) -> None:
+        """Copy ``member`` unchanged: all its header blocks, data and padding."""
+        self._write(member.raw)
+        self.bytes_written += len(member.raw)
+
+    def write_raw(self, raw: bytes) -> None:
+        """Write whole blocks that already form complete members."""
+        self._write(raw)
+        self.bytes_written += len(raw)
+
+    def add(self, name: str, data: bytes, *, mode: int = 0o444) -> None:
+        """Add a regular file ``name`` holding ``data``."""
+        raw = encode_member(name, data, mtime=self.mtime, mode=mode)
+        self._write(raw)
+        self.bytes_written += len(raw)
+
+    def close(self) -> None:
+        """Write the end-of-archive marker (two zero blocks)."""
+        self._write(END_OF_ARCHIVE)
+        self.bytes_written += len(END_OF_ARCHIVE)
+
+    def __enter__(self) -> TarWriter:
+        return self
+
+    def __exit__(self, exc_type: object, exc: object, tb: object) -> None:
+        if exc_type is None:
+            self.close()
+
+
+def encode_member(name: str, data: bytes, *, mtime: int | None = None, mode: int = 0o444) -> bytes:
+    """The complete raw bytes of a new regular-file member: headers, data, padding."""
+    header = make_header(name, len(data), mtime=mtime, mode=mode)
+    return header + data + bytes(-len(data) % BLOCK)
+
+
+def member_size_on_disk(name: str, size: int) -> int:
+    """Bytes a new member of ``size`` bytes named ``name`` takes in an archive."""
+    return len(make_header(name, size, mtime=0)) + size + (-size % BLOCK)
