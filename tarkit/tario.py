@@ -337,12 +337,14 @@ def read_members(
             buf = _refill(buf, pos, total, read, chunk_size)
             pos = 0
             if len(buf) < total:
+                got = len(buf) - BLOCK
+                what = (
+                    f"inside member data ({got} of {size} bytes)"
+                    if got < size
+                    else "inside the padding after member data"
+                )
                 raise TruncatedError(
-                    f"input ends inside member data ({max(len(buf) - BLOCK, 0)} of "
-                    f"{size} bytes)",
-                    source=source,
-                    offset=offset,
-                    member=name,
+                    f"input ends {what}", source=source, offset=offset, member=name
                 )
         if ext is None:
             linkname = "" if kind is FILE else _decode(_cstring(header[157:257]))
