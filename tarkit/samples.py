@@ -55,11 +55,11 @@ class Sample:
 
     def data(self) -> dict[str, bytes]:
         """The fields and their bytes, as a dict in archive order."""
-        return {f: m.data for f, m in zip(self.fields, self.members)}
+        return {f: m.data for f, m in zip(self.fields, self.members, strict=True)}
 
     def get(self, field: str) -> bytes | None:
         """The bytes of ``field`` (exact name), or None."""
-        for f, m in zip(self.fields, self.members):
+        for f, m in zip(self.fields, self.members, strict=True):
             if f == field:
                 return m.data
         return None
@@ -103,13 +103,16 @@ class SkipLog:
         return sum(self.counts.values())
 
     def summary(self) -> str:
-        """One line, e.g. ``skipped 3 members: 2 without a field, 1 symlink``."""
-        parts = [f"{n} {reason}" for reason, n in self.counts.items()]
+        """One line, e.g. ``skipped 3 members: 2 without a field (…), 1 symlink``."""
+        parts = [
+            f"{n} {reason.removeprefix('member ').removesuffix(' member')}"
+            for reason, n in self.counts.items()
+        ]
         noun = "member" if self.total == 1 else "members"
         return f"skipped {self.total} {noun}: {', '.join(parts)}"
 
 
-NO_FIELD = "without a field (no dot in the file name)"
+NO_FIELD = "member without a field (no dot in the file name)"
 
 
 def group_samples(
