@@ -24,6 +24,7 @@ from __future__ import annotations
 import os
 import re
 import zlib
+from operator import itemgetter
 from collections.abc import Iterator
 from typing import BinaryIO
 
@@ -66,12 +67,45 @@ _UNSUPPORTED = {
 
 _NO_DATA_KINDS = (DIRECTORY, SYMLINK, HARDLINK, CHARDEV, BLOCKDEV, FIFO)
 _USTAR_MAGIC = b"ustar\x0000"
-# The common shapes of the numeric fields mode, uid, gid, size, mtime (bytes 100-148):
-# octal digits closed by one or two spaces or NULs. Anything else takes the slow path.
-_F8 = rb"(?:[0-7]{7}[ \0]|[0-7]{6}[ \0]{2})"
-_F12 = rb"(?:[0-7]{11}[ \0]|[0-7]{10}[ \0]{2})"
-_FAST_NUMBERS = re.compile(_F8 * 3 + _F12 * 2)
-_FAST_DEVICES = re.compile(rb"(?:[0-7]{7}[ \0]|[0-7]{6}[ \0]{2}|\0{8}){2}")
+# Numeric fields are validated by their "shape": each byte mapped to 0 (octal digit),
+# z (NUL), space, or x (anything else). Whether a shape is valid, and where its digits
+# are, depends on the shape alone, so verdicts are memoized: a header costs one
+# translate and one dict look-up instead of eight field parses.
+_SHAPE_TABLE = bytes(
+    ord("0") if chr(c) in "01234567" else ord("z") if c == 0 else ord(" ") if c == 32 else ord("x")
+    for c in range(256)
+)
+_SHAPE_FIELD = re.compile(rb" *(0*)[ z]*")
+_SHAPE_CACHE_LIMIT = 4096
+# Offsets within header[100:345]: mode, uid, gid, size, mtime, chksum, devmajor, devminor.
+_SHAPE_FIELDS = ((0, 8), (8, 16), (16, 24), (24, 36), (36, 48), (48, 56), (229, 237), (237, 245))
+# shape -> (size digits start, stop, chksum digits start, stop, byte sum of the chksum
+# field's digits as '0' plus its spaces), or None for a shape that needs the slow path.
+_shapes: dict[bytes, tuple[int, int, int, int, int] | None] = {}
+# Sum of the octal digits of i, for the checksum field's own byte sum.
+_OCTAL_DIGIT_SUM = [(i & 7) + (i >> 3 & 7) + (i >> 6 & 7) + (i >> 9 & 7) for i in range(4096)]
+
+
+def _learn_shape(shape: bytes) -> tuple[int, int, int, int, int] | None:
+    """What a header shape says: where the size and checksum digits are, if valid."""
+    spans = []
+    for start, stop in _SHAPE_FIELDS:
+        match = _SHAPE_FIELD.fullmatch(shape, start, stop)
+        if match is None:
+            spans = []
+            break
+        spans.append(match.span(1))
+    verdict = None
+    if spans and spans[5][0] < spans[5][1]:
+        (size_start, size_stop), (sum_start, sum_stop) = spans[3], spans[5]
+        field = shape[48:56]
+        constant = 48 * field.count(b"0") + 32 * field.count(b" ")
+        verdict = (100 + size_start, 100 + size_stop, 100 + sum_start, 100 + sum_stop, constant)
+    if len(_shapes) < _SHAPE_CACHE_LIMIT:
+        _shapes[shape] = verdict
+    return verdict
+
+
 _OCTAL = re.compile(rb" *([0-7]*)[ \0]*")
 _PAX_RECORD = re.compile(rb"([1-9][0-9]*) ([^=\n\0]+)=")
 _NUMERIC_FIELDS = (
@@ -85,18 +119,19 @@ _NUMERIC_FIELDS = (
 )
 
 
-class Member:
+class Member(tuple):  # type: ignore[type-arg]
     """One archive member, with its raw bytes as they were read.
 
     ``raw`` holds every block of the member: extension headers, the header, the data
     and the padding. ``name`` is the resolved path (pax ``path``, GNU long name or ustar
-    prefix applied); ``kind`` is one of the kind constants of this module.
+    prefix applied); ``kind`` is one of the kind constants of this module. A tuple
+    underneath, because the reader makes one per member and that must be cheap.
     """
 
-    __slots__ = ("name", "kind", "size", "offset", "raw", "data_start", "linkname")
+    __slots__ = ()
 
-    def __init__(
-        self,
+    def __new__(
+        cls,
         name: str,
         kind: str,
         size: int,
@@ -104,22 +139,27 @@ class Member:
         raw: bytes,
         data_start: int,
         linkname: str = "",
-    ) -> None:
-        self.name = name
-        self.kind = kind
-        self.size = size
-        self.offset = offset
-        self.raw = raw
-        self.data_start = data_start
-        self.linkname = linkname
+    ) -> Member:
+        return tuple.__new__(cls, (name, kind, size, offset, raw, data_start, linkname))
+
+    name: str = property(itemgetter(0))  # type: ignore[assignment]
+    kind: str = property(itemgetter(1))  # type: ignore[assignment]
+    size: int = property(itemgetter(2))  # type: ignore[assignment]
+    offset: int = property(itemgetter(3))  # type: ignore[assignment]
+    raw: bytes = property(itemgetter(4))  # type: ignore[assignment]
+    data_start: int = property(itemgetter(5))  # type: ignore[assignment]
+    linkname: str = property(itemgetter(6))  # type: ignore[assignment]
 
     @property
     def data(self) -> bytes:
         """The member's content."""
-        return self.raw[self.data_start : self.data_start + self.size]
+        return self[4][self[5] : self[5] + self[2]]
 
     def __repr__(self) -> str:
         return f"Member({self.name!r}, {self.kind}, size={self.size}, offset={self.offset})"
+
+
+_new_member = tuple.__new__
 
 
 def _decode(name: bytes) -> str:
@@ -234,9 +274,10 @@ def read_members(
     base = 0  # stream offset of buf[0]
     ext: _Extensions | None = None
     adler32 = zlib.adler32
-    fast_numbers = _FAST_NUMBERS.match
-    fast_devices = _FAST_DEVICES.match
+    shapes = _shapes
+    digit_sum = _OCTAL_DIGIT_SUM
     kinds = _KINDS
+    new_member = _new_member
 
     while True:
         if len(buf) - pos < BLOCK:
@@ -280,28 +321,24 @@ def read_members(
             _drain(buf[pos:], read, source, base + pos)
             return
 
-        # Checksum: the unsigned byte sum with the checksum field read as spaces.
-        # adler32's low half is 1 + the byte sum mod 65521, exact for 256 bytes.
-        try:
-            stored = int(header[148:156].strip(b" \0") or b"x", 8)
-        except ValueError:
-            stored = -1
-        if (
-            (adler32(header[:256]) & 0xFFFF) + (adler32(header[256:]) & 0xFFFF)
-            - sum(header[148:156]) + 254 != stored  # fmt: skip
-        ) and not _signed_checksum_ok(header, stored):
-            if offset == 0:
-                raise HeaderError(
-                    "not a tar archive (bad header checksum in the first block)",
-                    source=source,
-                    offset=0,
-                )
-            raise HeaderError("bad header checksum", source=source, offset=offset)
-
-        if fast_numbers(header, 100, 148) and fast_devices(header, 329, 345):
-            size = int(header[124:136].rstrip(b" \0"), 8)
+        shape = header[100:345].translate(_SHAPE_TABLE)
+        known = shapes.get(shape, False)
+        if known is False:
+            known = _learn_shape(shape)
+        if known is None:
+            size = _slow_header(header, source, offset)
         else:
-            size = _slow_size(header, source, offset)
+            stored = int(header[known[2] : known[3]], 8)
+            # The checksum is the unsigned byte sum with its own field read as spaces.
+            # adler32's low half is 1 + the byte sum modulo 65521: exact for 256 bytes.
+            # The field's own bytes are known from its shape and value.
+            total = (
+                (adler32(header[:256]) & 0xFFFF) + (adler32(header[256:]) & 0xFFFF) + 254
+                - known[4] - digit_sum[stored & 4095] - digit_sum[stored >> 12]
+            )  # fmt: skip
+            if total != stored:
+                _bad_checksum(header, stored, source, offset)
+            size = int(header[known[0] : known[1]] or b"0", 8)
         typeflag = header[156:157]
         kind = kinds.get(typeflag)
 
@@ -348,7 +385,9 @@ def read_members(
                 )
         if ext is None:
             linkname = "" if kind is FILE else _decode(_cstring(header[157:257]))
-            yield Member(name, kind, size, offset, buf[pos : pos + total], BLOCK, linkname)
+            yield new_member(
+                Member, (name, kind, size, offset, buf[pos : pos + total], BLOCK, linkname)
+            )
         else:
             ext.raw.append(buf[pos : pos + total])
             raw = b"".join(ext.raw)
@@ -388,6 +427,34 @@ def _check_end_of_input(
     )
 
 
+def _slow_header(header: bytes, source: str, offset: int) -> int:
+    """Check a header of an unusual shape field by field; return its size."""
+    stored = _slow_checksum_field(header)
+    total = sum(header) - sum(header[148:156]) + 256
+    if total != stored:
+        _bad_checksum(header, stored, source, offset)
+    return _slow_size(header, source, offset)
+
+
+def _bad_checksum(header: bytes, stored: int, source: str, offset: int) -> None:
+    """Raise for a checksum mismatch, unless the old signed-byte sum matches."""
+    if stored >= 0 and _signed_checksum_ok(header, stored):
+        return
+    if offset == 0:
+        raise HeaderError(
+            "not a tar archive (bad header checksum in the first block)", source=source, offset=0
+        )
+    raise HeaderError("bad header checksum", source=source, offset=offset)
+
+
+def _slow_checksum_field(header: bytes) -> int:
+    """The stored checksum, or -1 when the field is not a number."""
+    try:
+        return int(header[148:156].strip(b" \0") or b"x", 8)
+    except ValueError:
+        return -1
+
+
 def _signed_checksum_ok(header: bytes, stored: int) -> bool:
     # Old tars summed signed bytes; GNU tar, bsdtar and tarfile all accept that too.
     signed = sum(b - 256 if b > 127 else b for b in header[:148])
@@ -422,9 +489,7 @@ def _extension(
     if size > MAX_EXTENSION_SIZE:
         _extension_too_large(size, source, offset)
     if len(raw) < BLOCK + size:
-        raise TruncatedError(
-            "input ends inside an extension header", source=source, offset=offset
-        )
+        raise TruncatedError("input ends inside an extension header", source=source, offset=offset)
     typeflag = header[156:157]
     payload = raw[BLOCK : BLOCK + size]
     if typeflag == b"g":
@@ -484,9 +549,7 @@ def _extension(
         ext.name = _cstring(payload)
     else:
         if ext.linkname is not None:
-            raise HeaderError(
-                "two long link names for one member", source=source, offset=offset
-            )
+            raise HeaderError("two long link names for one member", source=source, offset=offset)
         ext.linkname = _cstring(payload)
     return ext
 
