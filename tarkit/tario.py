@@ -24,8 +24,8 @@ from __future__ import annotations
 import os
 import re
 import zlib
-from operator import itemgetter
 from collections.abc import Iterator
+from operator import itemgetter
 from typing import BinaryIO
 
 from .errors import HeaderError, InputError, TruncatedError
