@@ -51,7 +51,11 @@ class _Prefixed(io.RawIOBase):
 
     def read1(self, n: int = -1) -> bytes:  # type: ignore[override]
         if self._prefix:
-            data, self._prefix = self._prefix, b""
+            # Never more than asked: gzip reads its 2-byte magic with read(2).
+            if n is not None and 0 < n < len(self._prefix):
+                data, self._prefix = self._prefix[:n], self._prefix[n:]
+            else:
+                data, self._prefix = self._prefix, b""
             return data
         return self._read(n if n and n > 0 else 1 << 20)
 
@@ -113,8 +117,8 @@ class _Decompressed(io.RawIOBase):
             raise CompressionError(
                 f"corrupt {self._kind} stream: {_reason(exc)}", source=self._source
             ) from None
-        except Exception as exc:  # zstandard.ZstdError and friends
-            if type(exc).__name__ == "ZstdError":
+        except Exception as exc:  # lzma.LZMAError, zstandard.ZstdError
+            if type(exc).__name__ in ("LZMAError", "ZstdError"):
                 raise CompressionError(
                     f"corrupt {self._kind} stream: {_reason(exc)}", source=self._source
                 ) from None
