@@ -18,13 +18,14 @@ from __future__ import annotations
 
 import io
 import os
+import signal
 import subprocess
 import sys
 import tempfile
 from collections.abc import Sequence
 from typing import BinaryIO
 
-from .errors import OutputError, SourceError
+from .errors import InputError, OutputError, SourceError
 
 PIPE_BUFFER = 1 << 20
 _F_SETPIPE_SZ = 1031
@@ -81,26 +82,46 @@ class Source:
         self.process = None
         if early:
             self.stream.close()  # the command now gets SIGPIPE if it is still writing
+            try:
+                status = process.wait(timeout=1)
+            except subprocess.TimeoutExpired:
+                # Not writing, so no SIGPIPE (`sleep`, a stalled download): stop it.
+                process.kill()
+                status = process.wait()
         else:
             self.stream.read()
             self.stream.close()
-        status = process.wait()
+            status = process.wait()
         if status == 0 or early:
             # After an early stop any status is fine: the command was cut off on
             # purpose (SIGPIPE gives 141; curl, for one, exits 23 instead).
             return
-        if status < 0:
-            what = f"was killed by signal {-status}"
-        else:
-            what = f"exited with status {status}"
-        raise SourceError(f"{self.name}: command {what}")
+        raise SourceError(f"{self.name}: command {_how_it_ended(status)}")
 
     def __enter__(self) -> Source:
         return self
 
     def __exit__(self, exc_type: object, exc: object, tb: object) -> None:
+        process = self.process
+        if process is not None and isinstance(exc, InputError):
+            # Bad input from a command that failed: the failure is the news (pipe:false
+            # gives an empty input, a crashed producer a truncated one). A command still
+            # writing after a second is cut off below, and its SIGPIPE is no failure.
+            try:
+                status = process.wait(timeout=1)
+            except subprocess.TimeoutExpired:
+                status = 0
+            if status not in (0, 141, -signal.SIGPIPE):
+                self.close(early=True)
+                raise SourceError(f"{self.name}: command {_how_it_ended(status)}") from None
         # On an error the command may still be writing: do not wait for all of it.
         self.close(early=exc_type is not None)
+
+
+def _how_it_ended(status: int) -> str:
+    if status < 0:
+        return f"was killed by signal {-status}"
+    return f"exited with status {status}"
 
 
 class _HttpBody(io.RawIOBase):
