@@ -124,12 +124,18 @@ class _Decompressed(io.RawIOBase):
                 ) from None
             raise
 
-    read = read1  # type: ignore[assignment]
+    def read(self, n: int | None = -1) -> bytes:  # type: ignore[override]
+        return _read_all(self.read1) if n is None or n < 0 else self.read1(n) if n else b""
 
     def readinto(self, b) -> int:  # type: ignore[no-untyped-def, override]
         data = self.read1(len(b))
         b[: len(data)] = data
         return len(data)
+
+
+def _read_all(read1) -> bytes:  # type: ignore[no-untyped-def]
+    """Everything ``read1`` gives until the end: ``read()`` must not stop at one chunk."""
+    return b"".join(iter(lambda: read1(1 << 20), b""))
 
 
 def _reason(exc: BaseException) -> str:
@@ -153,6 +159,17 @@ class _ZstdReader(io.RawIOBase):
         return True
 
     def read1(self, n: int = -1) -> bytes:  # type: ignore[override]
+        # One compressed chunk can inflate to many megabytes: hand them out n at a time.
+        if self._pos >= len(self._pending):
+            self._pending, self._pos = self._decompress_more(), 0
+        start = self._pos
+        self._pos = len(self._pending) if n is None or n < 0 else start + n
+        return self._pending[start : self._pos]
+
+    def read(self, n: int | None = -1) -> bytes:  # type: ignore[override]
+        return _read_all(self.read1) if n is None or n < 0 else self.read1(n) if n else b""
+
+    def _decompress_more(self) -> bytes:
         while not self._done:
             chunk = self._read(1 << 20)
             if not chunk:
@@ -176,7 +193,8 @@ class _ZstdReader(io.RawIOBase):
         return b""
 
     _started = False
-    read = read1  # type: ignore[assignment]
+    _pending = b""
+    _pos = 0
 
 
 def open_decompressed(stream: BinaryIO, source: str) -> BinaryIO:
