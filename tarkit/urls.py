@@ -152,7 +152,11 @@ class _HttpBody(io.RawIOBase):
             )
         return data
 
-    read = read1  # type: ignore[assignment]
+    def read(self, n: int | None = -1) -> bytes:  # type: ignore[override]
+        if n is not None and n >= 0:
+            return self.read1(n) if n else b""
+        # All of it (manifest.load reads a whole body): one read1 may stop short.
+        return b"".join(iter(lambda: self.read1(1 << 20), b""))
 
     def close(self) -> None:
         self._response.close()
