@@ -22,6 +22,7 @@ from .tario import TarWriter, read_members
 from .urls import Sink, expand_inputs, open_source
 
 T = TypeVar("T")
+WRITE_CHUNK = 1 << 20
 
 
 def read_samples(
@@ -158,16 +159,28 @@ def write_samples(samples: Iterable[Sample], sink: Sink) -> int:
     """
     count = 0
     writer = TarWriter(sink.stream)
-    write_raw = writer.write_raw
+    # Members are gathered and written about a megabyte at a time: one write call per
+    # small member would cost more than reading it.
+    pending: list[bytes] = []
+    pending_size = 0
     try:
         with output_errors(sink):
-            for sample in samples:
-                members = sample.members
-                if len(members) == 1:
-                    write_raw(members[0].raw)
-                else:
-                    write_raw(b"".join([m.raw for m in members]))
-                count += 1
+            try:
+                for sample in samples:
+                    for member in sample.members:
+                        raw = member.raw
+                        pending.append(raw)
+                        pending_size += len(raw)
+                    count += 1
+                    if pending_size >= WRITE_CHUNK:
+                        writer.write_raw(b"".join(pending))
+                        pending.clear()
+                        pending_size = 0
+            finally:
+                # Whole samples read before a failure still go out.
+                if pending:
+                    writer.write_raw(b"".join(pending))
+                    pending.clear()
             close_iterator(samples)
             writer.close()
             sink.commit()
