@@ -1,0 +1,212 @@
+"""Samples: the key/field rule (checked against webdataset's), grouping, skips and checks."""
+
+from __future__ import annotations
+
+import io
+from collections.abc import Iterator
+
+import pytest
+from conftest import make_tar
+from hypothesis import given
+from hypothesis import strategies as st
+from test_tario import END, header, member
+from webdataset.tariterators import base_plus_ext
+
+from tarkit.errors import SampleError, TruncatedError
+from tarkit.samples import (
+    NO_FIELD,
+    SkipLog,
+    group_samples,
+    parse_field_spec,
+    select_fields,
+    split_name,
+)
+from tarkit.tario import Member, read_members
+
+
+def samples(archive: bytes, **kw) -> list[tuple[str, dict[str, bytes]]]:
+    return [(s.key, s.data()) for s in group_samples(read_members(io.BytesIO(archive)), **kw)]
+
+
+@pytest.mark.parametrize(
+    "name, expected",
+    [
+        ("x.jpg", ("x", "jpg")),
+        ("a/b/x.seg.png", ("a/b/x", "seg.png")),
+        ("a.d/x.y/z.tar.gz", ("a.d/x.y/z", "tar.gz")),
+        ("x.JPG", ("x", "JPG")),
+        ("x.", ("x", "")),
+        ("日本/ラベル.cls", ("日本/ラベル", "cls")),
+        ("README", None),
+        ("a.d/README", None),
+        (".hidden", None),
+        ("dir/.hidden.txt", None),
+        ("dir/", None),
+    ],
+)
+def test_split_name_follows_the_key_field_rule(name: str, expected: tuple | None) -> None:
+    assert split_name(name) == expected
+
+
+# Newlines are left out: webdataset's regex treats them specially, tar names never have them.
+NAMES = st.text(alphabet=st.sampled_from("ab./_-é日 "), max_size=12)
+
+
+@given(NAMES)
+def test_split_name_agrees_with_webdataset_except_hidden_files(name: str) -> None:
+    key, field = base_plus_ext(name)
+    if name.rpartition("/")[2].startswith("."):
+        # webdataset's regex backtracks and reads d/.x.txt as key "d/", field "x.txt";
+        # tarkit skips such a member with a warning instead.
+        assert split_name(name) is None
+    else:
+        assert split_name(name) == (None if key is None else (key, field))
+
+
+def test_adjacent_members_with_one_key_form_a_sample() -> None:
+    archive = make_tar([("a.jpg", b"1"), ("a.cls", b"2"), ("b.jpg", b"3"), ("c/d.x.y", b"4")])
+    assert samples(archive) == [
+        ("a", {"jpg": b"1", "cls": b"2"}),
+        ("b", {"jpg": b"3"}),
+        ("c/d", {"x.y": b"4"}),
+    ]
+
+
+def test_sample_gives_fields_bytes_raw_and_size() -> None:
+    archive = make_tar([("a.jpg", b"1" * 600), ("a.cls", b"2")])
+    [sample] = group_samples(read_members(io.BytesIO(archive)), "in.tar")
+    assert sample.fields == ["jpg", "cls"]
+    assert sample.get("cls") == b"2"
+    assert sample.get("png") is None
+    assert sample.raw == archive[: len(archive) - 1024]
+    assert sample.size == 512 + 1024 + 512 + 512
+    assert sample.source == "in.tar"
+    assert repr(sample) == "Sample('a', ['jpg', 'cls'])"
+
+
+def test_directories_and_webdataset_meta_members_are_skipped_silently() -> None:
+    archive = (
+        member("d/", typeflag=b"5")
+        + member("__meta__", b"m")
+        + member("__index__/x.json", b"i")
+        + member("d/a.txt", b"a")
+        + END
+    )
+    skips = SkipLog()
+    assert samples(archive, skips=skips) == [("d/a", {"txt": b"a"})]
+    assert skips.total == 0
+
+
+def test_members_without_a_dot_and_links_are_skipped_and_counted() -> None:
+    notes: list[tuple[str, str, str]] = []
+    skips = SkipLog(lambda *note: notes.append(note))
+    archive = (
+        member("a.txt", b"a")
+        + member("README", b"r")
+        + member("LICENSE", b"l")
+        + header("l.txt", 0, b"2", linkname=b"a.txt")
+        + header("h.txt", 0, b"1", linkname=b"a.txt")
+        + header("f.pipe", 0, b"6")
+        + member("b.txt", b"b")
+        + END
+    )
+    assert samples(archive, source="in.tar", skips=skips) == [
+        ("a", {"txt": b"a"}),
+        ("b", {"txt": b"b"}),
+    ]
+    assert skips.counts == {NO_FIELD: 2, "symlink member": 1, "hard link member": 1,
+                            "fifo member": 1}  # fmt: skip
+    # One notice per reason, with its first member.
+    assert notes == [
+        ("member without a field (no dot in the file name)", "in.tar", "README"),
+        ("symlink member", "in.tar", "l.txt"),
+        ("hard link member", "in.tar", "h.txt"),
+        ("fifo member", "in.tar", "f.pipe"),
+    ]
+    assert skips.summary() == (
+        "skipped 5 members: 2 without a field (no dot in the file name), "
+        "1 symlink, 1 hard link, 1 fifo"
+    )
+
+
+def test_skip_summary_says_member_for_one() -> None:
+    skips = SkipLog()
+    skips.add("symlink member", "x.tar", "l")
+    assert skips.summary() == "skipped 1 member: 1 symlink"
+    assert skips.first == {"symlink member": ("x.tar", "l")}
+
+
+@pytest.mark.parametrize(
+    "bad, what",
+    [
+        (member("README", b"r"), "member without a field (no dot in the file name)"),
+        (header("l.txt", 0, b"2", linkname=b"a.txt"), "symlink member"),
+        (header("dev.raw", 0, b"3"), "character device member"),
+    ],
+)
+def test_strict_makes_skipped_members_errors(bad: bytes, what: str) -> None:
+    archive = member("a.txt", b"a") + bad + END
+    with pytest.raises(SampleError) as info:
+        samples(archive, source="in.tar", strict=True)
+    assert str(info.value).startswith(f"in.tar: {what} is not allowed with --strict (byte 1024")
+
+
+def test_directories_are_fine_even_with_strict() -> None:
+    assert samples(member("d/", typeflag=b"5") + member("d/a.b") + END, strict=True) == [
+        ("d/a", {"b": b""})
+    ]
+
+
+def test_a_field_twice_in_a_sample_is_an_error_naming_it() -> None:
+    archive = make_tar([("a.jpg", b"1"), ("a.cls", b"2"), ("a.jpg", b"3")])
+    with pytest.raises(SampleError) as info:
+        samples(archive, source="in.tar")
+    assert str(info.value) == (
+        "in.tar: field 'jpg' appears twice in sample 'a' (fields are compared "
+        "case-insensitively, as webdataset does) (byte 2048, member a.jpg)"
+    )
+
+
+def test_fields_differing_only_in_case_are_duplicates() -> None:
+    # webdataset lowercases fields: x.JPG and x.jpg would overwrite each other there.
+    with pytest.raises(SampleError, match="appears twice"):
+        samples(make_tar([("x.JPG", b"1"), ("x.jpg", b"2")]))
+
+
+def test_a_key_that_comes_back_is_an_error_that_says_to_sort() -> None:
+    archive = make_tar([("a.jpg", b"1"), ("b.jpg", b"2"), ("a.cls", b"3")])
+    with pytest.raises(SampleError) as info:
+        samples(archive, source="in.tar")
+    message = str(info.value)
+    assert message.startswith("in.tar: key 'a' comes back after other keys")
+    assert "sort the input" in message
+    assert message.endswith("(byte 2048, member a.cls)")
+
+
+def test_a_sample_is_yielded_only_when_the_next_member_proves_it_complete() -> None:
+    def members() -> Iterator[Member]:
+        yield from read_members(io.BytesIO(make_tar([("a.x", b"1"), ("b.x", b"2"), ("b.y", b"3")])))
+        raise TruncatedError("input ends inside a header block", source="in.tar")
+
+    grouped = group_samples(members())
+    assert next(grouped).key == "a"
+    # b.x and b.y were read, but b might have more fields: b must not come out.
+    with pytest.raises(TruncatedError):
+        next(grouped)
+
+
+def test_field_spec_parses_columns_and_alternatives() -> None:
+    assert parse_field_spec("jpg;png cls") == [["jpg", "png"], ["cls"]]
+    assert parse_field_spec(" jpg,cls ;json ") == [["jpg"], ["cls"], ["json"]]
+    assert parse_field_spec("a;;b") == [["a", "b"]]
+    assert parse_field_spec("") == []
+
+
+def test_select_fields_keeps_first_alternative_present_in_archive_order() -> None:
+    archive = make_tar([("a.cls", b"c"), ("a.png", b"p"), ("a.jpg", b"j"), ("a.json", b"{}")])
+    [sample] = group_samples(read_members(io.BytesIO(archive)))
+    chosen = select_fields(sample, parse_field_spec("jpg;png cls"))
+    assert chosen.fields == ["cls", "jpg"]
+    assert [m.data for m in chosen.members] == [b"c", b"j"]
+    assert select_fields(sample, parse_field_spec("webp;png")).fields == ["png"]
+    assert select_fields(sample, parse_field_spec("txt")).fields == []

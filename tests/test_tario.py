@@ -1,0 +1,652 @@
+"""The tar core: archives made by GNU tar and bsdtar, crafted headers, every strict error.
+
+Helpers here build archives block by block without tarkit (so the reader is checked
+against an independent encoding) and are shared with the command tests.
+"""
+
+from __future__ import annotations
+
+import io
+import os
+import shutil
+import subprocess
+import tarfile
+from pathlib import Path
+
+import pytest
+
+from tarkit.errors import HeaderError, InputError, SampleError, TruncatedError
+from tarkit.samples import group_samples, split_name
+from tarkit.tario import (
+    DEFAULT_MTIME,
+    DIRECTORY,
+    FIFO,
+    FILE,
+    HARDLINK,
+    SYMLINK,
+    TarWriter,
+    encode_member,
+    member_size_on_disk,
+    read_members,
+)
+
+END = bytes(1024)
+LONG_DIR = "d" * 60 + "/" + "e" * 60  # 121 bytes: fits ustar only through the prefix field
+LONG_BASE = "b" * 120  # a file name over 100 bytes: needs GNU L or pax
+
+
+# --- building archives without tarkit ------------------------------------------------
+
+
+def header(
+    name: bytes | str,
+    size: int = 0,
+    typeflag: bytes = b"0",
+    *,
+    linkname: bytes = b"",
+    prefix: bytes = b"",
+    size_field: bytes | None = None,
+    magic: bytes = b"ustar\x0000",
+    checksum: bytes | None = None,
+) -> bytes:
+    """One 512-byte ustar header block with a correct checksum (unless ``checksum``)."""
+    if isinstance(name, str):
+        name = name.encode()
+    block = bytearray(512)
+    block[0 : len(name)] = name
+    block[100:108] = b"0000644\0"
+    block[108:116] = b"0000000\0"
+    block[116:124] = b"0000000\0"
+    block[124:136] = size_field if size_field is not None else b"%011o\0" % size
+    block[136:148] = b"%011o\0" % DEFAULT_MTIME
+    block[156:157] = typeflag
+    block[157 : 157 + len(linkname)] = linkname
+    block[257:265] = magic
+    block[345 : 345 + len(prefix)] = prefix
+    block[148:156] = b" " * 8
+    block[148:156] = checksum if checksum is not None else b"%06o\0 " % sum(block)
+    return bytes(block)
+
+
+def padded(data: bytes) -> bytes:
+    return data + bytes(-len(data) % 512)
+
+
+def member(name: bytes | str, data: bytes = b"", typeflag: bytes = b"0", **kw) -> bytes:
+    """Header, data and padding of one member."""
+    return header(name, len(data), typeflag, **kw) + padded(data)
+
+
+def pax_record(keyword: str, value: bytes) -> bytes:
+    body = b" " + keyword.encode() + b"=" + value + b"\n"
+    length = len(body) + len(str(len(body)))
+    length = len(body) + len(str(length))
+    return str(length).encode() + body
+
+
+def extension(payload: bytes, typeflag: bytes = b"x") -> bytes:
+    """A pax (``x``/``g``) or GNU (``L``/``K``) extension header with its payload."""
+    name = b"././@LongLink" if typeflag in (b"L", b"K") else b"././@PaxHeader"
+    return header(name, len(payload), typeflag) + padded(payload)
+
+
+def read_all(data: bytes, **kw) -> list:
+    return list(read_members(io.BytesIO(data), "x.tar", **kw))
+
+
+def input_error(data: bytes, **kw) -> InputError:
+    with pytest.raises(InputError) as info:
+        read_all(data, **kw)
+    return info.value
+
+
+# --- real archives -------------------------------------------------------------------
+
+# (path, data) by the oldest format that can store the path.
+V7_FILES = {
+    "a.jpg": b"A" * 700,
+    "a.cls": b"1",
+    "a.seg.png": b"seg",
+    "sub/c.txt": b"",
+    "sub/c.bin": bytes(range(256)) * 4,
+    "é-ü-日本.json": '{"x": "日本"}'.encode(),
+    "exact.bin": b"x" * 512,
+    "README": b"a file without a dot",
+}
+USTAR_FILES = {f"{LONG_DIR}/long.txt": b"in a long directory"}
+FULL_FILES = {f"{LONG_BASE}.txt": b"a long base name"}
+
+
+def make_tree(root: Path, level: str) -> Path:
+    """A directory with files (by format ``level``: v7, ustar, full), a symlink, a subdir."""
+    files = dict(V7_FILES)
+    if level in ("ustar", "full"):
+        files.update(USTAR_FILES)
+    if level == "full":
+        files.update(FULL_FILES)
+    for name, data in files.items():
+        path = root / name
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_bytes(data)
+    (root / "link.jpg").symlink_to("a.jpg")
+    (root / "empty-dir").mkdir()
+    return root
+
+
+# creating command (archive path and tree appended), tree level; bsdtar has no --sort,
+# so "sorted" bsdtar archives get their paths listed in name order with -n.
+ARCHIVERS = {
+    "gnu-ustar": (["tar", "--format=ustar", "--sort=name"], "ustar"),
+    "gnu-gnu": (["tar", "--format=gnu", "--sort=name"], "full"),
+    "gnu-oldgnu": (["tar", "--format=oldgnu", "--sort=name"], "full"),
+    "gnu-pax": (["tar", "--format=pax", "--sort=name"], "full"),
+    "gnu-v7": (["tar", "--format=v7", "--sort=name"], "v7"),
+    "gnu-pax-unsorted": (["tar", "--format=pax"], "full"),
+    "bsdtar-ustar": (["bsdtar", "--format=ustar", "-n"], "ustar"),
+    "bsdtar-pax": (["bsdtar", "--format=pax", "-n"], "full"),
+    "bsdtar-gnutar": (["bsdtar", "--format=gnutar", "-n"], "full"),
+    "bsdtar-v7": (["bsdtar", "--format=v7", "-n"], "v7"),
+    "bsdtar-pax-unsorted": (["bsdtar", "--format=pax"], "full"),
+}
+COMPRESSIONS = {
+    "gz": ["-z"],
+    "bz2": ["-j"],
+    "xz": ["-J"],
+    "zst": ["--zstd"],
+}
+
+
+def sorted_paths(tree: Path) -> list[str]:
+    """Every path under ``tree`` as ``./rel``, in name order (what tar --sort=name gives)."""
+    paths = ["."]
+    for directory, subdirs, files in os.walk(tree):
+        rel = os.path.relpath(directory, tree)
+        for name in subdirs + files:
+            paths.append("./" + os.path.normpath(os.path.join(rel, name)))
+    return sorted(paths)
+
+
+def make_archive(directory: Path, kind: str, compression: str | None = None) -> Path:
+    """Create an archive with the real tool ``kind`` (a key of ARCHIVERS)."""
+    command, level = ARCHIVERS[kind]
+    tree = directory / f"tree-{level}"
+    if not tree.exists():
+        make_tree(tree, level)
+    suffix = f".tar.{compression}" if compression else ".tar"
+    path = directory / f"{kind}{suffix}"
+    flags = COMPRESSIONS[compression] if compression else []
+    paths = sorted_paths(tree) if "-n" in command else ["."]
+    subprocess.run([*command, *flags, "-cf", str(path), "-C", str(tree), *paths], check=True)
+    return path
+
+
+@pytest.fixture(scope="session")
+def archive_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return tmp_path_factory.mktemp("archives")
+
+
+def tarfile_members(path: Path) -> list[tuple[str, str, bytes]]:
+    """(name, kind, data) of every member as Python's tarfile reads the archive."""
+    kinds = {
+        tarfile.REGTYPE: FILE,
+        tarfile.AREGTYPE: FILE,
+        tarfile.DIRTYPE: DIRECTORY,
+        tarfile.SYMTYPE: SYMLINK,
+        tarfile.LNKTYPE: HARDLINK,
+        tarfile.FIFOTYPE: FIFO,
+    }
+    result = []
+    with tarfile.open(path) as archive:
+        for info in archive:
+            data = archive.extractfile(info).read() if info.isfile() else b""
+            name = info.name + "/" if info.isdir() and info.name != "." else info.name
+            result.append((name, kinds[info.type], data))
+    return result
+
+
+def expected_samples(path: Path) -> list[tuple[str, dict[str, bytes]]] | None:
+    """The samples the key/field rule gives over tarfile's reading of the archive.
+
+    None when a key comes back after other keys (an unsorted archive): tarkit refuses it.
+    """
+    samples: list[tuple[str, dict[str, bytes]]] = []
+    for name, kind, data in tarfile_members(path):
+        parts = split_name(name)
+        if kind != FILE or parts is None:
+            continue
+        key, field = parts
+        if samples and samples[-1][0] == key:
+            samples[-1][1][field] = data
+        elif any(k == key for k, _ in samples):
+            return None
+        else:
+            samples.append((key, {field: data}))
+    return samples
+
+
+def check_samples(data: bytes, path: Path) -> None:
+    """tarkit's samples of ``data`` are those of tarfile, or a SampleError if interleaved."""
+    want = expected_samples(path)
+    if want is None:
+        with pytest.raises(SampleError, match="comes back after other keys"):
+            tarkit_samples(data)
+    else:
+        assert tarkit_samples(data) == want
+
+
+def tarkit_samples(data: bytes) -> list[tuple[str, dict[str, bytes]]]:
+    return [(s.key, s.data()) for s in group_samples(read_members(io.BytesIO(data)))]
+
+
+def strip_end(archive: bytes) -> bytes:
+    """The archive without its end-of-archive marker and record padding."""
+    end = len(archive)
+    while end >= 512 and archive[end - 512 : end] == bytes(512):
+        end -= 512
+    return archive[:end]
+
+
+@pytest.mark.parametrize("kind", sorted(ARCHIVERS))
+def test_real_archive_reads_like_tarfile(archive_dir: Path, kind: str) -> None:
+    path = make_archive(archive_dir, kind)
+    data = path.read_bytes()
+    members = read_all(data)
+    got = [(m.name.rstrip("/") + ("/" if m.kind is DIRECTORY else ""), m.kind, m.data)
+           for m in members]  # fmt: skip
+    want = [(n.rstrip("/") + ("/" if k == DIRECTORY else ""), k, d)
+            for n, k, d in tarfile_members(path)]  # fmt: skip
+    assert got == want
+    check_samples(data, path)
+    # Pass-through fidelity: the members' raw bytes are the archive, block for block.
+    assert b"".join(m.raw for m in members) == strip_end(data)
+
+
+@pytest.mark.parametrize("kind", ["gnu-gnu", "gnu-pax", "bsdtar-pax"])
+def test_real_archive_has_long_and_utf8_names_and_symlink_target(
+    archive_dir: Path, kind: str
+) -> None:
+    members = {m.name: m for m in read_all(make_archive(archive_dir, kind).read_bytes())}
+    assert f"./{LONG_BASE}.txt" in members
+    assert members[f"./{LONG_DIR}/long.txt"].data == b"in a long directory"
+    assert members["./é-ü-日本.json"].data == '{"x": "日本"}'.encode()
+    assert members["./link.jpg"].kind is SYMLINK
+    assert members["./link.jpg"].linkname == "a.jpg"
+
+
+def test_ustar_prefix_field_joins_the_name(archive_dir: Path) -> None:
+    data = make_archive(archive_dir, "gnu-ustar").read_bytes()
+    long = [m for m in read_all(data) if m.name.endswith("long.txt")]
+    assert [m.name for m in long] == [f"./{LONG_DIR}/long.txt"]
+    assert len(long[0].raw) == 1024  # one header block: the prefix field, no extension
+
+
+@pytest.mark.parametrize("compression", sorted(COMPRESSIONS))
+@pytest.mark.parametrize("kind", ["gnu-pax", "bsdtar-pax"])
+def test_compressed_real_archive_reads_like_uncompressed(
+    archive_dir: Path, kind: str, compression: str
+) -> None:
+    from tarkit.pipeline import read_samples
+
+    plain = make_archive(archive_dir, kind)
+    packed = make_archive(archive_dir, kind, compression)
+    got = [(s.key, s.data()) for s in read_samples([str(packed)])]
+    assert got == expected_samples(plain)
+    assert len(got) == 6
+
+
+# --- crafted headers: formats the reader accepts ---------------------------------------
+
+
+def test_v7_header_without_magic_is_read() -> None:
+    data = member("old.txt", b"v7", magic=bytes(8)) + END
+    [m] = read_all(data)
+    assert (m.name, m.kind, m.data) == ("old.txt", FILE, b"v7")
+
+
+def test_old_style_directory_is_marked_by_trailing_slash() -> None:
+    data = header("dir/", 0, b"\0", magic=bytes(8)) + member("dir/x.txt", b"x") + END
+    assert [(m.name, m.kind) for m in read_all(data)] == [("dir/", DIRECTORY), ("dir/x.txt", FILE)]
+
+
+def test_gnu_long_name_and_long_link_apply_to_next_member() -> None:
+    name = "n" * 300 + ".txt"
+    target = "t" * 200 + ".txt"
+    data = (
+        extension(name.encode() + b"\0", b"L")
+        + member(name[:100], b"hello")
+        + extension(target.encode() + b"\0", b"K")
+        + extension(b"link.txt\0", b"L")
+        + header("link.txt", 0, b"2", linkname=target[:100].encode())
+        + END
+    )
+    first, link = read_all(data)
+    assert (first.name, first.data, first.offset) == (name, b"hello", 0)
+    assert (link.name, link.kind, link.linkname) == ("link.txt", SYMLINK, target)
+    assert first.raw == data[: len(first.raw)]
+
+
+def test_pax_path_size_and_linkpath_override_the_header() -> None:
+    payload = pax_record("path", "日本/ラベル.txt".encode()) + pax_record("size", b"5")
+    data = extension(payload) + header("ignored", 0) + padded(b"hello") + END
+    [m] = read_all(data)
+    assert (m.name, m.size, m.data) == ("日本/ラベル.txt", 5, b"hello")
+    link = extension(pax_record("linkpath", b"far/away.txt")) + header("l.txt", 0, b"2")
+    [m] = read_all(link + END)
+    assert (m.kind, m.linkname) == (SYMLINK, "far/away.txt")
+
+
+def test_pax_global_header_with_a_comment_is_dropped() -> None:
+    data = extension(pax_record("comment", b"made by git"), b"g") + member("a.txt", b"a") + END
+    [m] = read_all(data)
+    assert m.name == "a.txt"
+    assert m.offset == 1024
+
+
+def test_base256_size_is_read() -> None:
+    size_field = b"\x80" + (5).to_bytes(11, "big")
+    data = header("big.bin", size_field=size_field) + padded(b"12345") + END
+    assert read_all(data)[0].data == b"12345"
+
+
+def test_signed_byte_checksum_of_old_tars_is_accepted() -> None:
+    block = bytearray(header("é.txt", 1))
+    signed = sum(b - 256 if b > 127 else b for b in block[:148] + block[156:]) + 8 * 32
+    block[148:156] = b"%06o\0 " % signed
+    assert read_all(bytes(block) + padded(b"x") + END)[0].data == b"x"
+
+
+def test_unknown_typeflag_is_read_as_a_member_with_data() -> None:
+    [m] = read_all(member("odd.txt", b"data", b"Z") + END)
+    assert m.data == b"data"
+    assert m.kind not in (FILE, DIRECTORY)
+
+
+@pytest.mark.parametrize("cut", [1, 511, 512, 513, 700, 1023])
+def test_reader_gives_same_members_whatever_the_read_sizes(cut: int) -> None:
+    archive = b"".join(member(f"s{i}.bin", bytes([i]) * (i * 97)) for i in range(20)) + END
+
+    class Trickle(io.RawIOBase):
+        """A stream that returns at most ``cut`` bytes per read, like a slow pipe."""
+
+        def __init__(self) -> None:
+            self.data = io.BytesIO(archive)
+
+        def readable(self) -> bool:
+            return True
+
+        def read1(self, n: int = -1) -> bytes:
+            return self.data.read(min(cut, n if n > 0 else cut))
+
+        read = read1
+
+    got = [(m.name, m.raw) for m in read_members(Trickle(), chunk_size=cut)]  # type: ignore[arg-type]
+    assert got == [(m.name, m.raw) for m in read_all(archive)]
+
+
+# --- the strict errors ------------------------------------------------------------------
+
+GOOD = member("a.txt", b"hello")
+
+
+def with_size_field(field: bytes) -> bytes:
+    return header("a.txt", size_field=field) + padded(b"hello") + END
+
+
+def test_empty_input_is_an_error_unless_allowed() -> None:
+    error = input_error(b"")
+    assert isinstance(error, TruncatedError)
+    assert "empty input" in str(error)
+    assert read_all(b"", allow_empty=True) == []
+
+
+def test_input_cut_inside_a_header_names_the_offset() -> None:
+    error = input_error(GOOD + GOOD[:100])
+    assert isinstance(error, TruncatedError)
+    assert str(error) == "x.tar: input ends inside a header block (byte 1024)"
+
+
+def test_input_cut_inside_data_names_the_member() -> None:
+    error = input_error(GOOD + member("b.bin", b"z" * 2000)[:1000])
+    assert isinstance(error, TruncatedError)
+    assert str(error) == (
+        "x.tar: input ends inside member data (488 of 2000 bytes) (byte 1024, member b.bin)"
+    )
+
+
+def test_input_cut_between_members_without_end_marker_is_an_error() -> None:
+    error = input_error(GOOD + GOOD)
+    assert isinstance(error, TruncatedError)
+    assert "without the end-of-archive marker" in str(error)
+    assert error.offset == 2048
+
+
+def test_one_trailing_zero_block_is_accepted_as_the_end() -> None:
+    assert [m.name for m in read_all(GOOD + bytes(512))] == ["a.txt"]
+
+
+def test_zero_padding_after_the_end_marker_is_accepted() -> None:
+    assert len(read_all(GOOD + END + bytes(9216))) == 1
+
+
+def test_data_after_the_end_marker_is_an_error_unless_ignore_zeros() -> None:
+    error = input_error(GOOD + END + GOOD + END)
+    assert "data after the end-of-archive marker" in str(error)
+    assert "--ignore-zeros" in str(error)
+    assert error.offset == 2048
+    assert [m.offset for m in read_all(GOOD + END + GOOD + END, ignore_zeros=True)] == [0, 2048]
+
+
+def test_a_lone_zero_block_followed_by_members_is_an_error() -> None:
+    error = input_error(GOOD + bytes(512) + GOOD + END)
+    assert isinstance(error, HeaderError)
+    assert error.offset == 1024
+    assert len(read_all(GOOD + bytes(512) + GOOD + END, ignore_zeros=True)) == 2
+
+
+def test_bad_checksum_in_the_first_header_says_not_a_tar_archive() -> None:
+    block = bytearray(GOOD)
+    block[0] ^= 1
+    error = input_error(bytes(block) + END)
+    assert (
+        str(error) == "x.tar: not a tar archive (bad header checksum in the first block) (byte 0)"
+    )
+
+
+def test_bad_checksum_mid_archive_names_its_offset() -> None:
+    block = bytearray(GOOD)
+    block[10] = ord("x")
+    error = input_error(GOOD + GOOD + bytes(block) + END)
+    assert isinstance(error, HeaderError)
+    assert str(error) == "x.tar: bad header checksum (byte 2048)"
+
+
+def test_non_numeric_checksum_field_is_a_bad_checksum() -> None:
+    error = input_error(header("a.txt", 5, checksum=b"zzzzzz\0 ") + padded(b"hello") + END)
+    assert "bad header checksum" in str(error)
+
+
+@pytest.mark.parametrize(
+    "field, what",
+    [
+        (b"\xff" * 12, "negative size"),
+        (b"\xff" + b"\xff" * 10 + b"\xfe", "negative size"),
+        (b"-0000000005\0", "malformed size"),
+        (b"0000000x005\0", "malformed size"),
+        (b"00000000 05\0", "malformed size"),
+    ],
+)
+def test_negative_or_malformed_size_field_is_a_header_error(field: bytes, what: str) -> None:
+    error = input_error(with_size_field(field))
+    assert isinstance(error, HeaderError)
+    assert what in str(error)
+    assert error.offset == 0
+
+
+def test_base256_size_beyond_any_input_is_a_clean_error() -> None:
+    # 2**70 bytes: must be reported as bad input (truncated or too large), not crash.
+    error = input_error(with_size_field(b"\x80" + (2**70).to_bytes(11, "big")))
+    assert error.offset == 0
+
+
+def test_size_beyond_the_input_is_truncation() -> None:
+    error = input_error(with_size_field(b"\x80" + (2**40).to_bytes(11, "big")))
+    assert isinstance(error, TruncatedError)
+    assert "inside member data" in str(error)
+
+
+@pytest.mark.parametrize("typeflag", [b"x", b"L", b"K", b"g"])
+def test_oversized_extension_header_is_refused_before_it_is_read(typeflag: bytes) -> None:
+    name = b"././@LongLink" if typeflag in (b"L", b"K") else b"././@PaxHeader"
+    # Only the header: the reader must refuse it without waiting for 16 MiB of payload.
+    error = input_error(header(name, 16 << 20, typeflag) + bytes(4096))
+    assert isinstance(error, HeaderError)
+    assert "over the 1048576-byte limit" in str(error)
+
+
+@pytest.mark.parametrize(
+    "payload",
+    [
+        b"15 path=abc.txt\n",  # length one short
+        b"99 path=abc.txt\n",  # length beyond the header
+        b"16 path=abc.txt\x00",  # no closing newline
+        b"x6 path=abc.txt\n",  # length not a number
+        b"16 pathabc.txtX\n",  # no '='
+        b"0 path=abc.txt\n",  # zero length
+    ],
+)
+def test_malformed_pax_record_is_a_header_error(payload: bytes) -> None:
+    error = input_error(extension(payload) + GOOD + END)
+    assert isinstance(error, HeaderError)
+    assert "malformed pax extended header record" in str(error)
+
+
+def test_malformed_pax_size_is_a_header_error() -> None:
+    error = input_error(extension(pax_record("size", b"12a")) + GOOD + END)
+    assert "malformed pax size" in str(error)
+
+
+def test_extension_header_then_end_of_input_is_truncation() -> None:
+    error = input_error(extension(pax_record("path", b"x.txt")))
+    assert isinstance(error, TruncatedError)
+
+
+def test_extension_header_then_zero_block_is_an_error() -> None:
+    assert isinstance(input_error(extension(pax_record("path", b"x.txt")) + END), HeaderError)
+
+
+def test_pax_and_gnu_long_name_for_one_member_conflict() -> None:
+    data = extension(pax_record("path", b"one.txt")) + extension(b"two.txt\0", b"L") + GOOD + END
+    assert "conflicting" in str(input_error(data))
+
+
+def test_global_pax_header_that_renames_is_refused() -> None:
+    error = input_error(extension(pax_record("path", b"x.txt"), b"g") + GOOD + END)
+    assert "global pax header sets path" in str(error)
+
+
+@pytest.mark.parametrize("typeflag", [b"S", b"V", b"M"])
+def test_gnu_special_members_are_unsupported(typeflag: bytes) -> None:
+    error = input_error(member("sparse.bin", b"x", typeflag) + END)
+    assert "unsupported member type" in str(error)
+    assert error.member == "sparse.bin"
+
+
+def test_crafted_pax_sparse_member_is_unsupported() -> None:
+    data = extension(pax_record("GNU.sparse.major", b"1")) + GOOD + END
+    assert "sparse" in str(input_error(data))
+
+
+@pytest.mark.parametrize("version", ["0.0", "0.1", "1.0"])
+def test_gnu_tar_pax_sparse_member_is_unsupported_not_misread(tmp_path: Path, version: str) -> None:
+    # A sparse member's data is a map plus the non-hole bytes: reading it as a plain
+    # file would give wrong content without a word.
+    (tmp_path / "hole.bin").write_bytes(b"")
+    with open(tmp_path / "hole.bin", "r+b") as f:
+        f.truncate(1 << 20)
+        f.seek(0, 2)
+        f.write(b"end")
+    path = tmp_path / "sparse.tar"
+    subprocess.run(
+        ["tar", "--format=pax", "--sparse", f"--sparse-version={version}", "-cf", str(path),
+         "-C", str(tmp_path), "hole.bin"],
+        check=True,
+    )  # fmt: skip
+    assert "sparse" in str(input_error(path.read_bytes()))
+
+
+@pytest.mark.parametrize("typeflag", [b"1", b"2", b"3", b"4", b"5", b"6"])
+def test_non_regular_member_with_a_size_is_refused(typeflag: bytes) -> None:
+    # tarfile reads no data after such headers, other readers skip it: they disagree.
+    error = input_error(header("odd.txt", 512, typeflag) + bytes(512) + END)
+    assert "nonzero size field" in str(error)
+
+
+# --- the writer -----------------------------------------------------------------------
+
+
+def test_added_members_have_deterministic_headers(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("SOURCE_DATE_EPOCH", raising=False)
+    first = encode_member("x/a.jpg", b"jpeg")
+    assert first == encode_member("x/a.jpg", b"jpeg")
+    info = tarfile.open(fileobj=io.BytesIO(first + END)).getmembers()[0]
+    assert (info.mode, info.uid, info.gid, info.uname, info.gname) == (0o444, 0, 0, "", "")
+    assert info.mtime == DEFAULT_MTIME == 946684800
+
+
+def test_source_date_epoch_sets_the_mtime(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("SOURCE_DATE_EPOCH", "1700000000")
+    out = io.BytesIO()
+    with TarWriter(out) as writer:
+        writer.add("a.txt", b"a")
+    assert tarfile.open(fileobj=io.BytesIO(out.getvalue())).getmembers()[0].mtime == 1700000000
+    assert TarWriter(io.BytesIO(), mtime=5).mtime == 5
+
+
+@pytest.mark.parametrize(
+    "name",
+    ["a.txt", "x" * 99 + ".t", "dir/" * 30 + "deep.txt", "n" * 150 + ".txt", "日本/ラベル.cls"],
+)
+def test_added_member_reads_back_in_gnu_tar_and_tarfile(tmp_path: Path, name: str) -> None:
+    out = io.BytesIO()
+    with TarWriter(out) as writer:
+        writer.add(name, b"payload")
+    data = out.getvalue()
+    assert len(data) == member_size_on_disk(name, 7) + 1024
+    [m] = read_all(data)
+    assert (m.name, m.data) == (name, b"payload")
+    path = tmp_path / "w.tar"
+    path.write_bytes(data)
+    assert tarfile_members(path) == [(name, FILE, b"payload")]
+    listed = subprocess.run(["tar", "-tf", str(path)], capture_output=True, check=True)
+    assert listed.stdout.decode() == name + "\n"
+
+
+def test_writer_copies_a_member_byte_for_byte(archive_dir: Path) -> None:
+    data = make_archive(archive_dir, "gnu-gnu").read_bytes()
+    out = io.BytesIO()
+    with TarWriter(out) as writer:
+        for m in read_all(data):
+            writer.write(m)
+    assert strip_end(out.getvalue()) == strip_end(data)
+    assert out.getvalue().endswith(END)
+
+
+def test_writer_leaves_out_the_end_marker_when_the_block_fails() -> None:
+    out = io.BytesIO()
+    with pytest.raises(RuntimeError), TarWriter(out) as writer:
+        writer.add("a.txt", b"a")
+        raise RuntimeError
+    assert out.getvalue() == encode_member("a.txt", b"a")
+    assert isinstance(input_error(out.getvalue()), TruncatedError)
+
+
+@pytest.mark.skipif(shutil.which("bsdtar") is None, reason="bsdtar missing")
+def test_written_archive_lists_cleanly_in_bsdtar(tmp_path: Path) -> None:
+    path = tmp_path / "w.tar"
+    with open(path, "wb") as f, TarWriter(f) as writer:
+        for name in ["a.txt", "n" * 150 + ".txt", "日本.cls"]:
+            writer.add(name, b"x")
+    listed = subprocess.run(["bsdtar", "-tf", str(path)], capture_output=True, check=True,
+                            env=dict(os.environ, LC_ALL="C.UTF-8"))  # fmt: skip
+    assert listed.stdout.decode().splitlines() == ["a.txt", "n" * 150 + ".txt", "日本.cls"]
+    assert listed.stderr == b""

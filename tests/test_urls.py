@@ -1,0 +1,221 @@
+"""Sources and sinks: braces, files, pipe: commands, HTTP on 127.0.0.1, atomic outputs.
+
+``http_server`` is shared with the command tests: it serves ``files`` (path → bytes) and,
+under ``/cut/<path>``, sends a full Content-Length but closes the connection halfway.
+"""
+
+from __future__ import annotations
+
+import http.server
+import os
+import stat
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from tarkit.errors import OutputError, SourceError, TruncatedError
+from tarkit.urls import Sink, display_name, expand_inputs, open_source
+
+
+class Server:
+    def __init__(self) -> None:
+        self.files: dict[str, bytes] = {}
+        server = self
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            def do_GET(self) -> None:  # noqa: N802
+                cut = self.path.startswith("/cut/")
+                data = server.files.get(self.path[4:] if cut else self.path)
+                if data is None:
+                    self.send_error(404, "Not Found")
+                    return
+                self.send_response(200)
+                self.send_header("Content-Length", str(len(data)))
+                self.end_headers()
+                self.wfile.write(data[: len(data) // 2] if cut else data)
+                self.wfile.flush()
+                self.close_connection = True
+
+            def log_message(self, *args: object) -> None:
+                pass
+
+        self.httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.url = f"http://127.0.0.1:{self.httpd.server_address[1]}"
+        self.thread = threading.Thread(target=self.httpd.serve_forever, daemon=True)
+        self.thread.start()
+
+    def stop(self) -> None:
+        self.httpd.shutdown()
+        self.httpd.server_close()
+
+
+@pytest.fixture
+def http_server() -> Iterator[Server]:
+    server = Server()
+    yield server
+    server.stop()
+
+
+def read_source(spec: str) -> bytes:
+    with open_source(spec) as source:
+        return source.stream.read()
+
+
+# --- inputs ---------------------------------------------------------------------------
+
+
+def test_braces_expand_in_order() -> None:
+    assert expand_inputs(["d-{000..002}.tar", "{train,val}.tar", "x.tar"]) == [
+        "d-000.tar", "d-001.tar", "d-002.tar", "train.tar", "val.tar", "x.tar",
+    ]  # fmt: skip
+
+
+def test_no_input_means_stdin_and_pipe_commands_keep_their_braces() -> None:
+    assert expand_inputs([]) == ["-"]
+    assert expand_inputs(["pipe:cat {a,b}.tar"]) == ["pipe:cat {a,b}.tar"]
+    assert display_name("-") == "<stdin>"
+
+
+def test_path_and_file_url_read_the_file(tmp_path: Path) -> None:
+    path = tmp_path / "x.tar"
+    path.write_bytes(b"content")
+    assert read_source(str(path)) == b"content"
+    assert read_source(f"file:{path}") == b"content"
+
+
+def test_missing_file_and_directory_are_source_errors(tmp_path: Path) -> None:
+    with pytest.raises(SourceError, match=r"^/nonexistent/x\.tar: no such file$"):
+        open_source("/nonexistent/x.tar")
+    with pytest.raises(SourceError, match="is a directory"):
+        open_source(str(tmp_path))
+    with pytest.raises(SourceError, match="no such file"):
+        open_source(f"file:{tmp_path}/missing.tar")
+
+
+def test_pipe_command_output_is_read_and_its_success_accepted() -> None:
+    assert read_source("pipe:printf abc") == b"abc"
+
+
+@pytest.mark.parametrize(
+    "command, message",
+    [
+        ("exit 3", "command exited with status 3"),
+        ("kill -TERM $$", "command was killed by signal 15"),
+    ],
+)
+def test_pipe_command_failing_at_the_end_is_a_source_error(command: str, message: str) -> None:
+    with pytest.raises(SourceError) as info:
+        read_source(f"pipe:printf abc; {command}")
+    assert str(info.value) == f"pipe:printf abc; {command}: {message}"
+
+
+def test_pipe_command_failure_outranks_the_bad_input_it_caused() -> None:
+    # The command died after writing half a member: say that, not "truncated".
+    with pytest.raises(SourceError, match="command exited with status 4"):
+        with open_source("pipe:printf abc; exit 4") as source:
+            source.stream.read()
+            raise TruncatedError("input ends inside a header block", source=source.name)
+
+
+def test_bad_input_from_a_successful_command_stays_an_input_error() -> None:
+    with pytest.raises(TruncatedError):
+        with open_source("pipe:printf abc") as source:
+            source.stream.read()
+            raise TruncatedError("input ends inside a header block", source=source.name)
+
+
+def test_early_stop_accepts_sigpipe_and_ends_a_command_that_never_writes() -> None:
+    # yes gets SIGPIPE; sleep writes nothing, so it never would: it is killed instead.
+    for command in ["pipe:yes", "pipe:printf abc; sleep 300"]:
+        source = open_source(command)
+        assert source.stream.read(3)
+        process = source.process
+        source.close(early=True)
+        assert process is not None and process.returncode is not None
+
+
+def test_http_body_is_streamed(http_server: Server) -> None:
+    http_server.files["/x.tar"] = b"y" * 100_000
+    assert read_source(f"{http_server.url}/x.tar") == b"y" * 100_000
+
+
+def test_http_404_is_a_source_error(http_server: Server) -> None:
+    with pytest.raises(SourceError, match=r"/missing\.tar: HTTP 404 Not Found$"):
+        open_source(f"{http_server.url}/missing.tar")
+
+
+def test_http_body_shorter_than_content_length_is_a_source_error(http_server: Server) -> None:
+    http_server.files["/x.tar"] = b"y" * 100_000
+    with pytest.raises(SourceError, match="connection closed after 50000 of 100000 bytes"):
+        read_source(f"{http_server.url}/cut/x.tar")
+
+
+def test_http_refused_connection_is_a_source_error() -> None:
+    import socket
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    with pytest.raises(SourceError, match="cannot connect"):
+        open_source(f"http://127.0.0.1:{port}/x.tar")
+
+
+# --- outputs --------------------------------------------------------------------------
+
+
+def leftovers(directory: Path) -> list[str]:
+    return sorted(p.name for p in directory.iterdir())
+
+
+def test_file_sink_appears_only_on_commit(tmp_path: Path) -> None:
+    target = tmp_path / "out.tar"
+    sink = Sink(str(target))
+    sink.stream.write(b"data")
+    assert not target.exists()
+    assert sink.temp_path is not None and Path(sink.temp_path).parent == tmp_path
+    sink.commit()
+    assert target.read_bytes() == b"data"
+    assert leftovers(tmp_path) == ["out.tar"]
+    umask = os.umask(0)
+    os.umask(umask)
+    assert stat.S_IMODE(target.stat().st_mode) == 0o666 & ~umask
+
+
+def test_aborted_file_sink_leaves_nothing_and_keeps_an_old_file(tmp_path: Path) -> None:
+    target = tmp_path / "out.tar"
+    sink = Sink(str(target))
+    sink.stream.write(b"partial")
+    sink.abort()
+    assert leftovers(tmp_path) == []
+    target.write_bytes(b"old")
+    sink = Sink(str(target))
+    sink.stream.write(b"partial")
+    sink.abort()
+    assert target.read_bytes() == b"old"
+    assert leftovers(tmp_path) == ["out.tar"]
+
+
+def test_compressed_sink_is_compressed_by_its_name(tmp_path: Path) -> None:
+    import gzip
+
+    sink = Sink(str(tmp_path / "out.tar.gz"))
+    sink.stream.write(b"data")
+    sink.commit()
+    assert gzip.decompress((tmp_path / "out.tar.gz").read_bytes()) == b"data"
+
+
+def test_device_sink_is_written_in_place() -> None:
+    sink = Sink("/dev/null")
+    assert sink.temp_path is None
+    sink.stream.write(b"data")
+    sink.commit()
+    assert stat.S_ISCHR(os.stat("/dev/null").st_mode)
+
+
+def test_unwritable_outputs_are_output_errors(tmp_path: Path) -> None:
+    with pytest.raises(OutputError, match="cannot create"):
+        Sink(str(tmp_path / "no-such-dir" / "out.tar"))
+    with pytest.raises(OutputError, match="writes local files or stdout only"):
+        Sink("s3://bucket/out.tar")
