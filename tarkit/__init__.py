@@ -19,6 +19,7 @@ from .errors import (
 )
 from .pipeline import read_samples, shuffle_samples, slice_samples, take, write_samples
 from .samples import Sample, SkipLog, group_samples, split_name
+from .shards import ShardWriter
 from .tario import Member, TarWriter, read_members
 
 __version__ = "0.1.0"
@@ -31,6 +32,7 @@ __all__ = [
     "OutputError",
     "Sample",
     "SampleError",
+    "ShardWriter",
     "SkipLog",
     "SourceError",
     "TarWriter",

@@ -1,0 +1,247 @@
+"""Encoding samples given as dicts of Python values into tar members, by field extension.
+
+A sample dict has ``__key__`` and one entry per field; other ``__dunder__`` entries
+(``__url__``…, as webdataset adds) are left out. The extension of a field is the part
+of its name after the last dot (``seg.png`` → ``png``). Values become bytes so:
+
+========================================  ==============================================
+value                                     field extensions
+========================================  ==============================================
+``bytes``, ``bytearray``, ``memoryview``  any (written as they are)
+``str``                                   any (UTF-8)
+``int``                                   ``cls cls2 class count index inx id``
+anything JSON can hold (numpy values ok)  ``json jsn``
+a PIL image or a ``uint8`` numpy array    ``jpg jpeg png webp ppm pgm pbm pnm bmp tif
+                                          tiff gif``
+a numpy array                             ``npy``
+anything ``torch.save`` takes             ``pth pt``
+anything ``pickle`` takes                 ``pickle pkl pyd``
+========================================  ==============================================
+
+Any other combination raises :class:`~tarkit.errors.SampleError` naming the key and the
+field. Members are written in sorted field order with tarkit's deterministic headers, so
+the same dict always gives the same bytes.
+
+>>> raw = encode_sample({"__key__": "a", "cls": 3, "json": {"w": 1}})
+>>> import io
+>>> from tarkit.tario import read_members
+>>> [(m.name, m.data) for m in read_members(io.BytesIO(raw + bytes(1024)))]
+[('a.cls', b'3'), ('a.json', b'{"w":1}')]
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import numbers
+import pickle
+from collections.abc import Mapping
+from typing import Any
+
+from .errors import SampleError
+from .tario import default_mtime, encode_member
+
+INT_EXTENSIONS = frozenset({"cls", "cls2", "class", "count", "index", "inx", "id"})
+JSON_EXTENSIONS = frozenset({"json", "jsn"})
+TORCH_EXTENSIONS = frozenset({"pth", "pt"})
+PICKLE_EXTENSIONS = frozenset({"pickle", "pkl", "pyd"})
+IMAGE_FORMATS = {
+    "jpg": "JPEG",
+    "jpeg": "JPEG",
+    "png": "PNG",
+    "webp": "WEBP",
+    "ppm": "PPM",
+    "pgm": "PPM",
+    "pbm": "PPM",
+    "pnm": "PPM",
+    "bmp": "BMP",
+    "tif": "TIFF",
+    "tiff": "TIFF",
+    "gif": "GIF",
+}
+DEFAULT_QUALITY = 90
+
+_JPEG_MODES = ("L", "RGB", "CMYK")
+_WEBP_MODES = ("RGB", "RGBA")
+
+
+def extension(field: str) -> str:
+    """The extension that picks a field's encoder.
+
+    >>> extension("seg.PNG"), extension("cls")
+    ('png', 'cls')
+    """
+    return field.rsplit(".", 1)[-1].lower()
+
+
+def check_key(key: object) -> str:
+    """Return ``key`` if it can name a sample, else raise :class:`SampleError`.
+
+    A key is a non-empty relative path whose file name has no dot: readers cut member
+    names at the first dot of the file name.
+
+    >>> check_key("train/0001")
+    'train/0001'
+    >>> check_key("a.b")
+    Traceback (most recent call last):
+    ...
+    tarkit.errors.SampleError: sample 'a.b': a key must not have a dot in its file name (readers would cut it there)
+    """
+    if not isinstance(key, str) or not key:
+        raise SampleError(f"__key__ must be a non-empty string, not {key!r}", source="sample")
+    where = f"sample {key!r}"
+    name = key[key.rfind("/") + 1 :]
+    if "." in name:
+        raise SampleError(
+            "a key must not have a dot in its file name (readers would cut it there)",
+            source=where,
+        )
+    if not name or key.startswith("/") or "\0" in key or ".." in key.split("/"):
+        raise SampleError("a key must be a relative path ending in a name", source=where)
+    return key
+
+
+def encode_field(key: str, field: str, value: object, *, quality: int = DEFAULT_QUALITY) -> bytes:
+    """The bytes of one field (see the module docstring for what each extension takes).
+
+    >>> encode_field("k", "txt", "héllo"), encode_field("k", "cls", 7)
+    (b'h\\xc3\\xa9llo', b'7')
+    >>> encode_field("k", "jpg", 7)
+    Traceback (most recent call last):
+    ...
+    tarkit.errors.SampleError: sample 'k': field 'jpg': cannot encode int as jpg (expected a PIL image, a uint8 numpy array, bytes or str)
+    """
+    if isinstance(value, bytes):
+        return value
+    if isinstance(value, (bytearray, memoryview)):
+        return bytes(value)
+    if isinstance(value, str):
+        return value.encode("utf-8")
+    ext = extension(field)
+    if ext in INT_EXTENSIONS:
+        if isinstance(value, numbers.Integral) and not isinstance(value, bool):
+            return str(int(value)).encode()
+        expected = "an int"
+    elif ext in JSON_EXTENSIONS:
+        try:
+            return json.dumps(
+                value, ensure_ascii=False, separators=(",", ":"), default=_json_default
+            ).encode("utf-8")
+        except (TypeError, ValueError) as exc:
+            raise SampleError(f"field {field!r}: cannot encode as JSON: {exc}",
+                              source=f"sample {key!r}") from None  # fmt: skip
+    elif ext in IMAGE_FORMATS:
+        image = _as_image(value)
+        if image is not None:
+            return encode_image(image, ext, quality=quality)
+        expected = "a PIL image, a uint8 numpy array"
+    elif ext == "npy":
+        if type(value).__module__ == "numpy":
+            import numpy
+
+            out = io.BytesIO()
+            numpy.save(out, numpy.asarray(value), allow_pickle=False)
+            return out.getvalue()
+        expected = "a numpy array"
+    elif ext in TORCH_EXTENSIONS:
+        import torch
+
+        out = io.BytesIO()
+        torch.save(value, out)
+        return out.getvalue()
+    elif ext in PICKLE_EXTENSIONS:
+        return pickle.dumps(value, protocol=4)
+    else:
+        raise SampleError(
+            f"field {field!r}: no encoder for {type(value).__name__} values with extension "
+            f"{ext!r} (give bytes or str)",
+            source=f"sample {key!r}",
+        )
+    raise SampleError(
+        f"field {field!r}: cannot encode {type(value).__name__} as {ext} "
+        f"(expected {expected}, bytes or str)",
+        source=f"sample {key!r}",
+    )
+
+
+def _json_default(value: object) -> object:
+    tolist = getattr(value, "tolist", None)  # numpy arrays and scalars, torch tensors
+    if tolist is not None:
+        return tolist()
+    raise TypeError(f"{type(value).__name__} is not JSON serializable")
+
+
+def _as_image(value: object) -> Any:
+    """A PIL image for ``value``, or None when it is not one (nor a uint8 array)."""
+    module = type(value).__module__
+    if module.startswith("PIL."):
+        return value
+    if module == "numpy" and getattr(value, "dtype", None) is not None:
+        if str(value.dtype) == "uint8" and value.ndim in (2, 3):  # type: ignore[attr-defined]
+            from PIL import Image
+
+            return Image.fromarray(value)  # type: ignore[arg-type]
+    return None
+
+
+def encode_image(image: Any, ext: str, *, quality: int = DEFAULT_QUALITY) -> bytes:
+    """Encode a PIL image in the format of extension ``ext``, deterministically.
+
+    JPEG takes modes L, RGB and CMYK and WebP takes RGB and RGBA; images in other modes
+    are converted (to RGB, or RGBA for WebP when they have transparency). ``quality``
+    applies to JPEG and WebP.
+
+    >>> from PIL import Image
+    >>> encode_image(Image.new("RGB", (4, 4)), "png")[:4]
+    b'\\x89PNG'
+    """
+    image_format = IMAGE_FORMATS[ext.lower()]
+    options: dict[str, Any] = {}
+    if image_format == "JPEG":
+        if image.mode not in _JPEG_MODES:
+            image = image.convert("RGB")
+        options["quality"] = quality
+    elif image_format == "WEBP":
+        if image.mode not in _WEBP_MODES:
+            has_alpha = "A" in image.mode or "transparency" in image.info
+            image = image.convert("RGBA" if has_alpha else "RGB")
+        options["quality"] = quality
+    out = io.BytesIO()
+    image.save(out, format=image_format, **options)
+    return out.getvalue()
+
+
+def encode_sample(
+    sample: Mapping[str, Any], *, mtime: int | None = None, quality: int = DEFAULT_QUALITY
+) -> bytes:
+    """The raw tar members of a sample dict: headers, data and padding, fields sorted.
+
+    Raises :class:`SampleError` for a missing or bad ``__key__``, a sample without
+    fields, two fields differing only in case, or a value its extension cannot take.
+    """
+    if "__key__" not in sample:
+        raise SampleError(
+            f"a sample dict needs a '__key__' entry (it has {sorted(sample)[:5]})",
+            source="sample",
+        )
+    key = check_key(sample["__key__"])
+    fields = sorted(f for f in sample if not (f.startswith("__") and f.endswith("__")))
+    if not fields:
+        raise SampleError("the sample has no fields", source=f"sample {key!r}")
+    if mtime is None:
+        mtime = default_mtime()
+    seen: set[str] = set()
+    parts = []
+    for field in fields:
+        folded = field.lower()
+        if not field or "/" in field or "\0" in field or folded in seen:
+            what = (
+                "appears twice (fields differ only in case)"
+                if folded in seen
+                else "is not a valid field name"
+            )
+            raise SampleError(f"field {field!r} {what}", source=f"sample {key!r}")
+        seen.add(folded)
+        data = encode_field(key, field, sample[field], quality=quality)
+        parts.append(encode_member(f"{key}.{field}", data, mtime=mtime))
+    return b"".join(parts)

@@ -1,0 +1,86 @@
+"""Byte sizes as people write them on a command line: ``1e9``, ``500M``, ``1G``, ``64K``.
+
+Suffixes follow GNU ``split`` and ``sort``: ``K``, ``M``, ``G``, ``T`` (and ``KiB``…) are
+powers of 1024; ``KB``, ``MB``, ``GB``, ``TB`` are powers of 1000. A bare number, in any
+notation Python reads as a float (``1e9``, ``2.5e6``), is a count of bytes.
+
+>>> parse_size("64K"), parse_size("1e9"), parse_size("1.5MB")
+(65536, 1000000000, 1500000)
+>>> format_size(3 * 1024**3)
+'3.0 GiB'
+"""
+
+from __future__ import annotations
+
+import math
+import re
+
+from .errors import UsageError
+
+_SIZE = re.compile(r"\s*([0-9]*\.?[0-9]+(?:[eE][+-]?[0-9]+)?)\s*([A-Za-z]*)\s*")
+_UNITS = {
+    "": 1,
+    "b": 1,
+    "k": 1 << 10,
+    "kib": 1 << 10,
+    "kb": 10**3,
+    "m": 1 << 20,
+    "mib": 1 << 20,
+    "mb": 10**6,
+    "g": 1 << 30,
+    "gib": 1 << 30,
+    "gb": 10**9,
+    "t": 1 << 40,
+    "tib": 1 << 40,
+    "tb": 10**12,
+}
+
+
+def parse_size(text: str | int, what: str = "size") -> int:
+    """Parse a byte size; raise :class:`~tarkit.errors.UsageError` naming ``what`` if bad.
+
+    The result is rounded down to whole bytes and must be positive.
+
+    >>> parse_size("500M")
+    524288000
+    >>> parse_size("1G") == 1 << 30
+    True
+    >>> parse_size(4096)
+    4096
+    >>> parse_size("ten")
+    Traceback (most recent call last):
+    ...
+    tarkit.errors.UsageError: size 'ten': expected a number of bytes like 1e9, 500M, 1G or 64K
+    """
+    if isinstance(text, int):
+        value = text
+    else:
+        match = _SIZE.fullmatch(text)
+        unit = _UNITS.get(match.group(2).lower()) if match else None
+        if match is None or unit is None:
+            raise UsageError(
+                f"{what} {text!r}: expected a number of bytes like 1e9, 500M, 1G or 64K"
+            )
+        number = float(match.group(1))
+        if not math.isfinite(number):
+            raise UsageError(f"{what} {text!r}: not a finite number")
+        value = int(number * unit)
+    if value <= 0:
+        raise UsageError(f"{what} {text!r}: must be at least 1 byte")
+    return value
+
+
+def format_size(size: int) -> str:
+    """A short human reading of a byte count, in powers of 1024.
+
+    >>> format_size(512), format_size(1536), format_size(5 * 1024**2)
+    ('512 B', '1.5 KiB', '5.0 MiB')
+    """
+    if size < 1024:
+        return f"{size} B"
+    value = float(size)
+    for unit in ("KiB", "MiB", "GiB", "TiB"):
+        value /= 1024
+        if value < 1024 or unit == "TiB":
+            break
+    return f"{value:.1f} {unit}"

@@ -1,0 +1,248 @@
+"""tarsplit through real pipes: limits, atomic shards, manifest, --post, errors, SIGKILL."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import signal
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+from conftest import make_tar, run, run_shell, samples_of, tool, webdataset_samples
+
+
+def archive_of(count: int, size: int = 300) -> bytes:
+    return make_tar(
+        (f"s{i:04d}.{field}", (f"{field}{i}".encode() * size)[: size + i])
+        for i in range(count)
+        for field in ("cls", "jpg", "json")
+    )
+
+
+def shards_in(directory: Path, glob: str = "*.tar") -> list[Path]:
+    return sorted(directory.glob(glob))
+
+
+def test_cuts_a_piped_stream_into_shards_of_maxcount_samples(tmp_path: Path) -> None:
+    source = tmp_path / "in.tar"
+    source.write_bytes(archive_of(23))
+    result = run_shell(f"tarcat {source} | tarsplit -c 5 -o '{tmp_path}/out/s-%06d.tar'")
+    assert result.returncode == 0, result.stderr
+    assert result.stderr == ""
+    shards = shards_in(tmp_path / "out")
+    assert [p.name for p in shards] == [f"s-{i:06d}.tar" for i in range(5)]
+    assert [len(samples_of(p.read_bytes())) for p in shards] == [5, 5, 5, 5, 3]
+    back = [sample for p in shards for sample in samples_of(p.read_bytes())]
+    assert back == samples_of(source.read_bytes())
+
+
+def test_shards_list_cleanly_with_tar_and_read_in_webdataset_with_all_samples_once(
+    tmp_path: Path,
+) -> None:
+    source = tmp_path / "in.tar"
+    source.write_bytes(archive_of(40))
+    result = run(["tarsplit", str(source), "-s", "8K", "-o", str(tmp_path / "s-{shard:03d}.tar")])
+    assert result.returncode == 0, result.stderr
+    shards = shards_in(tmp_path, "s-*.tar")
+    assert len(shards) > 5
+    listed: list[str] = []
+    read: list[tuple[str, dict[str, bytes]]] = []
+    for shard in shards:
+        tar = subprocess.run(["tar", "-tvf", str(shard)], capture_output=True, text=True)
+        assert tar.returncode == 0 and tar.stderr == "", tar.stderr
+        listed.extend(line.split()[-1] for line in tar.stdout.splitlines())
+        read.extend(webdataset_samples(shard))
+    expected = samples_of(source.read_bytes())
+    assert len(listed) == 3 * 40 == len(set(listed))
+    assert read == expected
+
+
+def test_maxsize_is_respected_on_disk_and_a_large_sample_sits_alone(tmp_path: Path) -> None:
+    members = [(f"k{i:02d}.bin", os.urandom(700)) for i in range(12)]
+    members.insert(5, ("big.bin", os.urandom(20_000)))
+    source = tmp_path / "in.tar"
+    source.write_bytes(make_tar(members))
+    result = run(["tarsplit", str(source), "-s", "4K", "-o", str(tmp_path / "s-%03d.tar")])
+    assert result.returncode == 0, result.stderr
+    shards = shards_in(tmp_path, "s-*.tar")
+    keys = [[key for key, _ in samples_of(p.read_bytes())] for p in shards]
+    # 1536 bytes per small sample: two fit in 4096 with the 1024-byte end marker.
+    assert keys == [["k00", "k01"], ["k02", "k03"], ["k04"], ["big"], ["k05", "k06"],
+                    ["k07", "k08"], ["k09", "k10"], ["k11"]]  # fmt: skip
+    for shard, shard_keys in zip(shards, keys, strict=True):
+        assert shard.stat().st_size <= 4096 or shard_keys == ["big"]
+
+
+def test_manifest_holds_names_counts_sizes_and_sha256_of_the_files(tmp_path: Path) -> None:
+    source = tmp_path / "in.tar"
+    source.write_bytes(archive_of(12))
+    manifest = tmp_path / "out" / "manifest.json"
+    result = run(["tarsplit", str(source), "-c", "5", "-o", str(tmp_path / "out" / "t-%d.tar"),
+                  "--manifest", str(manifest)])  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    data = json.loads(manifest.read_text())
+    assert [s["url"] for s in data["shards"]] == ["t-0.tar", "t-1.tar", "t-2.tar"]
+    assert [s["samples"] for s in data["shards"]] == [5, 5, 2]
+    assert data["samples"] == 12
+    for entry in data["shards"]:
+        content = (tmp_path / "out" / entry["url"]).read_bytes()
+        assert entry["bytes"] == len(content)
+        assert entry["sha256"] == hashlib.sha256(content).hexdigest()
+
+
+def test_post_runs_after_each_complete_shard_with_the_quoted_path(tmp_path: Path) -> None:
+    source = tmp_path / "in.tar"
+    source.write_bytes(archive_of(7))
+    out = tmp_path / "a dir"
+    log = tmp_path / "posted"
+    result = run(["tarsplit", str(source), "-c", "3", "-o", str(out / "s-%d.tar"),
+                  "--post", f"tar -tf {{}} | wc -l >> {log}; mv {{}} {{}}.done"])  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    assert log.read_text().split() == ["9", "9", "3"]
+    assert sorted(p.name for p in out.iterdir()) == ["s-0.tar.done", "s-1.tar.done", "s-2.tar.done"]
+
+
+def test_failing_post_command_exits_2_and_stops(tmp_path: Path) -> None:
+    source = tmp_path / "in.tar"
+    source.write_bytes(archive_of(7))
+    result = run(["tarsplit", str(source), "-c", "3", "-o", str(tmp_path / "s-%d.tar"),
+                  "--post", "test $(basename {}) != s-1.tar"])  # fmt: skip
+    assert result.returncode == 2
+    assert result.stderr.startswith("tarsplit: error: ")
+    assert "post command exited with status 1" in result.stderr
+    assert len(result.stderr.splitlines()) == 1
+    assert sorted(p.name for p in tmp_path.glob("s-*")) == ["s-0.tar", "s-1.tar"]
+
+
+def test_input_error_keeps_complete_shards_removes_the_partial_one_and_exits_2(
+    tmp_path: Path,
+) -> None:
+    archive = archive_of(20)
+    source = tmp_path / "cut.tar"
+    source.write_bytes(archive[: len(archive) // 2 + 100])
+    out = tmp_path / "out"
+    result = run_shell(
+        f"cat {source} | tarsplit -c 4 -o '{out}/s-%02d.tar' --manifest {out}/m.json"
+    )
+    assert result.returncode == 2
+    assert result.stderr.startswith("tarsplit: error: <stdin>: input ends inside")
+    assert "Traceback" not in result.stderr
+    names = sorted(p.name for p in out.iterdir())
+    assert names == ["s-00.tar", "s-01.tar"]  # no temporary file, no manifest
+    for name in names:
+        assert len(samples_of((out / name).read_bytes())) == 4
+
+
+def test_sigkill_mid_run_leaves_no_final_named_partial_shard(tmp_path: Path) -> None:
+    archive = archive_of(13)
+    out = tmp_path / "out"
+    process = subprocess.Popen(
+        [tool("tarsplit"), "-c", "5", "-o", str(out / "s-%d.tar")], stdin=subprocess.PIPE
+    )
+    assert process.stdin is not None
+    try:
+        process.stdin.write(archive[:-1024])  # all samples, no end marker: still reading
+        process.stdin.flush()
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:
+            names = sorted(p.name for p in out.iterdir()) if out.exists() else []
+            if "s-1.tar" in names and any(n.endswith(".tmp") for n in names):
+                break
+            time.sleep(0.05)
+        process.send_signal(signal.SIGKILL)
+        process.wait(timeout=30)
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.wait()
+    names = sorted(p.name for p in out.iterdir())
+    assert names[-2:] == ["s-0.tar", "s-1.tar"], names
+    assert all(n.startswith(".s-2.tar.") and n.endswith(".tmp") for n in names[:-2])
+    for name in ("s-0.tar", "s-1.tar"):
+        listed = subprocess.run(["tar", "-tf", str(out / name)], capture_output=True)
+        assert listed.returncode == 0
+        assert len(samples_of((out / name).read_bytes())) == 5
+
+
+def test_reruns_give_byte_identical_shards_and_manifest(tmp_path: Path) -> None:
+    source = tmp_path / "in.tar"
+    source.write_bytes(archive_of(30))
+    outputs = []
+    for name in ("a", "b"):
+        result = run(["tarsplit", str(source), "-s", "10K", "-o", str(tmp_path / name / "s-%d.tar"),
+                      "--manifest", str(tmp_path / name / "m.json")])  # fmt: skip
+        assert result.returncode == 0, result.stderr
+        outputs.append({p.name: p.read_bytes() for p in (tmp_path / name).iterdir()})
+    assert outputs[0] == outputs[1]
+    assert len(outputs[0]) > 3
+
+
+def test_verbose_prints_each_finished_shard_on_stderr(tmp_path: Path) -> None:
+    source = tmp_path / "in.tar"
+    source.write_bytes(archive_of(5))
+    result = run(["tarsplit", str(source), "-v", "-c", "2", "-o", str(tmp_path / "s-%d.tar")])
+    assert result.returncode == 0
+    assert result.stdout == b""
+    lines = result.stderr.splitlines()
+    assert [line.split(": ")[1] for line in lines] == [
+        str(tmp_path / f"s-{i}.tar") for i in range(3)
+    ]
+    assert lines[2].endswith("1 sample, 4.0 KiB")
+
+
+def test_start_numbers_the_first_shard_and_compression_follows_the_pattern(tmp_path: Path) -> None:
+    source = tmp_path / "in.tar"
+    source.write_bytes(archive_of(4))
+    result = run(["tarsplit", str(source), "-c", "3", "--start", "7",
+                  "-o", str(tmp_path / "s-%02d.tar.gz")])  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    assert sorted(p.name for p in tmp_path.glob("s-*")) == ["s-07.tar.gz", "s-08.tar.gz"]
+    listed = subprocess.run(["tar", "-tzf", str(tmp_path / "s-07.tar.gz")], capture_output=True)
+    assert listed.returncode == 0 and len(listed.stdout.splitlines()) == 9
+
+
+def test_maxshards_exceeded_exits_2_with_the_first_shards_complete(tmp_path: Path) -> None:
+    source = tmp_path / "in.tar"
+    source.write_bytes(archive_of(10))
+    result = run(["tarsplit", str(source), "-c", "3", "--maxshards", "2",
+                  "-o", str(tmp_path / "s-%d.tar")])  # fmt: skip
+    assert result.returncode == 2
+    assert "more than 2 shards" in result.stderr
+    assert sorted(p.name for p in tmp_path.glob("s-*")) == ["s-0.tar", "s-1.tar"]
+
+
+@pytest.mark.parametrize(
+    "args,message",
+    [
+        (["-o", "out.tar"], "has no shard number"),
+        (["-s", "lots"], "expected a number of bytes"),
+        (["-c", "0"], "maxcount must be at least 1"),
+    ],
+)
+def test_bad_options_exit_2_with_one_line(tmp_path: Path, args: list[str], message: str) -> None:
+    result = run(["tarsplit", *args], input=archive_of(2), cwd=tmp_path)
+    assert result.returncode == 2
+    assert result.stderr.startswith("tarsplit: error: ") and message in result.stderr
+    assert len(result.stderr.splitlines()) == 1
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_empty_input_is_an_error_unless_allowed_and_never_makes_a_shard(tmp_path: Path) -> None:
+    result = run(["tarsplit"], input=b"", cwd=tmp_path)
+    assert result.returncode == 2 and "empty input" in result.stderr
+    result = run(["tarsplit", "--allow-empty", "--manifest", "m.json"], input=b"", cwd=tmp_path)
+    assert result.returncode == 0, result.stderr
+    assert [p.name for p in tmp_path.iterdir()] == ["m.json"]
+
+
+def test_several_inputs_are_split_as_one_stream(tmp_path: Path) -> None:
+    (tmp_path / "a.tar").write_bytes(make_tar([("a1.txt", b"1"), ("a2.txt", b"2")]))
+    (tmp_path / "b.tar").write_bytes(make_tar([("b1.txt", b"3")]))
+    result = run(["tarsplit", str(tmp_path / "{a,b}.tar"), "-c", "2",
+                  "-o", str(tmp_path / "s-%d.tar")])  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    keys = [[k for k, _ in samples_of(p.read_bytes())] for p in shards_in(tmp_path, "s-*.tar")]
+    assert keys == [["a1", "a2"], ["b1"]]

@@ -1,0 +1,284 @@
+"""ShardWriter: limits, atomic shards, manifest, post commands, pass-through, resume."""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import json
+import os
+import subprocess
+from pathlib import Path
+
+import pytest
+from conftest import make_tar, samples_of
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from tarkit.compression import open_decompressed
+from tarkit.errors import OutputError, SampleError, UsageError
+from tarkit.samples import group_samples
+from tarkit.shards import ShardWriter, check_pattern, completed_shards, shard_name
+from tarkit.tario import member_size_on_disk, read_members
+
+
+def read_samples_raw(archive: bytes) -> list[bytes]:
+    return [s.raw for s in group_samples(read_members(io.BytesIO(archive)))]
+
+
+def samples_from(archive: bytes):
+    return list(group_samples(read_members(io.BytesIO(archive))))
+
+
+def shard_files(directory: Path, glob: str = "*.tar") -> list[Path]:
+    return sorted(directory.glob(glob))
+
+
+def test_shard_name_takes_printf_and_format_patterns() -> None:
+    assert shard_name("a-%06d.tar", 7) == "a-000007.tar"
+    assert shard_name("a-{shard:03d}.tar", 7) == "a-007.tar"
+
+
+@pytest.mark.parametrize("pattern", ["out.tar", "a-%s-%d.tar", "a-{other}.tar", "x-%06d/"])
+def test_patterns_without_one_shard_number_are_usage_errors(pattern: str) -> None:
+    with pytest.raises(UsageError):
+        check_pattern(pattern)
+
+
+def test_maxcount_cuts_shards_of_exactly_maxcount_samples(tmp_path: Path) -> None:
+    with ShardWriter(str(tmp_path / "s-%03d.tar"), maxcount=3) as writer:
+        for i in range(10):
+            writer.write({"__key__": f"k{i:02d}", "txt": str(i)})
+    counts = [len(samples_of(p.read_bytes())) for p in shard_files(tmp_path)]
+    assert counts == [3, 3, 3, 1]
+    assert [s.samples for s in writer.shards] == counts
+
+
+def test_maxsize_counts_headers_padding_and_end_marker_on_disk(tmp_path: Path) -> None:
+    # Each sample: one 512-byte header + 1000 bytes padded to 1024 = 1536 bytes.
+    assert member_size_on_disk("k00.bin", 1000) == 1536
+    maxsize = 1024 + 3 * 1536  # room for exactly three samples and the end marker
+    with ShardWriter(str(tmp_path / "s-%03d.tar"), maxsize=maxsize) as writer:
+        for i in range(7):
+            writer.write({"__key__": f"k{i:02d}", "bin": bytes(1000)})
+    files = shard_files(tmp_path)
+    assert [p.stat().st_size for p in files] == [maxsize, maxsize, 1024 + 1536]
+    assert [s.bytes for s in writer.shards] == [p.stat().st_size for p in files]
+
+
+def test_a_sample_larger_than_maxsize_sits_alone_in_its_shard(tmp_path: Path) -> None:
+    sizes = [100, 100, 50_000, 100, 100]
+    with ShardWriter(str(tmp_path / "s-%03d.tar"), maxsize="10K") as writer:
+        for i, size in enumerate(sizes):
+            writer.write({"__key__": f"k{i}", "bin": bytes(size)})
+    shards = [samples_of(p.read_bytes()) for p in shard_files(tmp_path)]
+    assert [[key for key, _ in shard] for shard in shards] == [["k0", "k1"], ["k2"], ["k3", "k4"]]
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    sizes=st.lists(st.integers(0, 5000), min_size=0, max_size=30),
+    maxcount=st.integers(1, 8),
+    maxsize=st.integers(1, 20_000),
+)
+def test_limits_hold_packing_is_greedy_and_every_sample_comes_out_once(
+    tmp_path_factory: pytest.TempPathFactory, sizes: list[int], maxcount: int, maxsize: int
+) -> None:
+    directory = tmp_path_factory.mktemp("shards")
+    samples = [{"__key__": f"k{i:03d}", "bin": os.urandom(n)} for i, n in enumerate(sizes)]
+    with ShardWriter(str(directory / "s-%04d.tar"), maxcount=maxcount, maxsize=maxsize) as w:
+        w.write_all(samples)
+    files = shard_files(directory)
+    assert len(os.listdir(directory)) == len(files)  # no temporary file is left
+    back = []
+    for index, path in enumerate(files):
+        archive = path.read_bytes()
+        shard = samples_of(archive)
+        assert 1 <= len(shard) <= maxcount
+        assert len(archive) <= maxsize or len(shard) == 1
+        if index + 1 < len(files) and len(shard) < maxcount:
+            # The shard was cut only because the next sample would not fit.
+            following = read_samples_raw(files[index + 1].read_bytes())[0]
+            assert len(archive) + len(following) > maxsize
+        back.extend(shard)
+    assert back == [(s["__key__"], {"bin": s["bin"]}) for s in samples]
+
+
+def test_samples_from_the_reader_are_copied_byte_for_byte(tmp_path: Path) -> None:
+    # GNU tar writes pax headers for long names and its own uid/mtime fields.
+    source = tmp_path / "src"
+    long_dir = source / ("d" * 120)
+    long_dir.mkdir(parents=True)
+    for i in range(6):
+        (long_dir / f"s{i}.txt").write_text(f"text {i}")
+        (long_dir / f"s{i}.cls").write_text(str(i))
+    archive = subprocess.run(
+        ["tar", "--format=pax", "--sort=name", "-C", str(source), "-cf", "-", "."],
+        check=True, capture_output=True,
+    ).stdout  # fmt: skip
+    samples = samples_from(archive)
+    assert len(samples) == 6
+    out = tmp_path / "out"
+    with ShardWriter(str(out / "s-%02d.tar"), maxcount=4) as writer:
+        writer.write_all(samples)
+    written = b"".join(p.read_bytes()[:-1024] for p in shard_files(out))
+    assert written == b"".join(s.raw for s in samples)
+
+
+def test_dict_samples_give_identical_bytes_on_every_run(tmp_path: Path) -> None:
+    samples = [{"__key__": f"k{i}", "json": {"i": i}, "cls": i, "txt": "é"} for i in range(20)]
+    outputs = []
+    for run in ("a", "b"):
+        with ShardWriter(str(tmp_path / run / "s-%02d.tar"), maxcount=6) as writer:
+            writer.write_all(samples)
+        outputs.append([p.read_bytes() for p in shard_files(tmp_path / run)])
+    assert outputs[0] == outputs[1]
+    assert len(outputs[0]) == 4
+
+
+def test_no_samples_write_no_shard_and_an_empty_manifest(tmp_path: Path) -> None:
+    manifest = tmp_path / "manifest.json"
+    with ShardWriter(str(tmp_path / "s-%03d.tar"), manifest=str(manifest)):
+        pass
+    assert shard_files(tmp_path) == []
+    data = json.loads(manifest.read_text())
+    assert (data["samples"], data["shards"]) == (0, [])
+
+
+def test_manifest_lists_each_shard_with_count_size_and_sha256_of_the_file(tmp_path: Path) -> None:
+    manifest = tmp_path / "manifest.json"
+    with ShardWriter(str(tmp_path / "data" / "s-%03d.tar"), maxcount=4,
+                     manifest=str(manifest)) as writer:  # fmt: skip
+        for i in range(10):
+            writer.write({"__key__": f"k{i}", "txt": "x" * i})
+    data = json.loads(manifest.read_text())
+    assert data["format"] == "tarkit-manifest"
+    assert data["samples"] == 10
+    urls = [s["url"] for s in data["shards"]]
+    assert urls == ["data/s-000.tar", "data/s-001.tar", "data/s-002.tar"]
+    for entry in data["shards"]:
+        content = (tmp_path / entry["url"]).read_bytes()
+        assert entry["bytes"] == len(content)
+        assert entry["sha256"] == hashlib.sha256(content).hexdigest()
+        assert entry["samples"] == len(samples_of(content))
+    assert data["bytes"] == sum(s["bytes"] for s in data["shards"])
+
+
+def test_compressed_pattern_compresses_and_maxsize_counts_tar_bytes(tmp_path: Path) -> None:
+    manifest = tmp_path / "m.json"
+    with ShardWriter(str(tmp_path / "s-%02d.tar.gz"), maxsize=1024 + 2 * 1536,
+                     manifest=str(manifest)) as writer:  # fmt: skip
+        for i in range(5):
+            writer.write({"__key__": f"k{i}", "bin": bytes(1000)})
+    files = shard_files(tmp_path, "*.tar.gz")
+    assert len(files) == 3
+    for path in files:
+        compressed = path.read_bytes()
+        assert compressed[:2] == b"\x1f\x8b"
+        tar = open_decompressed(io.BytesIO(compressed), str(path)).read()
+        assert len(tar) <= 1024 + 2 * 1536
+    entries = json.loads(manifest.read_text())["shards"]
+    assert [e["bytes"] for e in entries] == [p.stat().st_size for p in files]
+    assert entries[0]["sha256"] == hashlib.sha256(files[0].read_bytes()).hexdigest()
+
+
+def test_post_callable_sees_each_complete_shard_in_order(tmp_path: Path) -> None:
+    seen: list[tuple[str, int]] = []
+
+    def post(path: str) -> None:
+        seen.append((os.path.basename(path), len(samples_of(Path(path).read_bytes()))))
+
+    with ShardWriter(str(tmp_path / "s-%d.tar"), maxcount=2, post=post) as writer:
+        for i in range(5):
+            writer.write({"__key__": f"k{i}", "txt": "x"})
+    assert seen == [("s-0.tar", 2), ("s-1.tar", 2), ("s-2.tar", 1)]
+
+
+def test_post_command_gets_the_shell_quoted_path(tmp_path: Path) -> None:
+    directory = tmp_path / "it's here"
+    log = tmp_path / "log"
+    post = f"wc -c < {{}} >> '{log}'; echo {{}} >> '{log}'"
+    with ShardWriter(str(directory / "s-%d.tar"), maxcount=1, post=post) as writer:
+        writer.write({"__key__": "a", "txt": "x"})
+        writer.write({"__key__": "b", "txt": "y"})
+    lines = log.read_text().splitlines()
+    assert lines == ["2048", str(directory / "s-0.tar"), "2048", str(directory / "s-1.tar")]
+
+
+def test_failing_post_command_raises_output_error_and_keeps_the_shard(tmp_path: Path) -> None:
+    writer = ShardWriter(str(tmp_path / "s-%d.tar"), maxcount=1, post="exit 3")
+    with pytest.raises(OutputError, match="post command exited with status 3"):
+        with writer:
+            writer.write({"__key__": "a", "txt": "x"})
+            writer.write({"__key__": "b", "txt": "y"})
+    assert [p.name for p in tmp_path.iterdir()] == ["s-0.tar"]
+
+
+def test_an_error_mid_shard_removes_its_temporary_file_and_keeps_complete_shards(
+    tmp_path: Path,
+) -> None:
+    manifest = tmp_path / "m.json"
+    with pytest.raises(RuntimeError):
+        with ShardWriter(str(tmp_path / "s-%d.tar"), maxcount=2, manifest=str(manifest)) as w:
+            for i in range(3):
+                w.write({"__key__": f"k{i}", "txt": "x"})
+            raise RuntimeError("the input failed")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["s-0.tar"]
+    assert len(samples_of((tmp_path / "s-0.tar").read_bytes())) == 2
+
+
+def test_the_unfinished_shard_exists_only_under_a_temporary_name(tmp_path: Path) -> None:
+    writer = ShardWriter(str(tmp_path / "s-%d.tar"), maxcount=2)
+    for i in range(3):
+        writer.write({"__key__": f"k{i}", "txt": "x"})
+    names = sorted(p.name for p in tmp_path.iterdir())
+    assert names[0].startswith(".s-1.tar.") and names[0].endswith(".tmp")
+    assert names[1:] == ["s-0.tar"]
+    writer.close()
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["s-0.tar", "s-1.tar"]
+
+
+def test_maxshards_stops_with_an_error_after_that_many_complete_shards(tmp_path: Path) -> None:
+    with pytest.raises(OutputError, match="more than 2 shards"):
+        with ShardWriter(str(tmp_path / "s-%d.tar"), maxcount=2, maxshards=2, start=5) as w:
+            for i in range(5):
+                w.write({"__key__": f"k{i}", "txt": "x"})
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["s-5.tar", "s-6.tar"]
+
+
+def test_a_bad_sample_dict_is_an_error_naming_key_and_field(tmp_path: Path) -> None:
+    with pytest.raises(SampleError, match=r"sample 'k1'.*field 'png'"):
+        with ShardWriter(str(tmp_path / "s-%d.tar")) as writer:
+            writer.write({"__key__": "k1", "png": 3.5})
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_resume_continues_after_complete_shards_with_identical_bytes(tmp_path: Path) -> None:
+    samples = [{"__key__": f"k{i:02d}", "txt": "x" * i} for i in range(11)]
+    with ShardWriter(str(tmp_path / "clean" / "s-%d.tar"), maxcount=3) as writer:
+        writer.write_all(samples)
+    clean = [p.read_bytes() for p in shard_files(tmp_path / "clean")]
+
+    pattern = str(tmp_path / "cut" / "s-%d.tar")
+    interrupted = ShardWriter(pattern, maxcount=3)
+    interrupted.write_all(samples[:8])  # two shards done, the third in a temporary file
+    interrupted._file.buffered.flush()  # type: ignore[union-attr]  # as a killed run leaves it
+    manifest = tmp_path / "cut" / "m.json"
+    resumed = ShardWriter(pattern, maxcount=3, resume=True, manifest=str(manifest))
+    assert resumed.samples_done == 6
+    with resumed:
+        resumed.write_all(samples[resumed.samples_done :])
+    interrupted._file = None  # the killed process never cleans up
+    assert [p.read_bytes() for p in shard_files(tmp_path / "cut")] == clean
+    assert not [p for p in (tmp_path / "cut").iterdir() if p.name.endswith(".tmp")]
+    data = json.loads(manifest.read_text())
+    assert [e["samples"] for e in data["shards"]] == [3, 3, 3, 2]
+    assert data["shards"][0]["sha256"] == hashlib.sha256(clean[0]).hexdigest()
+
+
+def test_completed_shards_reads_counts_sizes_and_hashes(tmp_path: Path) -> None:
+    archive = make_tar([("a.txt", b"1"), ("b.txt", b"2")])
+    (tmp_path / "s-0.tar").write_bytes(archive)
+    (tmp_path / "s-2.tar").write_bytes(archive)  # after a gap: not part of the run
+    found = completed_shards(str(tmp_path / "s-%d.tar"))
+    assert [(Path(s.url).name, s.samples, s.bytes) for s in found] == [("s-0.tar", 2, len(archive))]
+    assert found[0].sha256 == hashlib.sha256(archive).hexdigest()
