@@ -135,15 +135,14 @@ def group_samples(
     """
     key: str | None = None
     fields: list[str] = []
-    lowered: set[str] = set()
     group: list[Member] = []
     seen: set[str] = set()
     for member in members:
-        name = member.name
-        if member.kind is not FILE:
-            if member.kind is DIRECTORY:
+        name, kind = member[0], member[1]
+        if kind is not FILE:
+            if kind is DIRECTORY:
                 continue
-            _skip(f"{member.kind} member", member, source, strict, skips)
+            _skip(f"{kind} member", member, source, strict, skips)
             continue
         if name[:2] == "__" and _META.match(name):
             continue
@@ -153,38 +152,45 @@ def group_samples(
             _skip(NO_FIELD, member, source, strict, skips)
             continue
         member_key = name[:dot]
-        field = name[dot + 1 :]
-        if member_key != key:
-            if key is not None:
-                yield Sample(key, fields, group, source)
-            if member_key in seen:
-                raise SampleError(
-                    f"key {member_key!r} comes back after other keys: members of a sample "
-                    "must be adjacent (sort the input: tarsort, or tar --sort=name)",
-                    source=source,
-                    offset=member.offset,
-                    member=name,
-                )
-            seen.add(member_key)
-            key = member_key
-            fields = [field]
-            group = [member]
-            lowered = {field.lower()}
+        if member_key == key:
+            fields.append(name[dot + 1 :])
+            group.append(member)
             continue
-        folded = field.lower()
-        if folded in lowered:
+        if key is not None:
+            _check_fields(key, fields, group, source)
+            yield Sample(key, fields, group, source)
+        if member_key in seen:
+            raise SampleError(
+                f"key {member_key!r} comes back after other keys: members of a sample "
+                "must be adjacent (sort the input: tarsort, or tar --sort=name)",
+                source=source,
+                offset=member.offset,
+                member=name,
+            )
+        seen.add(member_key)
+        key = member_key
+        fields = [name[dot + 1 :]]
+        group = [member]
+    if key is not None:
+        _check_fields(key, fields, group, source)
+        yield Sample(key, fields, group, source)
+
+
+def _check_fields(key: str, fields: list[str], group: list[Member], source: str) -> None:
+    """Raise if a field appears twice (case-insensitively, as webdataset lowercases)."""
+    if len(fields) == 1 or len({f.lower() for f in fields}) == len(fields):
+        return
+    folded: set[str] = set()
+    for field, member in zip(fields, group, strict=True):
+        if field.lower() in folded:
             raise SampleError(
                 f"field {field!r} appears twice in sample {key!r} "
                 "(fields are compared case-insensitively, as webdataset does)",
                 source=source,
                 offset=member.offset,
-                member=name,
+                member=member.name,
             )
-        lowered.add(folded)
-        fields.append(field)
-        group.append(member)
-    if key is not None:
-        yield Sample(key, fields, group, source)
+        folded.add(field.lower())
 
 
 def _skip(reason: str, member: Member, source: str, strict: bool, skips: SkipLog | None) -> None:
