@@ -26,6 +26,7 @@ import importlib.util
 import io
 import json
 import os
+import re
 import statistics
 import subprocess
 import sys
@@ -263,6 +264,34 @@ def timeit_command(
         run_command(shell_cmd, cwd=cwd, timeout=timeout)
         if i >= warmup:
             times.append(time.perf_counter() - start)
+    return times
+
+
+def timeit_reported(
+    shell_cmd: str,
+    repeat: int | None = None,
+    *,
+    setup: str | None = None,
+    warmup: int = 1,
+    cwd: Path | None = None,
+    timeout: float = 3600,
+) -> list[float]:
+    """Like :func:`timeit_command`, but the seconds the command reports itself.
+
+    The command's stderr must end with a line containing ``in S s`` (S in seconds): use
+    it to leave out start-up and imports, e.g. webdataset's import of torch.
+    """
+    repeat = SETTINGS.repeat if repeat is None else repeat
+    times = []
+    for i in range(warmup + repeat):
+        if setup:
+            run_command(setup, cwd=cwd, timeout=timeout)
+        stderr = run_command(shell_cmd, cwd=cwd, timeout=timeout).stderr.decode("utf-8", "replace")
+        reported = re.findall(r"\bin ([0-9.]+(?:e-?[0-9]+)?) s\b", stderr)
+        if not reported:
+            raise CommandFailed(f"{shell_cmd!r} reported no time ('in S s') on stderr")
+        if i >= warmup:
+            times.append(float(reported[-1]))
     return times
 
 
