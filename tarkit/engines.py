@@ -1,0 +1,268 @@
+"""Where the shard tasks of :func:`tarkit.map_shards` run: local processes or a Ray cluster.
+
+Both engines have the same small interface, driven by :mod:`tarkit.mapping`:
+``room()`` (how many more tasks may be submitted now), ``submit(task)``,
+``wait(timeout)`` (the tasks that ended: each with its :class:`ShardResult`, or a
+string saying how its worker died), ``running()`` and ``close(cancel)``.
+
+- :class:`LocalEngine`: worker processes of this machine, started with ``forkserver``
+  (``spawn`` where there is none), one task at a time each. A worker that dies (killed,
+  out of memory) costs only its own task, which is reported; the worker is replaced.
+- :class:`RayEngine`: one Ray task per shard (``num_cpus`` each), on the cluster at
+  ``address`` or ``RAY_ADDRESS``, else a local Ray started for the job. Ray's own task
+  retries are off: the driver retries, the same way for both engines.
+"""
+
+from __future__ import annotations
+
+import logging
+import multiprocessing
+import multiprocessing.connection
+import os
+import signal
+from typing import Any
+
+from .errors import TarkitError
+from .mapshard import ShardResult, ShardTask, run_shard
+
+Ended = tuple[ShardTask, "ShardResult | str"]
+
+
+class EngineError(TarkitError):
+    """The engine cannot run: Ray is not installed, the cluster cannot be reached…"""
+
+
+def default_workers() -> int:
+    """One worker per core this process may use."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        return os.cpu_count() or 1
+
+
+def how_it_died(exitcode: int | None) -> str:
+    """Words for a process exit code.
+
+    >>> how_it_died(-9)
+    'was killed by signal 9 (SIGKILL)'
+    >>> how_it_died(3)
+    'exited with status 3'
+    """
+    if exitcode is None:
+        return "stopped answering"
+    if exitcode < 0:
+        try:
+            name = signal.Signals(-exitcode).name
+        except ValueError:
+            name = "?"
+        return f"was killed by signal {-exitcode} ({name})"
+    return f"exited with status {exitcode}"
+
+
+# ---------------------------------------------------------------------------------------
+# Local processes
+
+
+def _on_sigterm(signum: int, frame: object) -> None:
+    raise SystemExit(128 + signum)  # unwind so that staging directories are removed
+
+
+def _worker_main(conn: multiprocessing.connection.Connection, mapper: Any) -> None:
+    # Ctrl-C reaches the whole process group; the driver decides and stops the workers.
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, _on_sigterm)
+    while True:
+        try:
+            task = conn.recv()
+        except (EOFError, OSError):
+            return
+        if task is None:
+            return
+        try:
+            conn.send(run_shard(mapper, task))
+        except (BrokenPipeError, OSError):
+            return
+
+
+class _Worker:
+    def __init__(self, context: Any, mapper: Any) -> None:
+        self.conn, child = context.Pipe()
+        self.process = context.Process(
+            target=_worker_main, args=(child, mapper), daemon=True, name="tarkit-map-worker"
+        )
+        self.process.start()
+        child.close()
+
+    def stop(self, kill: bool = False) -> None:
+        if self.process.is_alive():
+            if kill:
+                self.process.terminate()
+            else:
+                try:
+                    self.conn.send(None)
+                except OSError:
+                    pass
+            self.process.join(5)
+            if self.process.is_alive():
+                self.process.kill()
+                self.process.join(5)
+        self.conn.close()
+
+
+def start_method() -> str:
+    """``forkserver`` where the platform has it (safe with threads, fast), else ``spawn``."""
+    return "forkserver" if "forkserver" in multiprocessing.get_all_start_methods() else "spawn"
+
+
+class LocalEngine:
+    """A pool of ``workers`` processes on this machine, robust to a worker being killed."""
+
+    def __init__(self, mapper: Any, workers: int) -> None:
+        self.context = multiprocessing.get_context(start_method())
+        self.mapper = mapper
+        self.size = max(1, workers)
+        self.idle: list[_Worker] = []
+        self.busy: dict[_Worker, ShardTask] = {}
+
+    def room(self) -> int:
+        return self.size - len(self.busy)
+
+    def running(self) -> int:
+        return len(self.busy)
+
+    def submit(self, task: ShardTask) -> None:
+        worker = self.idle.pop() if self.idle else _Worker(self.context, self.mapper)
+        try:
+            worker.conn.send(task)
+        except OSError:  # it died while idle: the next wait() reports it with the task
+            pass
+        self.busy[worker] = task
+
+    def wait(self, timeout: float) -> list[Ended]:
+        if not self.busy:
+            return []
+        watched: list[Any] = []
+        for worker in self.busy:
+            watched += [worker.conn, worker.process.sentinel]
+        ready = set(multiprocessing.connection.wait(watched, timeout))
+        ended: list[Ended] = []
+        for worker, task in list(self.busy.items()):
+            if worker.conn in ready:
+                try:
+                    result = worker.conn.recv()
+                except (EOFError, OSError):
+                    result = None
+                if isinstance(result, ShardResult):
+                    del self.busy[worker]
+                    self.idle.append(worker)
+                    ended.append((task, result))
+                    continue
+            elif worker.process.sentinel not in ready:
+                continue
+            del self.busy[worker]
+            worker.process.join(5)
+            pid, exitcode = worker.process.pid, worker.process.exitcode
+            worker.stop(kill=True)
+            ended.append((task, f"its worker process (pid {pid}) {how_it_died(exitcode)}"))
+        return ended
+
+    def close(self, cancel: bool = False) -> None:
+        for worker in self.idle:
+            worker.stop()
+        for worker in self.busy:
+            worker.stop(kill=True)
+        self.idle, self.busy = [], {}
+
+
+# ---------------------------------------------------------------------------------------
+# Ray
+
+
+def import_ray() -> Any:
+    """Import Ray, or raise :class:`EngineError` saying how to install it."""
+    try:
+        import ray
+    except ImportError:
+        raise EngineError(
+            "engine 'ray' needs Ray, which is not installed: pip install 'tarkit[ray]'"
+        ) from None
+    return ray
+
+
+class RayEngine:
+    """One Ray task per shard, each asking for ``num_cpus`` CPUs of the cluster.
+
+    Connects to ``address`` (or ``RAY_ADDRESS``, or the cluster last started on this
+    machine with ``ray start``), else starts a local Ray for the job; a Ray the caller
+    initialized already is used as it is. ``workers`` limits the tasks in flight (None:
+    all of them; Ray queues what the cluster cannot run yet).
+    """
+
+    def __init__(
+        self, mapper: Any, workers: int | None, address: str | None, num_cpus: float
+    ) -> None:
+        ray = import_ray()
+        self.ray = ray
+        self.connected_here = False
+        if not ray.is_initialized():
+            where = address or os.environ.get("RAY_ADDRESS") or None
+            try:
+                ray.init(
+                    address=where,
+                    include_dashboard=False,
+                    logging_level=logging.WARNING,
+                    log_to_driver=True,
+                )
+            except (ConnectionError, ValueError, RuntimeError) as exc:
+                what = f"the Ray cluster at {where}" if where else "a local Ray"
+                raise EngineError(f"cannot connect to {what}: {exc}") from None
+            self.connected_here = True
+        self.task = ray.remote(num_cpus=num_cpus, max_retries=0, retry_exceptions=False)(run_shard)
+        self.mapper_ref = ray.put(mapper)
+        self.size = workers
+        self.refs: dict[Any, ShardTask] = {}
+
+    def room(self) -> int:
+        if self.size is None:
+            return 1 << 30
+        return self.size - len(self.refs)
+
+    def running(self) -> int:
+        return len(self.refs)
+
+    def submit(self, task: ShardTask) -> None:
+        self.refs[self.task.remote(self.mapper_ref, task)] = task
+
+    def wait(self, timeout: float) -> list[Ended]:
+        if not self.refs:
+            return []
+        ray = self.ray
+        refs = list(self.refs)
+        ready, _ = ray.wait(refs, num_returns=1, timeout=timeout)
+        if ready:
+            ready, _ = ray.wait(refs, num_returns=len(refs), timeout=0)
+        ended: list[Ended] = []
+        for ref in ready:
+            task = self.refs.pop(ref)
+            try:
+                ended.append((task, ray.get(ref)))
+            except ray.exceptions.RayError as exc:
+                ended.append((task, _ray_failure(exc)))
+        return ended
+
+    def close(self, cancel: bool = False) -> None:
+        if cancel:
+            for ref in self.refs:
+                try:
+                    self.ray.cancel(ref, force=True)
+                except Exception:  # already finished, or the cluster is gone
+                    pass
+        self.refs = {}
+        if self.connected_here:
+            self.ray.shutdown()
+
+
+def _ray_failure(exc: BaseException) -> str:
+    name = type(exc).__name__
+    first = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
+    return f"Ray reported {name}: {first}" if first else f"Ray reported {name}"

@@ -1,0 +1,347 @@
+"""Process whole datasets shard by shard: :func:`map_shards`, on local processes or Ray.
+
+Each input shard becomes one output shard: the function maps every sample of it to
+zero, one or several output samples, and may return a metadata row per sample. One
+task per shard (:mod:`tarkit.mapshard`) runs on an engine (:mod:`tarkit.engines`).
+"""
+
+from __future__ import annotations
+
+import json
+import pickle
+import time
+from collections import deque
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+from .errors import TarkitError, UsageError
+from .manifest import Manifest, ShardInfo, relative_url
+from .mapshard import (
+    Row,
+    SampleMapper,
+    ShardFailure,
+    ShardResult,
+    ShardTask,
+    remove_stale_staging,
+    write_text,
+)
+
+__all__ = ["MapError", "MapProgress", "MapResult", "ShardFailure", "map_shards"]
+
+ENGINES = ("local", "ray")
+_TICK = 0.5  # seconds between progress calls while waiting
+
+
+class MapError(TarkitError):
+    """Some shards failed after all their attempts; the others were done.
+
+    ``failures`` says, for each failed shard, the input, the sample key (when one was
+    being mapped) and the error; ``result`` is the :class:`MapResult` of the rest.
+    """
+
+    def __init__(self, failures: list[ShardFailure], result: MapResult) -> None:
+        self.failures = failures
+        self.result = result
+        super().__init__(str(failures[0]))
+
+    def __str__(self) -> str:
+        total = len(self.result.outputs)
+        attempts = self.failures[0].attempts
+        tries = "1 attempt" if attempts == 1 else f"{attempts} attempts"
+        head = f"{len(self.failures)} of {total} shards failed after {tries}"
+        if len(self.failures) == 1:
+            return f"{head}: {self.failures[0]}"
+        others = ", ".join(f.input for f in self.failures[1:4])
+        more = ", …" if len(self.failures) > 4 else ""
+        return f"{head}; first {self.failures[0]}; also {others}{more}"
+
+
+@dataclass
+class MapResult:
+    """What a run did. ``shards`` are the finished outputs' entries, in output order."""
+
+    outputs: list[str]
+    shards: list[ShardInfo] = field(default_factory=list)
+    processed: int = 0
+    resumed: int = 0
+    samples_in: int = 0
+    rows: int = 0
+    rejects: list[str] = field(default_factory=list)
+    seconds: float = 0.0
+
+    @property
+    def samples(self) -> int:
+        """Output samples in the finished shards."""
+        return sum(s.samples for s in self.shards)
+
+
+@dataclass
+class MapProgress:
+    """Handed to the ``progress`` callback at each event and every half second.
+
+    ``event`` is ``tick``, ``done`` (a shard mapped), ``resumed`` (found complete),
+    ``retry`` (an attempt failed, ``message`` says why), ``failed`` (no attempts left),
+    ``warning`` (a shard was mapped but members were skipped) or ``finished``.
+    """
+
+    total: int
+    done: int = 0
+    resumed: int = 0
+    failed: int = 0
+    retries: int = 0
+    samples: int = 0
+    seconds: float = 0.0
+    event: str = "tick"
+    shard: str | None = None
+    message: str | None = None
+
+    @property
+    def samples_per_second(self) -> float:
+        return self.samples / self.seconds if self.seconds > 0 else 0.0
+
+
+def map_shards(
+    fn: Callable[[dict[str, Any]], Any] | Any,
+    inputs: str | Sequence[str],
+    outputs: str | Sequence[str],
+    *,
+    engine: str = "local",
+    workers: int | None = None,
+    retries: int = 2,
+    metadata: str | None = None,
+    resume: bool = True,
+    address: str | None = None,
+    num_cpus: float = 1,
+    manifest: str | None = None,
+    progress: Callable[[MapProgress], object] | None = None,
+) -> MapResult:
+    """Map every input shard to its output shard with ``fn``; one task per shard.
+
+    ``inputs`` and ``outputs`` are brace patterns (``"in-{000..099}.tar"``) or lists,
+    of equal length. ``fn(sample)`` gets a dict with ``__key__``, ``__url__`` and the
+    bytes of each field, and returns a sample dict (values encoded by field extension,
+    as :class:`~tarkit.shards.ShardWriter` does), a list of them, None, or
+    ``(samples, metadata_row)``. ``fn`` may also be a shard mapper (an object with
+    ``map_shard(samples, source)``, like :class:`tarkit.procmap_shards.ShellCommand`).
+    In worker processes ``fn`` must be importable: a module-level function.
+
+    ``engine`` is ``"local"`` (``workers`` processes, default one per core) or
+    ``"ray"`` (one task per shard with ``num_cpus`` each, on the cluster at ``address``
+    or ``RAY_ADDRESS``, else a local Ray; ``workers`` then limits tasks in flight).
+
+    Outputs are written atomically with a record beside each (``.NAME.map.json``:
+    its manifest entry and metadata rows). With ``resume``, outputs whose record
+    matches the file are kept, not redone. A shard that fails is tried ``retries``
+    more times; when attempts are exhausted the other shards still run, and then
+    :class:`MapError` is raised, naming the shards, samples and errors. Only when every
+    shard is done are ``metadata`` (rows in input order; ``.jsonl`` or ``.tsv``) and
+    ``manifest`` written. ``progress`` is called with a :class:`MapProgress`.
+    """
+    started = time.monotonic()
+    input_list = _expand(inputs, "inputs")
+    output_list = _expand(outputs, "outputs")
+    _check_plan(input_list, output_list)
+    if metadata is not None:
+        metadata_format(metadata)
+    if retries < 0:
+        raise UsageError(f"retries must not be negative (got {retries})")
+    if workers is not None and workers < 1:
+        raise UsageError(f"workers must be at least 1 (got {workers})")
+    mapper = _as_mapper(fn, engine)
+
+    tasks = deque(
+        ShardTask(i, source, output, resume)
+        for i, (source, output) in enumerate(zip(input_list, output_list, strict=True))
+    )
+    state = MapProgress(total=len(tasks))
+    result = MapResult(output_list)
+    results: dict[int, ShardResult] = {}
+    failures: dict[int, ShardFailure] = {}
+
+    def report(event: str, shard: str | None = None, message: str | None = None) -> None:
+        if progress is not None:
+            state.seconds = time.monotonic() - started
+            state.event, state.shard, state.message = event, shard, message
+            progress(state)
+
+    runner = _start_engine(engine, mapper, workers, address, num_cpus, len(tasks))
+    in_flight: dict[int, ShardTask] = {}
+    finished = False
+    try:
+        while tasks or runner.running():
+            while tasks and runner.room() > 0:
+                task = tasks.popleft()
+                in_flight[task.index] = task
+                runner.submit(task)
+            ended = runner.wait(_TICK)
+            if not ended:
+                report("tick")
+            for task, outcome in ended:
+                del in_flight[task.index]
+                if isinstance(outcome, ShardResult) and outcome.failure is None:
+                    results[task.index] = outcome
+                    _count(state, result, outcome)
+                    report("resumed" if outcome.resumed else "done", task.input)
+                    if outcome.skipped_members:
+                        report("warning", task.input, outcome.skipped_members)
+                    continue
+                failure = (
+                    outcome.failure
+                    if isinstance(outcome, ShardResult) and outcome.failure is not None
+                    else ShardFailure(task.input, task.output, None, outcome, "", task.attempt)  # type: ignore[arg-type]
+                )
+                if task.attempt <= retries:
+                    state.retries += 1
+                    report("retry", task.input, str(failure))
+                    tasks.append(replace(task, attempt=task.attempt + 1, resume=False))
+                else:
+                    failures[task.index] = failure
+                    state.failed += 1
+                    report("failed", task.input, str(failure))
+        finished = True
+    finally:
+        runner.close(cancel=not finished)
+        for task in in_flight.values():
+            remove_stale_staging(task.output)
+        for index in failures:
+            remove_stale_staging(output_list[index])
+
+    ordered = [results[i] for i in sorted(results)]
+    result.shards = [r.info for r in ordered if r.info is not None]
+    result.rejects = [reject for r in ordered for reject in r.rejects]
+    result.seconds = time.monotonic() - started
+    if failures:
+        report("finished")
+        raise MapError([failures[i] for i in sorted(failures)], result)
+    rows = [row for r in ordered for row in r.rows]
+    result.rows = len(rows)
+    if metadata is not None:
+        write_text(metadata, format_metadata(rows, metadata_format(metadata)))
+    if manifest is not None:
+        from .shards import save_manifest
+
+        entries = [
+            ShardInfo(relative_url(manifest, s.url), s.samples, s.bytes, s.sha256)
+            for s in result.shards
+        ]
+        save_manifest(Manifest(entries, manifest), manifest)
+    report("finished")
+    return result
+
+
+def _count(state: MapProgress, result: MapResult, outcome: ShardResult) -> None:
+    state.done += 1
+    if outcome.resumed:
+        state.resumed += 1
+        result.resumed += 1
+    else:
+        result.processed += 1
+        result.samples_in += outcome.samples_in
+        state.samples += outcome.samples_in
+
+
+def _expand(spec: str | Sequence[str], what: str) -> list[str]:
+    if isinstance(spec, str):
+        from braceexpand import braceexpand
+
+        items = [spec] if spec.startswith("pipe:") else list(braceexpand(spec))
+    else:
+        items = [str(s) for s in spec]
+    if not items:
+        raise UsageError(f"no {what} given")
+    return items
+
+
+def _check_plan(inputs: list[str], outputs: list[str]) -> None:
+    if len(inputs) != len(outputs):
+        raise UsageError(
+            f"{len(inputs)} inputs but {len(outputs)} outputs: each input shard needs "
+            "its own output (in-{000..009}.tar → out-{000..009}.tar)"
+        )
+    seen: set[str] = set()
+    for output in outputs:
+        if output in seen:
+            raise UsageError(f"output {output!r} is named twice: outputs must differ")
+        if output == "-":
+            raise UsageError("map_shards writes output files, not stdout")
+        seen.add(output)
+    clash = seen.intersection(inputs)
+    if clash:
+        raise UsageError(f"output {sorted(clash)[0]!r} is also an input")
+
+
+def _as_mapper(fn: Any, engine: str) -> Any:
+    if engine not in ENGINES:
+        raise UsageError(f"unknown engine {engine!r}: use 'local' or 'ray'")
+    if hasattr(fn, "map_shard"):
+        mapper = fn
+    elif callable(fn):
+        mapper = SampleMapper(fn)
+    else:
+        raise UsageError(f"fn must be a function of one sample, not {type(fn).__name__}")
+    if engine == "local":
+        try:
+            pickle.dumps(mapper)
+        except Exception as exc:
+            name = getattr(fn, "__qualname__", repr(fn))
+            raise UsageError(
+                f"the function {name} cannot be sent to worker processes ({exc}): "
+                "define it at the top level of a module"
+            ) from None
+    return mapper
+
+
+def _start_engine(
+    engine: str, mapper: Any, workers: int | None, address: str | None, num_cpus: float,
+    shards: int,
+) -> Any:  # fmt: skip
+    from .engines import LocalEngine, RayEngine, default_workers
+
+    if engine == "ray":
+        return RayEngine(mapper, workers, address, num_cpus)
+    return LocalEngine(mapper, min(workers or default_workers(), max(shards, 1)))
+
+
+# ---------------------------------------------------------------------------------------
+# Metadata
+
+
+def metadata_format(location: str) -> str:
+    """``jsonl`` or ``tsv``, from the ending of the metadata file name.
+
+    >>> metadata_format("meta.tsv"), metadata_format("s3://b/meta.jsonl")
+    ('tsv', 'jsonl')
+    """
+    lower = location.lower()
+    if lower.endswith((".jsonl", ".ndjson", ".jsonlines")):
+        return "jsonl"
+    if lower.endswith((".tsv", ".tab")):
+        return "tsv"
+    raise UsageError(f"metadata file {location!r}: name it .jsonl (JSON Lines) or .tsv")
+
+
+def format_metadata(rows: list[Row], kind: str) -> str:
+    r"""The metadata rows as JSON Lines, or as TSV with a header of every column seen.
+
+    TSV cells escape backslash, tab and newline; values that are not strings are JSON.
+
+    >>> format_metadata([{"key": "a", "n": 1}, {"key": "b\tc", "ok": True}], "tsv")
+    'key\tn\tok\na\t1\t\nb\\tc\t\ttrue\n'
+    """
+    if kind == "jsonl":
+        return "".join(json.dumps(row, ensure_ascii=False) + "\n" for row in rows)
+    columns: dict[str, None] = {}
+    for row in rows:
+        columns.update(dict.fromkeys(row))
+    lines = ["\t".join(_tsv_cell(c) for c in columns)]
+    for row in rows:
+        lines.append("\t".join(_tsv_cell(row.get(c)) for c in columns))
+    return "".join(line + "\n" for line in lines) if rows else ""
+
+
+def _tsv_cell(value: object) -> str:
+    if value is None:
+        return ""
+    text = value if isinstance(value, str) else json.dumps(value, ensure_ascii=False)
+    return text.replace("\\", "\\\\").replace("\t", "\\t").replace("\n", "\\n").replace("\r", "\\r")
