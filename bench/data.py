@@ -34,6 +34,7 @@ import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 BENCH = Path(__file__).resolve().parent
 ROOT = BENCH.parent
@@ -248,12 +249,15 @@ def timeit_command(
     warmup: int = 1,
     cwd: Path | None = None,
     timeout: float = 3600,
+    reported: bool = False,
 ) -> list[float]:
     """Wall-clock seconds of ``repeat`` runs of a shell pipeline (after ``warmup`` runs).
 
     ``setup`` runs untimed before every run (e.g. emptying an output directory). The
     warm-up run writes ``.pyc`` files and fills the page cache, as on a user's machine.
     Times include starting bash (a few ms). A failing run raises :class:`CommandFailed`.
+    With ``reported``, the times are those the command prints itself (see
+    :func:`timeit_reported`).
     """
     repeat = SETTINGS.repeat if repeat is None else repeat
     times = []
@@ -261,38 +265,29 @@ def timeit_command(
         if setup:
             run_command(setup, cwd=cwd, timeout=timeout)
         start = time.perf_counter()
-        run_command(shell_cmd, cwd=cwd, timeout=timeout)
+        result = run_command(shell_cmd, cwd=cwd, timeout=timeout)
+        seconds = time.perf_counter() - start
+        if reported:
+            seconds = _reported_seconds(shell_cmd, result.stderr)
         if i >= warmup:
-            times.append(time.perf_counter() - start)
+            times.append(seconds)
     return times
 
 
-def timeit_reported(
-    shell_cmd: str,
-    repeat: int | None = None,
-    *,
-    setup: str | None = None,
-    warmup: int = 1,
-    cwd: Path | None = None,
-    timeout: float = 3600,
-) -> list[float]:
+def timeit_reported(shell_cmd: str, repeat: int | None = None, **options: Any) -> list[float]:
     """Like :func:`timeit_command`, but the seconds the command reports itself.
 
-    The command's stderr must end with a line containing ``in S s`` (S in seconds): use
+    The command's stderr must contain ``in S s`` (S in seconds; the last one counts): use
     it to leave out start-up and imports, e.g. webdataset's import of torch.
     """
-    repeat = SETTINGS.repeat if repeat is None else repeat
-    times = []
-    for i in range(warmup + repeat):
-        if setup:
-            run_command(setup, cwd=cwd, timeout=timeout)
-        stderr = run_command(shell_cmd, cwd=cwd, timeout=timeout).stderr.decode("utf-8", "replace")
-        reported = re.findall(r"\bin ([0-9.]+(?:e-?[0-9]+)?) s\b", stderr)
-        if not reported:
-            raise CommandFailed(f"{shell_cmd!r} reported no time ('in S s') on stderr")
-        if i >= warmup:
-            times.append(float(reported[-1]))
-    return times
+    return timeit_command(shell_cmd, repeat, reported=True, **options)
+
+
+def _reported_seconds(shell_cmd: str, stderr: bytes) -> float:
+    reported = re.findall(r"\bin ([0-9.]+(?:e-?[0-9]+)?) s\b", stderr.decode("utf-8", "replace"))
+    if not reported:
+        raise CommandFailed(f"{shell_cmd!r} reported no time ('in S s') on stderr")
+    return float(reported[-1])
 
 
 def median(times: Sequence[float]) -> float:
