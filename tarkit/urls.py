@@ -133,6 +133,7 @@ class _HttpBody(io.RawIOBase):
         length = response.headers.get("Content-Length")
         self._expected = int(length) if length and length.isdigit() else None
         self._received = 0
+        self.status = response.status
 
     def readable(self) -> bool:
         return True
@@ -180,17 +181,7 @@ def open_source(spec: str) -> Source:
         enlarge_pipe(process.stdout.fileno())
         return Source(spec, process.stdout, process)  # type: ignore[arg-type]
     if spec.startswith(("http://", "https://")):
-        import urllib.error
-        import urllib.request
-
-        try:
-            response = urllib.request.urlopen(spec, timeout=60)  # noqa: S310
-        except urllib.error.HTTPError as exc:
-            raise SourceError(f"{spec}: HTTP {exc.code} {exc.reason}") from None
-        except (urllib.error.URLError, OSError) as exc:
-            reason = getattr(exc, "reason", exc)
-            raise SourceError(f"{spec}: cannot connect: {reason}") from None
-        return Source(spec, _HttpBody(response, spec))  # type: ignore[arg-type]
+        return _open_http(spec)
     if "://" in spec and not spec.startswith("file:"):
         return _open_fsspec(spec)
     path = spec[5:] if spec.startswith("file:") else spec
@@ -203,6 +194,51 @@ def open_source(spec: str) -> Source:
     except OSError as exc:
         raise SourceError(f"{spec}: cannot open: {exc.strerror}") from None
     return Source(spec, stream)
+
+
+def open_source_at(spec: str, start: int) -> Source:
+    """Open one input so that its stream begins at byte ``start``.
+
+    HTTP(S) asks for a byte range (and reads past the bytes itself when the server
+    ignores the request); seekable files and fsspec URLs seek; ``pipe:`` and stdin read
+    past the bytes. Raises :class:`SourceError` if the input is shorter than ``start``.
+    """
+    if start and spec.startswith(("http://", "https://")):
+        source = _open_http(spec, start)
+        if getattr(source.stream, "status", 206) == 206:
+            return source
+    else:
+        source = open_source(spec)
+        if not start:
+            return source
+        seekable = getattr(source.stream, "seekable", None)
+        if seekable is not None and seekable():
+            source.stream.seek(start)
+            return source
+    read = getattr(source.stream, "read1", None) or source.stream.read
+    left = start
+    while left:
+        chunk = read(min(left, 1 << 20))
+        if not chunk:
+            source.close(early=True)
+            raise SourceError(f"{spec}: input ends before byte {start}")
+        left -= len(chunk)
+    return source
+
+
+def _open_http(spec: str, start: int = 0) -> Source:
+    import urllib.error
+    import urllib.request
+
+    request = urllib.request.Request(spec, headers={"Range": f"bytes={start}-"} if start else {})
+    try:
+        response = urllib.request.urlopen(request, timeout=60)  # noqa: S310
+    except urllib.error.HTTPError as exc:
+        raise SourceError(f"{spec}: HTTP {exc.code} {exc.reason}") from None
+    except (urllib.error.URLError, OSError) as exc:
+        reason = getattr(exc, "reason", exc)
+        raise SourceError(f"{spec}: cannot connect: {reason}") from None
+    return Source(spec, _HttpBody(response, spec))  # type: ignore[arg-type]
 
 
 def _open_fsspec(spec: str) -> Source:

@@ -1,0 +1,306 @@
+"""A local cache of remote shards, bounded in bytes, shared by every process of a machine.
+
+A cached shard is named by a hash of its full URL (plus its base name, for people), so
+two datasets whose shards share base names never collide. A shard that is not cached
+yet is downloaded by the first process that asks for it while that process reads it
+(tee): reading starts with the first bytes, not after the download. Other processes
+that want the same shard meanwhile wait on its lock file (``fcntl.flock``) and then read
+the finished file, so each shard is downloaded once per machine. A download goes to a
+temporary name and is renamed into place only when complete; a failed or abandoned one
+is removed.
+
+The size bound is hard: the bytes of every file in the directory (finished shards and
+downloads in progress, whose files grow by reservation) never exceed ``max_bytes``.
+Room is made by deleting the least recently used shards (by modification time, which
+every use of a shard refreshes). A shard larger than the whole cache is read without
+being cached. A process reading a shard that another evicts keeps reading it (the file
+is unlinked, not cut), so disk use can briefly exceed the bound by such open files.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import hashlib
+import io
+import os
+import re
+import time
+import urllib.parse
+from typing import BinaryIO
+
+from .sizes import parse_size
+from .urls import PIPE_BUFFER, Source, open_source
+
+_DIRECTORY_LOCK = ".lock"
+_PART = ".part-"
+_UNSAFE = re.compile(r"[^A-Za-z0-9._-]+")
+
+
+def cache_name(url: str) -> str:
+    """The file name a shard from ``url`` gets in a cache: URL hash, then base name.
+
+    >>> cache_name("https://host/a/shard-000.tar")
+    'e7f83cab8e2fb150ac27c21249594033-shard-000.tar'
+    >>> cache_name("s3://one/shard-000.tar") != cache_name("s3://two/shard-000.tar")
+    True
+    """
+    digest = hashlib.sha256(url.encode("utf-8", "surrogateescape")).hexdigest()[:32]
+    base = os.path.basename(urllib.parse.urlsplit(url).path)
+    return f"{digest}-{_UNSAFE.sub('_', base)[-80:]}"
+
+
+def is_remote(url: str) -> bool:
+    """Whether a shard URL is fetched over a network (and so worth caching).
+
+    >>> is_remote("s3://b/x.tar"), is_remote("/data/x.tar"), is_remote("pipe:cat x.tar")
+    (True, False, False)
+    """
+    return "://" in url and not url.startswith(("file:", "pipe:"))
+
+
+class ShardCache:
+    """A directory of cached shards holding at most ``max_bytes`` (None: no bound).
+
+    ``max_bytes`` may be a size such as ``"20G"``. :meth:`open` returns a
+    :class:`~tarkit.urls.Source`-like object for a shard URL.
+    """
+
+    def __init__(self, directory: str, max_bytes: int | str | None = None) -> None:
+        self.directory = os.path.abspath(directory)
+        self.max_bytes = None if max_bytes is None else parse_size(max_bytes, "cache size")
+        os.makedirs(self.directory, exist_ok=True)
+
+    def path_for(self, url: str) -> str:
+        """Where the shard from ``url`` is (or will be) cached."""
+        return os.path.join(self.directory, cache_name(url))
+
+    def open(self, url: str) -> Source | Download:
+        """Open a shard: the cached file, or a download that caches as it is read.
+
+        Blocks while another process downloads the same shard. Raises
+        :class:`~tarkit.errors.SourceError` when the URL cannot be opened.
+        """
+        path = self.path_for(url)
+        source = _open_cached(url, path)
+        if source is not None:
+            return source
+        lock = os.open(path + ".lock", os.O_CREAT | os.O_RDWR, 0o644)
+        try:
+            fcntl.flock(lock, fcntl.LOCK_EX)
+            source = _open_cached(url, path)
+            if source is not None:
+                os.close(lock)
+                return source
+            remote = open_source(url)
+        except BaseException:
+            os.close(lock)  # closing the descriptor releases the lock
+            raise
+        return Download(self, url, path, remote, lock)
+
+    def usage(self) -> int:
+        """Bytes held: finished shards plus the room reserved by downloads in progress."""
+        return sum(size for _, _, size in self._entries())
+
+    def _entries(self) -> list[tuple[str, float, int]]:
+        """(name, modification time, size) of every file that counts against the bound."""
+        entries = []
+        with os.scandir(self.directory) as scan:
+            for entry in scan:
+                if entry.name.endswith(".lock"):
+                    continue
+                try:
+                    stat = entry.stat(follow_symlinks=False)
+                except FileNotFoundError:
+                    continue
+                entries.append((entry.name, stat.st_mtime_ns, stat.st_size))
+        return entries
+
+    def reserve(self, download: Download, size: int, wanted: int | None = None) -> bool:
+        """Grow ``download``'s file to ``size`` bytes if the bound allows, evicting LRU shards.
+
+        Up to ``wanted`` bytes are reserved when there is room without more eviction.
+        Returns False (and changes nothing) when even an empty cache has no room.
+        """
+        if self.max_bytes is None:
+            return True
+        lock = os.open(os.path.join(self.directory, _DIRECTORY_LOCK), os.O_CREAT | os.O_RDWR)
+        try:
+            fcntl.flock(lock, fcntl.LOCK_EX)
+            entries = self._entries()
+            extra = size - download.reserved
+            used = sum(entry[2] for entry in entries)
+            finished = sorted(
+                (mtime, name, length) for name, mtime, length in entries if _PART not in name
+            )
+            for name, _, length in entries:
+                if _PART in name and used + extra > self.max_bytes and self._stale(name):
+                    used -= length
+            for _, name, length in finished:
+                if used + extra <= self.max_bytes:
+                    break
+                try:
+                    os.unlink(os.path.join(self.directory, name))
+                    used -= length
+                except FileNotFoundError:
+                    pass
+            if used + extra > self.max_bytes:
+                return False
+            size = max(size, min(wanted or size, self.max_bytes - used + download.reserved))
+            os.ftruncate(download.fd, size)
+            download.reserved = size
+            return True
+        finally:
+            os.close(lock)
+
+    def _stale(self, part: str) -> bool:
+        """Remove a download left behind by a dead process (its shard lock is free)."""
+        lock_path = os.path.join(self.directory, part.split(_PART)[0] + ".lock")
+        try:
+            lock = os.open(lock_path, os.O_RDWR)
+        except FileNotFoundError:
+            lock = -1
+        try:
+            if lock >= 0:
+                try:
+                    fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                except BlockingIOError:
+                    return False
+            os.unlink(os.path.join(self.directory, part))
+            return True
+        except FileNotFoundError:
+            return False
+        finally:
+            if lock >= 0:
+                os.close(lock)
+
+
+def _open_cached(url: str, path: str) -> Source | None:
+    try:
+        stream = open(path, "rb", buffering=PIPE_BUFFER)  # noqa: SIM115
+    except FileNotFoundError:
+        return None
+    try:
+        _touch(stream.fileno())  # a use: this shard is now the most recently used
+    except OSError:
+        pass
+    return Source(url, stream)
+
+
+def _touch(fd: int) -> None:
+    # Explicit nanoseconds: the kernel's own timestamps are as coarse as a clock tick.
+    now = time.time_ns()
+    os.utime(fd, ns=(now, now))
+
+
+class Download:
+    """A shard being read from its URL and written to the cache at the same time.
+
+    Same protocol as :class:`~tarkit.urls.Source`: read ``stream``, then :meth:`close`.
+    Closing, even early, finishes the download (reads the rest) and publishes the file;
+    leaving a ``with`` block with an exception abandons it instead.
+    """
+
+    def __init__(self, cache: ShardCache, url: str, path: str, remote: Source, lock: int) -> None:
+        self.name = url
+        self.cache = cache
+        self.path = path
+        self.remote = remote
+        self.lock = lock
+        self.part = f"{path}{_PART}{os.getpid()}"
+        self.fd = os.open(self.part, os.O_CREAT | os.O_TRUNC | os.O_WRONLY, 0o644)
+        self.written = 0
+        self.reserved = 0
+        self.caching = True
+        self.finished = False
+        self._read = getattr(remote.stream, "read1", None) or remote.stream.read
+        self.stream: BinaryIO = _Tee(self)  # type: ignore[assignment]
+
+    def read1(self, n: int = -1) -> bytes:
+        data = self._read(n if n and n > 0 else 1 << 20)
+        if data and self.caching:
+            end = self.written + len(data)
+            if end > self.reserved and not self._grow(end):
+                self._stop_caching()
+                return data
+            os.write(self.fd, data)
+            self.written = end
+        return data
+
+    def _grow(self, end: int) -> bool:
+        if self.cache.max_bytes is None:
+            return True
+        step = min(8 << 20, max(self.cache.max_bytes // 16, 1 << 16))
+        return self.cache.reserve(self, end, end + step)
+
+    def _stop_caching(self) -> None:
+        self.caching = False
+        os.close(self.fd)
+        try:
+            os.unlink(self.part)
+        except FileNotFoundError:
+            pass
+
+    def close(self, early: bool = False) -> None:
+        """Read what is left, check the source ended well, and publish the cached file."""
+        if self.finished:
+            return
+        if early and not self.caching:
+            self.abandon()  # nothing to finish: the shard is too large for the cache
+            return
+        try:
+            while self.read1(1 << 20):
+                pass
+            self.remote.close()
+            if self.caching:
+                os.ftruncate(self.fd, self.written)
+                _touch(self.fd)
+                os.close(self.fd)
+                self.caching = False
+                os.replace(self.part, self.path)
+        except BaseException:
+            self.abandon()
+            raise
+        self.finished = True
+        os.close(self.lock)
+
+    def abandon(self) -> None:
+        """Stop: remove the partial file and let another process try."""
+        if self.finished:
+            return
+        self.finished = True
+        if self.caching:
+            self._stop_caching()
+        try:
+            self.remote.close(early=True)
+        finally:
+            os.close(self.lock)
+
+    def __enter__(self) -> Download:
+        return self
+
+    def __exit__(self, exc_type: object, exc: object, tb: object) -> None:
+        if exc_type is None:
+            self.close()
+        else:
+            self.abandon()
+
+
+class _Tee(io.RawIOBase):
+    def __init__(self, download: Download) -> None:
+        self._download = download
+
+    def readable(self) -> bool:
+        return True
+
+    def read1(self, n: int = -1) -> bytes:  # type: ignore[override]
+        return self._download.read1(n)
+
+    def read(self, n: int | None = -1) -> bytes:  # type: ignore[override]
+        if n is not None and n >= 0:
+            return self.read1(n)
+        return b"".join(iter(lambda: self.read1(1 << 20), b""))
+
+    def readinto(self, b) -> int:  # type: ignore[no-untyped-def, override]
+        data = self.read1(len(b))
+        b[: len(data)] = data
+        return len(data)

@@ -1,0 +1,160 @@
+"""The shard cache: one download per machine, a hard LRU size bound, reading while downloading."""
+
+from __future__ import annotations
+
+import multiprocessing
+import os
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from shard_server import ShardServer
+
+from tarkit.cache import ShardCache, cache_name
+from tarkit.errors import SourceError
+
+
+@pytest.fixture
+def server() -> Iterator[ShardServer]:
+    s = ShardServer()
+    yield s
+    s.stop()
+
+
+def read_all(cache: ShardCache, url: str) -> bytes:
+    with cache.open(url) as source:
+        return source.stream.read()
+
+
+def payload(i: int, size: int = 100_000) -> bytes:
+    return bytes([i % 251]) * size
+
+
+def files_in(directory: Path) -> list[str]:
+    return sorted(p.name for p in directory.iterdir() if not p.name.endswith(".lock"))
+
+
+def test_names_come_from_the_full_url_so_equal_base_names_do_not_collide(tmp_path, server):
+    server.files["/a/shard-0.tar"] = payload(1)
+    server.files["/b/shard-0.tar"] = payload(2)
+    cache = ShardCache(str(tmp_path))
+    assert read_all(cache, f"{server.url}/a/shard-0.tar") == payload(1)
+    assert read_all(cache, f"{server.url}/b/shard-0.tar") == payload(2)
+    assert cache_name(f"{server.url}/a/shard-0.tar").endswith("-shard-0.tar")
+    assert len(files_in(tmp_path)) == 2
+
+
+def test_second_open_reads_the_cached_file_without_a_request(tmp_path, server):
+    server.files["/s.tar"] = payload(3)
+    cache = ShardCache(str(tmp_path))
+    url = f"{server.url}/s.tar"
+    assert read_all(cache, url) == payload(3)
+    assert read_all(cache, url) == payload(3)
+    assert server.hits["/s.tar"] == 1
+    assert Path(cache.path_for(url)).read_bytes() == payload(3)
+
+
+def test_reading_starts_before_the_download_ends(tmp_path, server):
+    server.files["/slow.tar"] = payload(4, 300_000)
+    released = threading.Event()
+    server.gates["/slow.tar"] = (50_000, released)
+    cache = ShardCache(str(tmp_path))
+    source = cache.open(f"{server.url}/slow.tar")
+    first = source.stream.read1(10_000)
+    assert first and not released.is_set()  # the server is still holding back the rest
+    assert not os.path.exists(cache.path_for(f"{server.url}/slow.tar"))
+    released.set()
+    rest = b"".join(iter(lambda: source.stream.read1(1 << 16), b""))
+    source.close()
+    assert first + rest == payload(4, 300_000)
+    assert Path(cache.path_for(f"{server.url}/slow.tar")).read_bytes() == payload(4, 300_000)
+
+
+def test_closing_early_finishes_and_publishes_the_download(tmp_path, server):
+    server.files["/s.tar"] = payload(5)
+    cache = ShardCache(str(tmp_path))
+    with cache.open(f"{server.url}/s.tar") as source:
+        source.stream.read1(1000)
+        source.close(early=True)
+    assert Path(cache.path_for(f"{server.url}/s.tar")).read_bytes() == payload(5)
+
+
+def test_an_exception_abandons_the_download_and_leaves_no_file(tmp_path, server):
+    server.files["/s.tar"] = payload(6)
+    cache = ShardCache(str(tmp_path))
+    with pytest.raises(KeyError), cache.open(f"{server.url}/s.tar") as source:
+        source.stream.read1(1000)
+        raise KeyError("consumer failed")
+    assert files_in(tmp_path) == []
+    assert read_all(cache, f"{server.url}/s.tar") == payload(6)  # the lock was released
+
+
+def test_a_cut_download_is_a_source_error_and_is_not_cached(tmp_path, server):
+    server.files["/cut.tar"] = payload(7)
+    server.truncate["/cut.tar"] = 40_000
+    cache = ShardCache(str(tmp_path))
+    with pytest.raises(SourceError, match="connection closed after 40000 of 100000 bytes"):
+        read_all(cache, f"{server.url}/cut.tar")
+    assert files_in(tmp_path) == []
+
+
+def test_size_bound_is_never_exceeded_and_least_recently_used_shards_go(tmp_path, server):
+    for i in range(6):
+        server.files[f"/s{i}.tar"] = payload(i)
+    cache = ShardCache(str(tmp_path), max_bytes=350_000)
+    urls = [f"{server.url}/s{i}.tar" for i in range(6)]
+    for i in (0, 1, 2):
+        read_all(cache, urls[i])
+    read_all(cache, urls[0])  # 0 is now more recent than 1 and 2
+    with cache.open(urls[3]) as source:  # in the middle of a download, too
+        source.stream.read1(60_000)
+        assert cache.usage() <= 350_000
+        source.stream.read()
+    assert cache.usage() <= 350_000
+    cached = {url for url in urls if os.path.exists(cache.path_for(url))}
+    assert cached == {urls[0], urls[2], urls[3]}
+    for url in urls[4:]:
+        assert read_all(cache, url) == payload(urls.index(url))
+        assert cache.usage() <= 350_000
+
+
+def test_a_shard_larger_than_the_cache_is_read_but_not_cached(tmp_path, server):
+    server.files["/big.tar"] = payload(8, 500_000)
+    cache = ShardCache(str(tmp_path), max_bytes="200K")
+    assert read_all(cache, f"{server.url}/big.tar") == payload(8, 500_000)
+    assert files_in(tmp_path) == [] and cache.usage() == 0
+
+
+def test_a_part_file_left_by_a_dead_process_is_removed_when_room_is_needed(tmp_path, server):
+    server.files["/s.tar"] = payload(9)
+    stale = tmp_path / (cache_name("http://gone/x.tar") + ".part-999999")
+    stale.write_bytes(b"x" * 90_000)
+    cache = ShardCache(str(tmp_path), max_bytes=150_000)
+    assert read_all(cache, f"{server.url}/s.tar") == payload(9)
+    assert not stale.exists()
+    assert cache.usage() == 100_000
+
+
+def _read_in_child(directory: str, url: str, queue: multiprocessing.Queue) -> None:
+    queue.put(read_all(ShardCache(directory), url))
+
+
+def test_many_processes_download_a_shard_once(tmp_path, server):
+    server.files["/shared.tar"] = payload(10, 400_000)
+    released = threading.Event()
+    server.gates["/shared.tar"] = (10_000, released)
+    url = f"{server.url}/shared.tar"
+    context = multiprocessing.get_context("fork")
+    queue = context.Queue()
+    children = [
+        context.Process(target=_read_in_child, args=(str(tmp_path), url, queue)) for _ in range(4)
+    ]
+    for child in children:
+        child.start()
+    threading.Timer(1.0, released.set).start()  # all four are waiting by then
+    results = [queue.get(timeout=30) for _ in children]
+    for child in children:
+        child.join(30)
+    assert results == [payload(10, 400_000)] * 4
+    assert server.hits["/shared.tar"] == 1
