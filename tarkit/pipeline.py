@@ -169,6 +169,14 @@ def write_samples(samples: Iterable[Sample], sink: Sink) -> int:
                 for sample in samples:
                     for member in sample.members:
                         raw = member.raw
+                        if len(raw) >= WRITE_CHUNK:
+                            # A large member goes out as it is, without another copy.
+                            if pending:
+                                writer.write_raw(b"".join(pending))
+                                pending.clear()
+                                pending_size = 0
+                            writer.write_raw(raw)
+                            continue
                         pending.append(raw)
                         pending_size += len(raw)
                     count += 1

@@ -60,9 +60,30 @@ def _quiet_stdout() -> None:
         pass
 
 
+def _tune_malloc() -> None:
+    """Keep freed megabyte buffers for reuse instead of returning them to the kernel.
+
+    The tools allocate and free a buffer per read chunk and per large member; with
+    glibc's defaults each one is a fresh mmap whose pages fault in again, which cost
+    as much as the copying itself (measured: tarcat on 2 MB members, 0.40 s to 0.21 s).
+    """
+    if not sys.platform.startswith("linux"):
+        return
+    try:
+        import ctypes
+
+        libc = ctypes.CDLL(None)
+        libc.mallopt(-3, 32 << 20)  # M_MMAP_THRESHOLD
+        libc.mallopt(-1, 128 << 20)  # M_TRIM_THRESHOLD
+        libc.mallopt(-2, 16 << 20)  # M_TOP_PAD
+    except (OSError, AttributeError, ImportError):
+        pass
+
+
 def run(tool: str, body: Callable[[], int | None]) -> NoReturn:
     """Run a command's body and exit with the status it earned."""
     signal.signal(signal.SIGTERM, _on_sigterm)
+    _tune_malloc()
     debug = bool(os.environ.get("TARKIT_DEBUG"))
     try:
         status = body() or EXIT_OK
@@ -98,9 +119,25 @@ def run(tool: str, body: Callable[[], int | None]) -> NoReturn:
 
 
 def typer_main(app: object, tool: str) -> NoReturn:
-    """Entry point for a console script: run the typer ``app`` under the name ``tool``."""
+    """Entry point for a console script: run the typer ``app`` under the name ``tool``.
+
+    A malformed command line is one ``<tool>: error:`` line and exit 2, like every
+    other error (click alone prints a three-line usage block).
+    """
+    import click
     import typer.main
 
     command = typer.main.get_command(app)  # type: ignore[arg-type]
-    command(prog_name=tool)
-    sys.exit(0)
+    try:
+        status = command.main(prog_name=tool, standalone_mode=False)
+    except click.UsageError as exc:
+        message = exc.format_message().rstrip(".")
+        message = message[:1].lower() + message[1:]
+        sys.stderr.write(f"{tool}: error: {message} (see {tool} --help)\n")
+        sys.exit(EXIT_ERROR)
+    except click.ClickException as exc:
+        sys.stderr.write(f"{tool}: error: {exc.format_message()}\n")
+        sys.exit(exc.exit_code)
+    except click.exceptions.Abort:
+        sys.exit(EXIT_INTERRUPTED)
+    sys.exit(status if isinstance(status, int) else EXIT_OK)
