@@ -24,6 +24,18 @@ from .tario import Member, TarWriter, read_members
 
 __version__ = "0.1.0"
 
+# The torch loader is imported on first use, so ``import tarkit`` does not load torch.
+_LAZY = {"ShardDataset": "dataset", "ShardLoader": "dataset", "loader": "dataset"}
+
+
+def __getattr__(name: str) -> object:
+    if name in _LAZY:
+        import importlib
+
+        return getattr(importlib.import_module(f".{_LAZY[name]}", __name__), name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
 __all__ = [
     "CompressionError",
     "HeaderError",
@@ -32,6 +44,8 @@ __all__ = [
     "OutputError",
     "Sample",
     "SampleError",
+    "ShardDataset",
+    "ShardLoader",
     "ShardWriter",
     "SkipLog",
     "SourceError",
@@ -40,6 +54,7 @@ __all__ = [
     "TruncatedError",
     "UsageError",
     "group_samples",
+    "loader",
     "read_members",
     "read_samples",
     "shuffle_samples",

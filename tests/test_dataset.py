@@ -1,0 +1,589 @@
+"""ShardDataset and loader: exactly once per epoch over real DataLoader workers and ranks."""
+
+from __future__ import annotations
+
+import datetime
+import gzip
+import io
+import os
+import pickle
+import random
+import socket
+import subprocess
+import sys
+import warnings
+from collections import Counter
+from collections.abc import Iterable, Iterator
+from pathlib import Path
+
+import pytest
+import torch
+import webdataset as wds
+from conftest import DATA
+from PIL import Image
+from shard_server import ShardServer
+from torch.utils.data import DataLoader, get_worker_info
+
+import tarkit
+from tarkit.dataset import CORRUPT, MISSING, TRUNCATED, UNDECODABLE, UNREADABLE, ShardDataset
+from tarkit.errors import InputError, SourceError, TruncatedError, UsageError
+from tarkit.manifest import Manifest, ShardInfo
+from tarkit.tario import TarWriter
+
+PEERS = DATA / "peer-shards"
+pytestmark = pytest.mark.filterwarnings(
+    "ignore:This DataLoader will create", "ignore:.* some workers have nothing to read"
+)
+
+
+def jpeg(seed: int) -> bytes:
+    out = io.BytesIO()
+    Image.new("RGB", (8, 8), (seed % 256, 40, 90)).save(out, "JPEG")
+    return out.getvalue()
+
+
+def make_shards(
+    directory: Path,
+    counts: list[int],
+    *,
+    prefix: str = "s",
+    gzip_shards: bool = False,
+    bad_jpegs: Iterable[str] = (),
+    images: bool = False,
+) -> tuple[list[str], str]:
+    """Shards with samples ``{prefix}SS-III`` (cls, txt; jpg with ``images``) and a
+    manifest with keys and offsets; returns the shard paths and the manifest path."""
+    directory.mkdir(parents=True, exist_ok=True)
+    bad = set(bad_jpegs)
+    paths, infos = [], []
+    for shard, count in enumerate(counts):
+        out = io.BytesIO()
+        keys, offsets = [], []
+        with TarWriter(out) as writer:
+            for i in range(count):
+                key = f"{prefix}{shard:02d}-{i:03d}"
+                keys.append(key)
+                offsets.append(writer.bytes_written)
+                writer.add(f"{key}.cls", str(shard * 1000 + i).encode())
+                if images:
+                    writer.add(f"{key}.jpg", b"not a jpeg" if key in bad else jpeg(i))
+                writer.add(f"{key}.txt", f"sample {key}".encode() * (i % 3 + 1))
+        data = out.getvalue()
+        name = f"{prefix}-{shard:03d}.tar" + (".gz" if gzip_shards else "")
+        path = directory / name
+        path.write_bytes(gzip.compress(data, mtime=0) if gzip_shards else data)
+        paths.append(str(path))
+        infos.append(ShardInfo(name, count, path.stat().st_size, keys=keys, offsets=offsets))
+    manifest = directory / "manifest.json"
+    Manifest(infos, str(manifest)).save(str(manifest))
+    return paths, str(manifest)
+
+
+def keys_of(items: Iterable[object]) -> list[str]:
+    keys: list[str] = []
+    for item in items:
+        key = item["__key__"] if isinstance(item, dict) else item[0]  # type: ignore[index]
+        keys.extend(key if isinstance(key, list) else [key])
+    return keys
+
+
+def all_keys(counts: list[int], prefix: str = "s") -> Counter[str]:
+    return Counter(f"{prefix}{s:02d}-{i:03d}" for s, c in enumerate(counts) for i in range(c))
+
+
+@pytest.fixture(scope="module")
+def shards(tmp_path_factory: pytest.TempPathFactory) -> tuple[list[str], str, list[int]]:
+    counts = [5, 3, 7, 1, 4]
+    paths, manifest = make_shards(tmp_path_factory.mktemp("five"), counts)
+    return paths, manifest, counts
+
+
+# -- what a sample is ------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "name", ["compressed.tar", "mpdata.tar", "sample.tgz", "tendata.tar", "testgz.tar"]
+)
+def test_samples_are_the_dicts_webdataset_yields_for_peer_shards(name):
+    path = str(PEERS / name)
+    ours = list(ShardDataset(path))
+    theirs = list(wds.WebDataset(path, shardshuffle=False, empty_check=False))
+    assert ours == theirs and ours
+
+
+def test_decode_and_to_tuple_give_what_webdataset_gives():
+    path = str(PEERS / "sample.tgz")
+    ours = list(ShardDataset(path, decode="rgb8", to_tuple="png;jpg cls"))
+    theirs = list(wds.WebDataset(path, shardshuffle=False).decode("rgb8").to_tuple("png;jpg cls"))
+    assert len(ours) == len(theirs) == 90
+    for (image, label), (their_image, their_label) in zip(ours, theirs, strict=True):
+        assert (image == their_image).all() and label == their_label
+
+
+def test_map_runs_after_decode_and_batches_are_collated_by_torch(shards):
+    paths, _, counts = shards
+    dataset = ShardDataset(
+        paths, decode=[], to_tuple=("cls", "txt"), map=lambda s: s[0] * 2, batch_size=4
+    )
+    batches = list(dataset)
+    assert all(isinstance(b, torch.Tensor) for b in batches)
+    assert sorted(torch.cat(batches).tolist()) == sorted(
+        2 * (s * 1000 + i) for s, c in enumerate(counts) for i in range(c)
+    )
+
+
+# -- exactly once ----------------------------------------------------------------------
+
+
+class FakeWorkerInfo:
+    def __init__(self, worker: int, workers: int) -> None:
+        self.id, self.num_workers = worker, workers
+
+
+def as_worker(monkeypatch, dataset: ShardDataset, worker: int, workers: int) -> list[object]:
+    """What ``dataset`` yields in worker ``worker`` of ``workers`` (without the processes)."""
+    with monkeypatch.context() as patch:
+        patch.setattr(tarkit.dataset, "get_worker_info", lambda: FakeWorkerInfo(worker, workers))
+        return list(dataset)
+
+
+@pytest.mark.parametrize("shard_count", [1, 2, 3, 4, 5, 7, 11, 16, 23, 37])
+def test_ranks_and_workers_together_read_every_sample_once(tmp_path, monkeypatch, shard_count):
+    rng = random.Random(shard_count)
+    counts = [rng.randrange(1, 8) for _ in range(shard_count)]
+    paths, manifest = make_shards(tmp_path, counts)
+    for source in (paths, manifest):
+        for world in (1, 2, 3, 4):
+            for workers in (1, 2, 3):
+                read: Counter[str] = Counter()
+                for rank in range(world):
+                    dataset = ShardDataset(source, rank=rank, world_size=world, shuffle=5)
+                    dataset.set_epoch(shard_count)
+                    for worker in range(workers):
+                        read.update(keys_of(as_worker(monkeypatch, dataset, worker, workers)))
+                assert read == all_keys(counts), (source, world, workers)
+
+
+@pytest.mark.parametrize("num_workers", [0, 2, 3])
+def test_dataloader_workers_deliver_every_sample_once_per_epoch(shards, num_workers):
+    paths, manifest, counts = shards
+    for source in (paths, manifest):
+        dataset = ShardDataset(source, shuffle=4, batch_size=3)
+        loader = DataLoader(
+            dataset, batch_size=None, num_workers=num_workers, persistent_workers=num_workers > 0
+        )
+        for epoch in (0, 1):
+            dataset.set_epoch(epoch)
+            assert Counter(keys_of(loader)) == all_keys(counts)
+
+
+def test_ranks_from_rank_and_world_size_variables_split_the_samples(shards, monkeypatch):
+    paths, _, counts = shards
+    read: Counter[str] = Counter()
+    for rank in range(3):
+        monkeypatch.setenv("RANK", str(rank))
+        monkeypatch.setenv("WORLD_SIZE", "3")
+        part = keys_of(DataLoader(ShardDataset(paths), batch_size=None, num_workers=2))
+        assert part and len(part) < sum(counts)
+        read.update(part)
+    assert read == all_keys(counts)
+
+
+def test_more_workers_than_shards_warns_once_and_reads_each_sample_once(tmp_path, monkeypatch):
+    paths, manifest = make_shards(tmp_path, [6, 2])
+    with pytest.warns(UserWarning, match="2 shards for 2 ranks x 3 workers") as caught:
+        read = Counter()
+        for rank in (0, 1):
+            dataset = ShardDataset(paths, rank=rank, world_size=2)
+            for worker in range(3):
+                read.update(keys_of(as_worker(monkeypatch, dataset, worker, 3)))
+            for worker in range(3):  # a second epoch does not warn again
+                as_worker(monkeypatch, dataset, worker, 3)
+    assert len(caught) == 2  # once per rank's dataset
+    assert read == all_keys([6, 2])
+    loader = DataLoader(ShardDataset(paths), batch_size=None, num_workers=3)
+    assert Counter(keys_of(loader)) == all_keys([6, 2])
+
+
+def test_with_offsets_one_shard_is_split_so_that_every_worker_has_work(tmp_path):
+    paths, manifest = make_shards(tmp_path, [10])
+    dataset = ShardDataset(manifest, map=lambda s: (s["__key__"], get_worker_info().id))
+    seen = list(DataLoader(dataset, batch_size=None, num_workers=3))
+    assert Counter(k for k, _ in seen) == all_keys([10])
+    assert Counter(w for _, w in seen) == {0: 3, 1: 3, 2: 4}
+
+
+@pytest.mark.parametrize("gzip_shards", [False, True])
+def test_pieces_start_mid_shard_by_offset_or_by_skipping(tmp_path, monkeypatch, gzip_shards):
+    paths, manifest = make_shards(tmp_path, [9, 4], gzip_shards=gzip_shards)
+    for drop_offsets in (False, True):
+        if drop_offsets:
+            text = Path(manifest).read_text().replace('"offsets"', '"unused"')
+            Path(manifest).write_text(text)
+        read: Counter[str] = Counter()
+        for worker in range(4):
+            read.update(keys_of(as_worker(monkeypatch, ShardDataset(manifest), worker, 4)))
+        assert read == all_keys([9, 4])
+
+
+# -- equal batches and len() -----------------------------------------------------------
+
+
+@pytest.mark.parametrize("num_workers", [0, 2, 3])
+def test_equal_batches_give_every_rank_the_same_batches_and_len_is_exact(shards, num_workers):
+    _, manifest, counts = shards  # 20 samples
+    per_rank, read = [], Counter()
+    for rank in range(3):
+        dataset = ShardDataset(
+            manifest, equal_batches=True, batch_size=4, shuffle=3, rank=rank, world_size=3
+        )
+        loader = DataLoader(dataset, batch_size=None, num_workers=num_workers)
+        batches = list(loader)
+        assert len(batches) == len(loader) == len(dataset) == 2
+        per_rank.append([len(b["__key__"]) for b in batches])
+        read.update(keys_of(batches))
+    assert per_rank == [[4, 2]] * 3
+    assert max(read.values()) == 1 and sum(counts) - sum(read.values()) == 2  # < 3 x 4
+
+
+def test_len_counts_samples_or_batches_of_this_rank(shards):
+    _, manifest, _ = shards
+    assert len(ShardDataset(manifest)) == 20
+    assert len(ShardDataset(manifest, batch_size=6)) == 4
+    assert len(ShardDataset(manifest, batch_size=6, drop_last=True)) == 3
+    assert [len(ShardDataset(manifest, rank=r, world_size=3)) for r in range(3)] == [6, 7, 7]
+    dataset = ShardDataset(manifest, batch_size=6, drop_last=True)
+    assert len(list(DataLoader(dataset, batch_size=None, num_workers=2))) == 3
+
+
+def test_len_without_a_manifest_is_a_type_error_and_equal_batches_needs_one(shards):
+    paths, _, _ = shards
+    with pytest.raises(TypeError, match="needs a manifest"):
+        len(ShardDataset(paths))
+    with pytest.raises(UsageError, match="equal_batches needs a manifest"):
+        ShardDataset(paths, equal_batches=True)
+
+
+# -- order -----------------------------------------------------------------------------
+
+
+def test_order_is_reproducible_and_differs_between_epochs(shards):
+    paths, _, _ = shards
+
+    def order(epoch: int) -> list[str]:
+        dataset = ShardDataset(paths, shuffle=6, seed=3, rank=0, world_size=1)
+        dataset.set_epoch(epoch)
+        return keys_of(dataset)
+
+    assert order(0) == order(0)
+    assert len({tuple(order(e)) for e in range(4)}) == 4
+
+
+def test_order_does_not_depend_on_pythonhashseed(shards):
+    paths, _, _ = shards
+    code = (
+        "import sys, tarkit; d = tarkit.ShardDataset(sys.argv[1:], shuffle=6, seed=2); "
+        "d.set_epoch(1); print(' '.join(s['__key__'] for s in d))"
+    )
+    runs = {
+        subprocess.run(
+            [sys.executable, "-c", code, *paths],
+            capture_output=True,
+            text=True,
+            timeout=60,
+            env=dict(os.environ, PYTHONHASHSEED=seed),
+            check=True,
+        ).stdout
+        for seed in ("4242",)
+    }
+    dataset = ShardDataset(paths, shuffle=6, seed=2)
+    dataset.set_epoch(1)
+    assert runs == {" ".join(keys_of(dataset)) + "\n"}
+
+
+@pytest.mark.parametrize("persistent", [True, False])
+def test_set_epoch_reaches_the_workers(shards, persistent):
+    paths, _, _ = shards
+    dataset = ShardDataset(paths, shuffle=5, batch_size=2)
+    loader = DataLoader(dataset, batch_size=None, num_workers=2, persistent_workers=persistent)
+    epochs = []
+    for epoch in range(3):
+        dataset.set_epoch(epoch)
+        epochs.append(keys_of(loader))
+    assert len({tuple(e) for e in epochs}) == 3
+    fresh = ShardDataset(paths, shuffle=5, batch_size=2)
+    fresh.set_epoch(2)
+    assert keys_of(DataLoader(fresh, batch_size=None, num_workers=2)) == epochs[2]
+
+
+def test_dataset_pickles_with_its_epoch(shards):
+    paths, _, _ = shards
+    dataset = ShardDataset(paths, shuffle=4)
+    dataset.set_epoch(5)
+    copy = pickle.loads(pickle.dumps(dataset))
+    assert copy.epoch == 5 and keys_of(copy) == keys_of(dataset)
+
+
+# -- bad input -------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def jpeg_shards(tmp_path_factory) -> tuple[list[str], list[int]]:
+    counts = [4, 4, 4]
+    paths, _ = make_shards(
+        tmp_path_factory.mktemp("jpegs"), counts, images=True, bad_jpegs=["s00-002", "s02-001"]
+    )
+    return paths, counts
+
+
+def test_corrupt_jpeg_raises_naming_shard_key_and_cause(jpeg_shards):
+    paths, _ = jpeg_shards
+    with pytest.raises(InputError) as caught:
+        list(ShardDataset(paths, decode="rgb8"))
+    message = str(caught.value)
+    assert paths[0] in message and "'s00-002'" in message and "'jpg'" in message
+    assert "UnidentifiedImageError" in message
+
+
+def test_corrupt_jpegs_are_skipped_and_counted_over_workers(jpeg_shards):
+    paths, counts = jpeg_shards
+    dataset = ShardDataset(paths, decode="rgb8", to_tuple="jpg cls", handler="skip", batch_size=2)
+    batches = list(DataLoader(dataset, batch_size=None, num_workers=2))
+    labels = sorted(torch.cat([b[1] for b in batches]).tolist())
+    assert labels == sorted(
+        {0, 1, 2, 3, 1000, 1001, 1002, 1003, 2000, 2001, 2002, 2003} - {2, 2001}
+    )
+    skipped = dataset.skipped
+    assert skipped.samples == {UNDECODABLE: 2} and skipped.shards == {}
+    assert "s00-002" in skipped.examples[UNDECODABLE] or "s02-001" in skipped.examples[UNDECODABLE]
+    dataset.set_epoch(1)
+    assert not dataset.skipped
+
+
+def test_skipping_warns_and_never_sleeps(jpeg_shards):
+    paths, _ = jpeg_shards
+    dataset = ShardDataset(paths, decode="rgb8", handler="skip")
+    with pytest.warns(UserWarning, match="ShardDataset.skipped"):
+        assert len(list(dataset)) == 10
+
+
+def test_missing_field_for_to_tuple_is_named_or_skipped(shards):
+    paths, _, _ = shards
+    with pytest.raises(InputError, match="lacks a field for to_tuple"):
+        list(ShardDataset(paths, to_tuple="jpg cls"))
+    dataset = ShardDataset(paths[:1], to_tuple="jpg cls", handler="skip")
+    with pytest.warns(UserWarning):
+        assert list(dataset) == []
+    assert dataset.skipped.samples == {MISSING: 5}
+
+
+def truncate_shard(path: str, key: str, *, inside: bool) -> None:
+    """Cut a shard inside the first member of ``key`` (or just before it)."""
+    data = Path(path).read_bytes()
+    name = f"{key}.cls".encode()
+    at = data.index(name)
+    Path(path).write_bytes(data[: at + 520] if inside else data[:at])
+
+
+@pytest.mark.parametrize("inside", [True, False])
+def test_truncated_shard_raises_or_skips_its_rest_with_exact_counts(tmp_path, inside):
+    counts = [5, 6, 4]
+    paths, manifest = make_shards(tmp_path, counts)
+    truncate_shard(paths[1], "s01-003", inside=inside)
+    with pytest.raises(TruncatedError, match=paths[1]):
+        list(ShardDataset(paths))
+    # Samples 0-1 of shard 1 come out; 2 is lost because its end cannot be confirmed.
+    expected = all_keys(counts) - Counter(f"s01-{i:03d}" for i in range(2, 6))
+    dataset = ShardDataset(paths, handler="skip")
+    with pytest.warns(UserWarning, match="skipping bad input"):
+        assert Counter(keys_of(dataset)) == expected
+    assert dataset.skipped.shards == {TRUNCATED: 1}
+    assert dataset.skipped.samples == {TRUNCATED: 2 if inside else 1}
+    with_manifest = ShardDataset(manifest, handler="skip", batch_size=2)
+    got = keys_of(DataLoader(with_manifest, batch_size=None, num_workers=2))  # warns in a worker
+    assert Counter(got) == expected
+    assert with_manifest.skipped.samples == {TRUNCATED: 4}
+
+
+def test_a_shard_missing_its_end_of_archive_marker_is_not_complete(tmp_path):
+    paths, _ = make_shards(tmp_path, [3])
+    Path(paths[0]).write_bytes(Path(paths[0]).read_bytes()[:-1024])
+    with pytest.raises(TruncatedError, match="without the end-of-archive marker"):
+        list(ShardDataset(paths))
+    dataset = ShardDataset(paths, handler="skip")
+    with pytest.warns(UserWarning):
+        assert keys_of(dataset) == ["s00-000", "s00-001"]
+    assert dataset.skipped.samples == {TRUNCATED: 1}
+
+
+def test_equal_batches_stay_equal_when_samples_are_skipped(tmp_path):
+    paths, manifest = make_shards(tmp_path, [4, 4], images=True, bad_jpegs=["s00-001"])
+    counts = []
+    for rank in (0, 1):
+        dataset = ShardDataset(
+            manifest,
+            decode="rgb8",
+            handler="skip",
+            equal_batches=True,
+            batch_size=2,
+            rank=rank,
+            world_size=2,
+        )
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            counts.append([len(b["__key__"]) for b in dataset])
+        if rank == 0:
+            assert dataset.skipped.repeated == 1
+    assert counts == [[2, 2], [2, 2]]
+
+
+def test_unreadable_and_corrupt_shards(tmp_path):
+    paths, _ = make_shards(tmp_path, [2, 2])
+    Path(paths[1]).write_bytes(b"x" * 2048)
+    missing = str(tmp_path / "missing.tar")
+    with pytest.raises(SourceError, match="missing.tar: no such file"):
+        list(ShardDataset([paths[0], missing]))
+    dataset = ShardDataset([paths[0], missing, paths[1]], handler="skip")
+    with pytest.warns(UserWarning):
+        assert keys_of(dataset) == ["s00-000", "s00-001"]
+    assert dataset.skipped.shards == {UNREADABLE: 1, CORRUPT: 1}
+
+
+def test_a_manifest_that_does_not_match_the_shard_is_an_error(tmp_path):
+    paths, manifest = make_shards(tmp_path, [3, 3])
+    text = Path(manifest).read_text().replace('"samples": 3', '"samples": 2', 1)
+    Path(manifest).write_text(text.replace('"s00-001"', '"zzz"'))
+    with pytest.raises(InputError, match="manifest says 'zzz'"):
+        list(ShardDataset(manifest))
+
+
+# -- sources ---------------------------------------------------------------------------
+
+
+@pytest.fixture
+def server() -> Iterator[ShardServer]:
+    s = ShardServer()
+    yield s
+    s.stop()
+
+
+def serve(server: ShardServer, paths: list[str], manifest: str) -> str:
+    for path in paths:
+        server.files[f"/d/{os.path.basename(path)}"] = Path(path).read_bytes()
+    server.files["/d/manifest.json"] = Path(manifest).read_bytes()
+    return f"{server.url}/d/manifest.json"
+
+
+def test_http_shards_are_read_with_byte_ranges_for_pieces(tmp_path, server):
+    paths, manifest = make_shards(tmp_path, [7, 2])
+    url = serve(server, paths, manifest)
+    loader = tarkit.loader(url, batch_size=2, num_workers=3)
+    assert Counter(keys_of(loader)) == all_keys([7, 2])
+    assert server.ranges and all(start > 0 for _, start in server.ranges)
+
+
+def test_cache_downloads_each_shard_once_for_all_workers(tmp_path, server):
+    paths, manifest = make_shards(tmp_path / "src", [7, 5])
+    url = serve(server, paths, manifest)
+    cache = tmp_path / "cache"
+    loader = tarkit.loader(
+        url,
+        batch_size=2,
+        num_workers=3,
+        cache_dir=str(cache),
+        cache_size="1M",
+        persistent_workers=True,
+    )
+    for epoch in (0, 1):
+        loader.set_epoch(epoch)
+        assert Counter(keys_of(loader)) == all_keys([7, 5])
+    assert server.hits["/d/s-000.tar"] == server.hits["/d/s-001.tar"] == 1
+    assert sorted(p.name.split("-", 1)[1] for p in cache.glob("*.tar")) == [
+        "s-000.tar",
+        "s-001.tar",
+    ]
+
+
+def test_pipe_urls_are_read(shards):
+    paths, _, counts = shards
+    assert Counter(keys_of(ShardDataset([f"pipe:cat {p}" for p in paths]))) == all_keys(counts)
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def test_s3_shards_through_fsspec_from_a_moto_server(tmp_path, monkeypatch):
+    from moto.server import ThreadedMotoServer
+
+    port = free_port()
+    moto = ThreadedMotoServer(ip_address="127.0.0.1", port=port, verbose=False)
+    moto.start()
+    try:
+        for name, value in {
+            "FSSPEC_S3_ENDPOINT_URL": f"http://127.0.0.1:{port}",
+            "AWS_ACCESS_KEY_ID": "test",
+            "AWS_SECRET_ACCESS_KEY": "test",
+            "AWS_DEFAULT_REGION": "us-east-1",
+        }.items():
+            monkeypatch.setenv(name, value)
+        import fsspec
+
+        fsspec.config.set_conf_env(fsspec.config.conf)
+        s3 = fsspec.filesystem("s3", skip_instance_cache=True)
+        s3.mkdir("shards")
+        paths, _ = make_shards(tmp_path, [3, 4])
+        for path in paths:
+            s3.put(path, f"shards/{os.path.basename(path)}")
+        dataset = ShardDataset("s3://shards/s-{000..001}.tar", batch_size=2)
+        assert Counter(keys_of(DataLoader(dataset, batch_size=None, num_workers=2))) == all_keys(
+            [3, 4]
+        )
+    finally:
+        moto.stop()
+        fsspec.config.conf.pop("s3", None)
+
+
+# -- torch.distributed -----------------------------------------------------------------
+
+
+def _distributed_rank(rank: int, port: int, manifest: str, out: str) -> None:
+    torch.distributed.init_process_group(
+        "gloo",
+        init_method=f"tcp://127.0.0.1:{port}",
+        rank=rank,
+        world_size=2,
+        timeout=datetime.timedelta(seconds=60),
+    )
+    dataset = ShardDataset(manifest, equal_batches=True, batch_size=3, shuffle=4)
+    loader = DataLoader(dataset, batch_size=None, num_workers=2)
+    batches = list(loader)
+    keys = keys_of(batches)
+    gathered: list[object] = [None, None]
+    torch.distributed.all_gather_object(gathered, (len(batches), len(loader), keys))
+    if rank == 0:
+        Path(out).write_text(repr(gathered))
+    torch.distributed.destroy_process_group()
+
+
+def test_a_real_two_process_gloo_group_gets_equal_batches_and_every_sample_once(tmp_path):
+    counts = [5, 3, 7, 4]  # 19 samples: 9 per rank, one dropped
+    _, manifest = make_shards(tmp_path / "shards", counts)
+    out = tmp_path / "result.txt"
+    context = torch.multiprocessing.start_processes(
+        _distributed_rank,
+        args=(free_port(), manifest, str(out)),
+        nprocs=2,
+        join=False,
+        start_method="spawn",
+    )
+    deadline = datetime.datetime.now() + datetime.timedelta(seconds=90)
+    while not context.join(timeout=5):
+        assert datetime.datetime.now() < deadline, "the gloo group did not finish"
+    (batches0, length0, keys0), (batches1, length1, keys1) = eval(out.read_text())
+    assert batches0 == batches1 == length0 == length1 == 3
+    assert len(keys0) == len(keys1) == 9
+    read = Counter(keys0 + keys1)
+    assert max(read.values()) == 1 and len(read) == 18 and set(read) <= set(all_keys(counts))
