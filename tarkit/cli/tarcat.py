@@ -44,6 +44,10 @@ def tarcat(
         from ..samples import parse_field_spec, select_fields
         from ..urls import Sink
 
+        if skip < 0:
+            from ..errors import UsageError
+
+            raise UsageError("--skip must not be negative")
         skips = skip_log(tool)
         samples = read_samples(
             inputs or [], strict=strict, skips=skips,
