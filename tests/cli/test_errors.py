@@ -13,12 +13,14 @@ import gzip
 import io
 import os
 import re
+import signal
 import subprocess
+import time
 from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
-from conftest import make_tar, run, run_shell
+from conftest import make_tar, run, run_shell, tool
 from test_tario import END, extension, header, member
 from test_urls import Server, http_server  # noqa: F401  (fixture)
 
@@ -395,6 +397,12 @@ def test_traceback_only_with_tarkit_debug(tmp_path: Path) -> None:
         (["--slice", "::-1"], "--slice '::-1': the step must be positive on a stream"),
         (["--shuffle", "-3"], "--shuffle needs a buffer size of at least 1"),
         (["-c", "-1"], "the count must not be negative"),
+        (["--skip=-3"], "--skip must not be negative"),
+        (
+            ["-c", "abc"],
+            "invalid value for '-c' / '--count': 'abc' is not a valid integer (see tarcat --help)",
+        ),
+        (["--bogus"], "no such option '--bogus' (see tarcat --help)"),
     ],
 )
 def test_bad_option_values_are_one_line_errors(args: list[str], what: str) -> None:
@@ -402,3 +410,27 @@ def test_bad_option_values_are_one_line_errors(args: list[str], what: str) -> No
     assert result.returncode == 2
     assert result.stdout == b""
     assert result.stderr == f"tarcat: error: {what}\n"
+
+
+@pytest.mark.parametrize("signum, status", [(signal.SIGTERM, 143), (signal.SIGINT, 130)])
+def test_signal_mid_run_exits_with_its_status_and_leaves_no_output_file(
+    tmp_path: Path, signum: int, status: int
+) -> None:
+    (tmp_path / "base.tar").write_bytes(BODY)
+    # The command lets go of our stderr so that only tarcat holds it, and says when it
+    # has written everything: tarcat is then waiting for more, mid-run.
+    command = "pipe:exec 2>/dev/null; cat base.tar; touch written; exec sleep 60"
+    process = subprocess.Popen(
+        [tool("tarcat"), command, "-o", "out.tar"], cwd=tmp_path, stderr=subprocess.PIPE
+    )
+    for _ in range(3000):
+        if (tmp_path / "written").exists():
+            break
+        time.sleep(0.01)
+    (tmp_path / "written").unlink()
+    time.sleep(0.2)
+    process.send_signal(signum)
+    _, stderr = process.communicate(timeout=30)
+    assert process.returncode == status
+    assert stderr == b""
+    assert os.listdir(tmp_path) == ["base.tar"]
