@@ -67,7 +67,12 @@ def _on_sigterm(signum: int, frame: object) -> None:
     raise SystemExit(128 + signum)  # unwind so that staging directories are removed
 
 
-def _worker_main(conn: multiprocessing.connection.Connection, mapper: Any) -> None:
+def _worker_main(
+    conn: multiprocessing.connection.Connection, mapper: Any, environ: dict[str, str]
+) -> None:
+    # A forkserver child has the server's environment: give it the driver's, as now.
+    os.environ.clear()
+    os.environ.update(environ)
     # Ctrl-C reaches the whole process group; the driver decides and stops the workers.
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     signal.signal(signal.SIGTERM, _on_sigterm)
@@ -88,7 +93,10 @@ class _Worker:
     def __init__(self, context: Any, mapper: Any) -> None:
         self.conn, child = context.Pipe()
         self.process = context.Process(
-            target=_worker_main, args=(child, mapper), daemon=True, name="tarkit-map-worker"
+            target=_worker_main,
+            args=(child, mapper, dict(os.environ)),
+            daemon=True,
+            name="tarkit-map-worker",
         )
         self.process.start()
         child.close()

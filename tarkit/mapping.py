@@ -119,11 +119,12 @@ def map_shards(
     """Map every input shard to its output shard with ``fn``; one task per shard.
 
     ``inputs`` and ``outputs`` are brace patterns (``"in-{000..099}.tar"``) or lists,
-    of equal length. ``fn(sample)`` gets a dict with ``__key__``, ``__url__`` and the
+    of equal length; ``outputs`` may also be a directory ending in ``/``, where outputs
+    keep the inputs' file names. ``fn(sample)`` gets a dict with ``__key__``, ``__url__`` and the
     bytes of each field, and returns a sample dict (values encoded by field extension,
     as :class:`~tarkit.shards.ShardWriter` does), a list of them, None, or
     ``(samples, metadata_row)``. ``fn`` may also be a shard mapper (an object with
-    ``map_shard(samples, source)``, like :class:`tarkit.procmap_shards.ShellCommand`).
+    ``map_shard(samples, source)``, like :class:`tarkit.mapcommand.ShellCommand`).
     In worker processes ``fn`` must be importable: a module-level function.
 
     ``engine`` is ``"local"`` (``workers`` processes, default one per core) or
@@ -140,7 +141,10 @@ def map_shards(
     """
     started = time.monotonic()
     input_list = _expand(inputs, "inputs")
-    output_list = _expand(outputs, "outputs")
+    if isinstance(outputs, str) and outputs.endswith("/"):
+        output_list = [outputs + _basename(source) for source in input_list]
+    else:
+        output_list = _expand(outputs, "outputs")
     _check_plan(input_list, output_list)
     if metadata is not None:
         metadata_format(metadata)
@@ -251,6 +255,18 @@ def _expand(spec: str | Sequence[str], what: str) -> list[str]:
     if not items:
         raise UsageError(f"no {what} given")
     return items
+
+
+def _basename(url: str) -> str:
+    """The file name of an input URL, for an output directory.
+
+    >>> _basename("s3://b/x/in-000.tar?v=1"), _basename("in/a.tar.gz")
+    ('in-000.tar', 'a.tar.gz')
+    """
+    name = url.split("?", 1)[0].rstrip("/").rsplit("/", 1)[-1]
+    if not name or name.startswith("pipe:"):
+        raise UsageError(f"input {url!r} has no file name to reuse: name the outputs")
+    return name
 
 
 def _check_plan(inputs: list[str], outputs: list[str]) -> None:

@@ -286,8 +286,9 @@ class _Staging:
         except OSError as exc:
             raise OutputError(f"{output}: cannot create: {exc.strerror}") from None
         # ShardWriter numbers its shards: escape braces so only {shard} is a field.
-        escaped = name.replace("{", "{{").replace("}", "}}")
-        self.pattern = os.path.join(self.directory, "{shard}-" + escaped)
+        escaped = os.path.join(self.directory, name).replace("{", "{{").replace("}", "}}")
+        head, _, tail = escaped.rpartition(os.sep)
+        self.pattern = f"{head}{os.sep}{{shard}}-{tail}"
         self.staged = os.path.join(self.directory, "0-" + name)
 
     def finish(self, shards: list[ShardInfo]) -> ShardInfo:

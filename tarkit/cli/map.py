@@ -1,0 +1,290 @@
+"""tarkit map: process many shards in parallel, one task per shard, locally or on Ray."""
+
+from __future__ import annotations
+
+import os
+import sys
+import time
+from typing import Annotated, Any, Optional
+
+import typer
+
+from .runner import run, typer_main, warn
+
+app = typer.Typer(add_completion=False, rich_markup_mode=None)
+
+EXAMPLE = (
+    "Examples:\n\n"
+    "  tarkit map -c 'convert sample.jpg -resize 256x256 sample.jpg' "
+    "'in-{000..099}.tar' -o 'out-{000..099}.tar' -j 2 -p 2\n\n"
+    "  tarkit map --fn mypackage.prep:resize 'in-{000..099}.tar' -o out/ "
+    "--metadata meta.jsonl --engine ray --address HEAD:6379"
+)
+
+
+@app.command(
+    help="Map every input shard to an output shard, in parallel, with a shell command run "
+    "on every sample (-c, tarproc's model: sample.<field> files in a private temporary "
+    "directory) or a Python function (--fn package.module:function). Each output is "
+    "written atomically with a record beside it; a re-run skips outputs that are complete; "
+    "a failed shard is retried, then reported, after the other shards are done.\n\n" + EXAMPLE,
+    no_args_is_help=True,
+)
+def map_command(
+    ctx: typer.Context,
+    inputs: Annotated[
+        list[str],
+        typer.Argument(
+            help="Input shards: paths, URLs (s3://, http(s)://) or brace patterns like "
+            "in-{000..099}.tar.",
+            show_default=False,
+        ),
+    ],
+    output: Annotated[
+        str,
+        typer.Option(
+            "-o",
+            "--output",
+            help="Output shards: a brace pattern with one name per input "
+            "(out-{000..099}.tar), or a directory ending in '/' (outputs keep the input "
+            "names). Compressed by their ending.",
+            show_default=False,
+        ),
+    ],  # fmt: skip
+    command: Annotated[
+        Optional[str],
+        typer.Option(
+            "-c",
+            "--command",
+            help="Bash command run on every sample, in its "
+            "temporary directory (TARKIT_KEY is the sample's key).",
+            show_default=False,
+        ),
+    ] = None,  # fmt: skip
+    fn: Annotated[
+        Optional[str],
+        typer.Option(
+            "--fn",
+            help="Python function package.module:function mapping a sample "
+            "dict to a sample, a list, None, or (samples, metadata row).",
+            show_default=False,
+        ),
+    ] = None,  # fmt: skip
+    engine: Annotated[
+        str, typer.Option("--engine", help="Where shards run: 'local' processes or 'ray'.")
+    ] = "local",
+    shards_at_once: Annotated[
+        Optional[int],
+        typer.Option(
+            "-j",
+            "--jobs",
+            help="Shards at once (local: processes, default one per "
+            "core; ray: tasks in flight, default all).",
+            show_default=False,
+        ),
+    ] = None,  # fmt: skip
+    samples_at_once: Annotated[
+        int, typer.Option("-p", "--parallel", help="With -c: samples at once in each shard.")
+    ] = 1,
+    retries: Annotated[
+        int, typer.Option("--retries", help="Further attempts for a shard that fails.")
+    ] = 2,
+    metadata: Annotated[
+        Optional[str],
+        typer.Option(
+            "--metadata",
+            help="Write the metadata rows, in input order, to this file: .jsonl or .tsv.",
+            show_default=False,
+        ),
+    ] = None,  # fmt: skip
+    manifest: Annotated[
+        Optional[str],
+        typer.Option(
+            "--manifest", help="Write the manifest of the output shards here.", show_default=False
+        ),
+    ] = None,  # fmt: skip
+    address: Annotated[
+        Optional[str],
+        typer.Option(
+            "--address",
+            help="Ray cluster address (default: RAY_ADDRESS, else the "
+            "cluster started on this machine, else a local Ray).",
+            show_default=False,
+        ),
+    ] = None,  # fmt: skip
+    num_cpus: Annotated[
+        float, typer.Option("--num-cpus", help="Ray: CPUs each shard task asks for.")
+    ] = 1.0,
+    on_error: Annotated[
+        str,
+        typer.Option(
+            "--on-error",
+            help="With -c, a sample whose command fails: 'fail' the "
+            "shard, 'skip' it, or 'keep' it unchanged (both exit 1 at the end).",
+        ),
+    ] = "fail",  # fmt: skip
+    rejects: Annotated[
+        Optional[str],
+        typer.Option(
+            "--rejects",
+            help="With -c: write key<TAB>status<TAB>reason of each skipped or kept sample here.",
+            show_default=False,
+        ),
+    ] = None,  # fmt: skip
+    timeout: Annotated[
+        Optional[float],
+        typer.Option(
+            "--timeout",
+            help="With -c: a command running longer fails its sample.",
+            show_default=False,
+        ),
+    ] = None,  # fmt: skip
+    multi: Annotated[
+        bool,
+        typer.Option(
+            "--multi",
+            help="With -c: sample-<part>.<field> files become separate samples <key>/<part>.",
+        ),
+    ] = False,  # fmt: skip
+    no_resume: Annotated[
+        bool, typer.Option("--no-resume", help="Redo every shard, even complete ones.")
+    ] = False,
+    quiet: Annotated[
+        bool, typer.Option("-q", "--quiet", help="No progress; with -c, no command output.")
+    ] = False,
+) -> None:
+    tool = ctx.command_path
+
+    def body() -> int:
+        from ..errors import UsageError
+        from ..mapping import MapError, map_shards
+
+        if (command is None) == (fn is None):
+            raise UsageError("give either -c COMMAND or --fn package.module:function")
+        if fn is not None:
+            if samples_at_once != 1 or on_error != "fail" or rejects or timeout or multi:
+                raise UsageError("-p, --on-error, --rejects, --timeout and --multi go with -c")
+            mapper: Any = load_function(fn)
+        else:
+            from ..mapcommand import ShellCommand
+
+            mapper = ShellCommand(
+                command,  # type: ignore[arg-type]
+                parallel=samples_at_once, on_error=on_error, timeout=timeout,
+                multi=multi, quiet=quiet,
+            )  # fmt: skip
+        from ..urls import expand_inputs
+
+        display = ProgressLine(tool, quiet)
+        try:
+            result = map_shards(
+                mapper, expand_inputs(inputs), output, engine=engine, workers=shards_at_once,
+                retries=retries, metadata=metadata, resume=not no_resume, address=address,
+                num_cpus=num_cpus, manifest=manifest, progress=display,
+            )  # fmt: skip
+        except MapError as exc:
+            if os.environ.get("TARKIT_DEBUG"):
+                for failure in exc.failures:
+                    sys.stderr.write(failure.traceback)
+            raise
+        finally:
+            display.close()
+        if rejects is not None:
+            from ..mapshard import write_text
+
+            write_text(rejects, "".join(line + "\n" for line in result.rejects))
+        if result.rejects:
+            warn(tool, f"{len(result.rejects)} samples failed their command "
+                       f"({'kept unchanged' if on_error == 'keep' else 'left out'})")  # fmt: skip
+            return 1
+        return 0
+
+    run(tool, body)
+
+
+def load_function(spec: str) -> Any:
+    """Import ``package.module:function``; the current directory is searched first."""
+    import importlib
+
+    from ..errors import UsageError
+
+    module_name, _, name = spec.partition(":")
+    if not module_name or not name:
+        raise UsageError(f"--fn {spec!r}: expected package.module:function")
+    if os.getcwd() not in sys.path:
+        sys.path.insert(0, os.getcwd())
+    try:
+        module = importlib.import_module(module_name)
+    except ImportError as exc:
+        raise UsageError(f"--fn {spec!r}: cannot import {module_name}: {exc}") from None
+    function = module
+    for part in name.split("."):
+        function = getattr(function, part, None)  # type: ignore[assignment]
+        if function is None:
+            raise UsageError(f"--fn {spec!r}: {module_name} has no {name}")
+    if not callable(function):
+        raise UsageError(f"--fn {spec!r}: {name} is not a function")
+    return function
+
+
+class ProgressLine:
+    """The progress display on stderr: one updating line on a terminal, else a few lines.
+
+    Shards done/total, samples/s and failures; retries and failures as their own lines.
+    """
+
+    def __init__(self, tool: str, quiet: bool) -> None:
+        self.tool = tool
+        self.quiet = quiet
+        self.terminal = sys.stderr.isatty()
+        self.shown = 0.0
+        self.width = 0
+        self.last: Any = None
+
+    def __call__(self, progress: Any) -> None:
+        self.last = progress
+        if progress.event == "retry":
+            self._line(f"warning: retrying {progress.message}")
+        elif progress.event == "failed":
+            self._line(f"error: {progress.message}")
+        elif progress.event == "warning":
+            self._line(f"warning: {progress.shard}: {progress.message}")
+        if self.quiet or not self.terminal:
+            return
+        now = time.monotonic()
+        if now - self.shown >= 0.2 or progress.event == "finished":
+            self.shown = now
+            self._status(self.summary(progress))
+
+    def summary(self, progress: Any) -> str:
+        already = f" ({progress.resumed} already complete)" if progress.resumed else ""
+        rate = f", {progress.samples_per_second:.0f} samples/s" if progress.samples else ""
+        return (
+            f"{progress.done}/{progress.total} shards{already}, {progress.samples} samples"
+            f"{rate}, {progress.failed} failed, {progress.seconds:.1f} s"
+        )
+
+    def _status(self, text: str) -> None:
+        line = f"{self.tool}: {text}"
+        sys.stderr.write("\r" + line.ljust(self.width))
+        sys.stderr.flush()
+        self.width = len(line)
+
+    def _line(self, text: str) -> None:
+        if self.terminal and self.width:
+            sys.stderr.write("\r" + " " * self.width + "\r")
+            self.width = 0
+        sys.stderr.write(f"{self.tool}: {text}\n")
+        sys.stderr.flush()
+
+    def close(self) -> None:
+        if self.terminal and self.width:
+            sys.stderr.write("\n")
+            self.width = 0
+        elif not self.quiet and self.last is not None:
+            sys.stderr.write(f"{self.tool}: {self.summary(self.last)}\n")
+        sys.stderr.flush()
+
+
+def main() -> None:
+    typer_main(app, "tarkit map")

@@ -1,0 +1,220 @@
+"""`tarkit map` through the real console script: --fn and -c, progress, errors, Ctrl-C, resume."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import time
+from pathlib import Path
+
+import map_functions as fns
+import pytest
+from conftest import BIN, run, samples_of, webdataset_samples
+from map_functions import PER_SHARD, SHARDS, write_inputs
+
+TESTS = Path(__file__).resolve().parent.parent
+
+
+@pytest.fixture
+def env(tmp_path: Path) -> dict[str, str]:
+    """The environment for `tarkit map`: map_functions importable, marks in tmp_path."""
+    marks = tmp_path / "marks"
+    marks.mkdir()
+    return dict(os.environ, PYTHONPATH=str(TESTS), TARKIT_TEST_MARKS=str(marks))
+
+
+def outputs(directory: Path, shards: int = SHARDS) -> list[Path]:
+    return [directory / f"in-{s}.tar" for s in range(shards)]
+
+
+def keys_of(paths: list[Path]) -> list[str]:
+    return [key for path in paths for key, _ in samples_of(path.read_bytes())]
+
+
+ALL_KEYS = [f"s{s}-{i:02d}" for s in range(SHARDS) for i in range(PER_SHARD)]
+
+
+def test_fn_maps_every_shard_with_metadata_and_progress_on_stderr_only(
+    tmp_path: Path, env: dict[str, str]
+) -> None:
+    inputs = write_inputs(tmp_path / "in")
+    result = run(
+        ["tarkit", "map", "--fn", "map_functions:shout", inputs, "-o", f"{tmp_path}/out/",
+         "--metadata", str(tmp_path / "meta.tsv"), "-j", "2"],
+        env=env,
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    assert result.stdout == b""
+    assert result.stderr.splitlines()[-1].startswith("tarkit map: 4/4 shards, 20 samples, ")
+    assert ", 0 failed, " in result.stderr
+    read = [s for path in outputs(tmp_path / "out") for s in webdataset_samples(path)]
+    assert [key for key, _ in read] == ALL_KEYS
+    lines = (tmp_path / "meta.tsv").read_text().splitlines()
+    assert lines[0] == "key\tlength\tshard"
+    assert [line.split("\t")[0] for line in lines[1:]] == ALL_KEYS
+
+    # Again: everything is complete already, nothing is mapped.
+    (tmp_path / "marks" / "calls").unlink()
+    again = run(["tarkit", "map", "--fn", "map_functions:shout", inputs, "-o", f"{tmp_path}/out/"],
+                env=env)  # fmt: skip
+    assert again.returncode == 0, again.stderr
+    assert "4/4 shards (4 already complete), 0 samples" in again.stderr
+    assert not (tmp_path / "marks" / "calls").exists()
+
+
+def test_a_failing_shard_exits_2_naming_the_shard_and_the_sample(
+    tmp_path: Path, env: dict[str, str]
+) -> None:
+    from conftest import make_tar
+
+    (tmp_path / "a.tar").write_bytes(make_tar([("k1.txt", b"ok"), ("k2.txt", b"bad")]))
+    (tmp_path / "b.tar").write_bytes(make_tar([("k3.txt", b"ok")]))
+    result = run(
+        ["tarkit", "map", "--fn", "map_functions:fail_on_bad", str(tmp_path / "a.tar"),
+         str(tmp_path / "b.tar"), "-o", f"{tmp_path}/out/", "--retries", "1"],
+        env=env,
+    )  # fmt: skip
+    assert result.returncode == 2
+    assert "Traceback" not in result.stderr
+    lines = result.stderr.splitlines()
+    assert (
+        f"tarkit map: warning: retrying {tmp_path}/a.tar, sample 'k2': ValueError: cannot map k2"
+        in lines
+    )
+    assert lines[-1] == (
+        f"tarkit map: error: 1 of 2 shards failed after 2 attempts: {tmp_path}/a.tar, "
+        "sample 'k2': ValueError: cannot map k2"
+    )
+    assert sorted(p.name for p in (tmp_path / "out").iterdir()) == [".b.tar.map.json", "b.tar"]
+
+
+@pytest.mark.parametrize(
+    "args,message",
+    [
+        ([], "give either -c COMMAND or --fn package.module:function"),
+        (["-c", "true", "--fn", "map_functions:shout"], "give either -c COMMAND or --fn"),
+        (["--fn", "map_functions"], "expected package.module:function"),
+        (["--fn", "no_such_module:f"], "cannot import no_such_module"),
+        (["--fn", "map_functions:nothing"], "map_functions has no nothing"),
+        (
+            ["--fn", "map_functions:shout", "-p", "2"],
+            "-p, --on-error, --rejects, --timeout and --multi go with -c",
+        ),
+        (["--fn", "map_functions:shout", "--engine", "spark"], "unknown engine 'spark'"),
+        (["--fn", "map_functions:shout", "--metadata", "m.csv"], "name it .jsonl"),
+    ],
+)
+def test_usage_errors_are_one_line_and_exit_2(
+    tmp_path: Path, env: dict[str, str], args: list[str], message: str
+) -> None:
+    inputs = write_inputs(tmp_path / "in")
+    result = run(["tarkit", "map", inputs, "-o", f"{tmp_path}/out/", *args], env=env,
+                 cwd=tmp_path)  # fmt: skip
+    assert result.returncode == 2
+    assert len(result.stderr.splitlines()) == 1, result.stderr
+    assert result.stderr.startswith("tarkit map: error: ") and message in result.stderr
+    assert not (tmp_path / "out").exists()
+
+
+def test_engine_ray_without_ray_says_how_to_install_it(tmp_path: Path, env: dict[str, str]) -> None:
+    hide = tmp_path / "hide" / "ray"
+    hide.mkdir(parents=True)
+    (hide / "__init__.py").write_text("raise ImportError(\"No module named 'ray'\")\n")
+    env["PYTHONPATH"] = f"{tmp_path / 'hide'}{os.pathsep}{env['PYTHONPATH']}"
+    inputs = write_inputs(tmp_path / "in")
+    result = run(["tarkit", "map", "--fn", "map_functions:shout", inputs, "-o", f"{tmp_path}/o/",
+                  "--engine", "ray"], env=env)  # fmt: skip
+    assert result.returncode == 2
+    assert result.stderr == (
+        "tarkit map: error: engine 'ray' needs Ray, which is not installed: "
+        "pip install 'tarkit[ray]'\n"
+    )
+
+
+@pytest.mark.parametrize("how", [signal.SIGINT, signal.SIGTERM], ids=["ctrl-c", "sigterm"])
+def test_an_interrupted_run_leaves_only_complete_outputs_and_the_rerun_does_the_rest(
+    tmp_path: Path, env: dict[str, str], how: signal.Signals
+) -> None:
+    inputs = write_inputs(tmp_path / "in", shards=6, per_shard=2)
+    out = tmp_path / "out"
+    command = [str(BIN / "tarkit"), "map", "--fn", "map_functions:slow", inputs, "-o", f"{out}/",
+               "-j", "2", "--metadata", str(tmp_path / "meta.jsonl")]  # fmt: skip
+    env["TARKIT_TEST_DELAY"] = "0.4"
+    process = subprocess.Popen(command, env=env, stderr=subprocess.PIPE, start_new_session=True)
+    deadline = time.monotonic() + 60
+    while not list(out.glob("in-*.tar")) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert list(out.glob("in-*.tar")), "no shard finished within 60 s"
+    # As a terminal does: the signal goes to the whole process group.
+    os.killpg(process.pid, how)
+    _, stderr = process.communicate(timeout=30)
+    assert process.returncode == (130 if how == signal.SIGINT else 143), stderr
+    assert b"Traceback" not in stderr
+    done = sorted(p.name for p in out.glob("in-*.tar"))
+    assert 1 <= len(done) < 6
+    assert not [p for p in out.iterdir() if ".map-" in p.name or p.name.endswith(".tmp")]
+    assert not (tmp_path / "meta.jsonl").exists()
+    for name in done:  # every output present is complete
+        assert len(samples_of((out / name).read_bytes())) == 2
+
+    (tmp_path / "marks" / "calls").unlink()
+    env["TARKIT_TEST_DELAY"] = "0"
+    rerun = subprocess.run(command, env=env, capture_output=True, timeout=120)
+    assert rerun.returncode == 0, rerun.stderr
+    assert {shard for shard, _ in fns.calls(tmp_path / "marks")} == (
+        {f"in-{s}.tar" for s in range(6)} - set(done)
+    )
+    keys = [f"s{s}-{i:02d}" for s in range(6) for i in range(2)]
+    assert keys_of([out / f"in-{s}.tar" for s in range(6)]) == keys
+    assert [r["key"] for r in fns.rows_of(tmp_path / "meta.jsonl")] == keys
+
+
+# ---------------------------------------------------------------------------------------
+# -c: tarproc's per-sample model over many shards
+
+needs_procmap = pytest.mark.skipif(
+    not (Path(__file__).resolve().parents[2] / "tarkit" / "procmap.py").exists(),
+    reason="tarkit.procmap (tarproc) is not there yet",
+)
+
+
+@needs_procmap
+def test_command_gives_the_bytes_tarproc_gives_for_each_shard(tmp_path: Path) -> None:
+    inputs = write_inputs(tmp_path / "in")
+    command = 'tr a-z A-Z < sample.txt > sample.up.txt && echo "$TARKIT_KEY" > sample.key.txt'
+    result = run(["tarkit", "map", "-c", command, inputs, "-o", f"{tmp_path}/out/", "-j", "2",
+                  "-p", "2", "--manifest", str(tmp_path / "out" / "manifest.json")])  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    for s in range(SHARDS):
+        with open(tmp_path / "in" / f"in-{s}.tar", "rb") as stdin:
+            expected = subprocess.run(
+                [str(BIN / "tarproc"), "-c", command], stdin=stdin, capture_output=True,
+                timeout=60, check=True,
+            ).stdout  # fmt: skip
+        assert (tmp_path / "out" / f"in-{s}.tar").read_bytes() == expected
+    first = samples_of((tmp_path / "out" / "in-0.tar").read_bytes())[0]
+    assert first[1]["up.txt"] == b"WORD" and first[1]["key.txt"] == b"s0-00\n"
+
+
+@needs_procmap
+def test_command_failures_follow_the_on_error_policy(tmp_path: Path) -> None:
+    inputs = write_inputs(tmp_path / "in")
+    command = 'case "$TARKIT_KEY" in *-01) exit 3;; esac; true'
+    fail = run(["tarkit", "map", "-c", command, inputs, "-o", f"{tmp_path}/f/", "--retries", "0"])
+    assert fail.returncode == 2 and "s0-01" in fail.stderr.splitlines()[-1]
+    assert not list((tmp_path / "f").glob("in-*.tar"))
+
+    skip = run(["tarkit", "map", "-c", command, inputs, "-o", f"{tmp_path}/s/", "--on-error",
+                "skip", "--rejects", str(tmp_path / "rejects.tsv")])  # fmt: skip
+    assert skip.returncode == 1, skip.stderr
+    assert "4 samples failed their command (left out)" in skip.stderr
+    assert [k for k in keys_of(outputs(tmp_path / "s"))] == [k for k in ALL_KEYS if k[-2:] != "01"]
+    rejects = (tmp_path / "rejects.tsv").read_text().splitlines()
+    assert [line.split("\t")[0] for line in rejects] == [f"s{s}-01" for s in range(SHARDS)]
+
+    keep = run(
+        ["tarkit", "map", "-c", command, inputs, "-o", f"{tmp_path}/k/", "--on-error", "keep"]
+    )
+    assert keep.returncode == 1
+    assert keys_of(outputs(tmp_path / "k")) == ALL_KEYS
