@@ -245,3 +245,97 @@ def encode_sample(
         data = encode_field(key, field, sample[field], quality=quality)
         parts.append(encode_member(f"{key}.{field}", data, mtime=mtime))
     return b"".join(parts)
+
+
+def parse_resize(text: str) -> tuple[int, int, str]:
+    """Parse an image size ``WxH``: fit inside, ``WxH!``: exactly, ``WxH^``: cover.
+
+    >>> parse_resize("224x224"), parse_resize("64x48!"), parse_resize("256x256^")
+    ((224, 224, 'fit'), (64, 48, 'exact'), (256, 256, 'cover'))
+    """
+    from .errors import UsageError
+
+    mode = {"!": "exact", "^": "cover"}.get(text[-1:], "fit")
+    body = text[:-1] if mode != "fit" else text
+    width, sep, height = body.lower().partition("x")
+    if not sep or not width.isdigit() or not height.isdigit() or not int(width) or not int(height):
+        raise UsageError(
+            f"--resize {text!r}: expected WxH (fit inside), WxH! (exactly) or WxH^ (cover)"
+        )
+    return int(width), int(height), mode
+
+
+class ImageTransform:
+    """Re-encode image fields: resize (see :func:`parse_resize`) and/or change format.
+
+    :meth:`apply` leaves non-image fields alone, and image fields untouched (bytes
+    as they are) when neither a size nor a format is set. EXIF orientation is applied
+    before resizing, since re-encoding drops the EXIF data.
+    """
+
+    def __init__(self, resize: str | None = None, image_format: str | None = None,
+                 quality: int = DEFAULT_QUALITY) -> None:  # fmt: skip
+        from .errors import UsageError
+
+        self.size = parse_resize(resize) if resize else None
+        if image_format is not None:
+            image_format = image_format.lower().lstrip(".")
+            if image_format not in IMAGE_FORMATS:
+                known = ", ".join(sorted(IMAGE_FORMATS))
+                raise UsageError(f"--format {image_format!r}: expected one of {known}")
+        self.format = "jpg" if image_format == "jpeg" else image_format
+        if not 1 <= quality <= 100:
+            raise UsageError(f"--quality {quality}: expected 1 to 100")
+        self.quality = quality
+
+    @property
+    def active(self) -> bool:
+        return self.size is not None or self.format is not None
+
+    def apply(self, field: str, data: bytes, source: str) -> tuple[str, bytes]:
+        """The (field, bytes) an image field becomes; raise SampleError if undecodable."""
+        ext = extension(field)
+        if not self.active or ext not in IMAGE_FORMATS:
+            return field, data
+        from PIL import Image, ImageOps
+
+        try:
+            with Image.open(io.BytesIO(data)) as opened:
+                image = ImageOps.exif_transpose(opened)
+                image.load()
+        except Exception as exc:  # Pillow raises many kinds for bad data
+            raise SampleError(
+                f"field {field!r}: cannot decode the image: {exc}", source=source
+            ) from None
+        if self.size is not None:
+            image = resize_image(image, *self.size)
+        new_ext = self.format or ext
+        new_field = field[: len(field) - len(ext)] + new_ext
+        return new_field, encode_image(image, new_ext, quality=self.quality)
+
+
+def resize_image(image: Any, width: int, height: int, mode: str) -> Any:
+    """Resize a PIL image to ``width``×``height``: ``fit`` inside keeping the aspect,
+    ``cover`` the box keeping the aspect, or ``exact``.
+
+    >>> from PIL import Image
+    >>> resize_image(Image.new("RGB", (100, 50)), 40, 40, "fit").size
+    (40, 20)
+    >>> resize_image(Image.new("RGB", (100, 50)), 40, 40, "cover").size
+    (80, 40)
+    """
+    from PIL import Image
+
+    if mode == "exact":
+        size = (width, height)
+    else:
+        scale = min if mode == "fit" else max
+        factor = scale(width / image.width, height / image.height)
+        size = (max(1, round(image.width * factor)), max(1, round(image.height * factor)))
+    if size == image.size:
+        return image
+    if image.mode not in ("1", "L", "LA", "RGB", "RGBA", "I", "F"):
+        image = image.convert(
+            "RGBA" if "A" in image.mode or "transparency" in image.info else "RGB"
+        )
+    return image.resize(size, Image.Resampling.LANCZOS)

@@ -411,15 +411,25 @@ def save_manifest(
     manifest: Manifest, location: str, storage_options: Mapping[str, Any] | None = None
 ) -> None:
     """Write ``manifest`` to a local path (atomically) or upload it to a URL."""
-    if not is_remote(location):
-        manifest.save(local_path(location))
+    publish(location, manifest.dumps().encode("utf-8"), storage_options)
+
+
+def publish(location: str, data: bytes, storage_options: Mapping[str, Any] | None = None) -> None:
+    """Write a small file whole: locally under a temporary name then renamed, or uploaded."""
+    if is_remote(location):
+        fs, remote = _filesystem(location, storage_options)
+        try:
+            fs.pipe_file(remote, data)
+        except Exception as exc:  # fsspec back ends raise many kinds
+            raise OutputError(f"{location}: upload failed: {exc}") from None
         return
-    fs, remote = _filesystem(location, storage_options)
+    shard = _ShardFile(location, None)
     try:
-        with fs.open(remote, "wb") as f:
-            f.write(manifest.dumps().encode("utf-8"))
-    except Exception as exc:  # fsspec back ends raise many kinds
-        raise OutputError(f"{location}: cannot write manifest: {exc}") from None
+        shard.write(data)
+    except OSError as exc:
+        shard.abort()
+        raise OutputError(f"{location}: write failed: {exc.strerror}") from None
+    shard.commit()
 
 
 def completed_shards(

@@ -6,7 +6,7 @@ import io
 import os
 import subprocess
 import sys
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 
 import pytest
@@ -27,7 +27,7 @@ def tool(name: str) -> str:
 
 def run(args: list[str], input: bytes | None = None, timeout: float = 120, **kw) -> subprocess.CompletedProcess:
     """Run a command; stdout as bytes, stderr as text."""
-    if args and not os.path.sep in args[0] and (BIN / args[0]).exists():
+    if args and os.path.sep not in args[0] and (BIN / args[0]).exists():
         args = [str(BIN / args[0]), *args[1:]]
     result = subprocess.run(args, input=input, capture_output=True, timeout=timeout, **kw)
     result.stderr = result.stderr.decode("utf-8", "replace")
@@ -80,3 +80,57 @@ def small_archive() -> bytes:
         for i in range(10)
         for field in ("cls", "jpg", "json")
     )
+
+
+S3_ENV = {
+    "AWS_ACCESS_KEY_ID": "testing",
+    "AWS_SECRET_ACCESS_KEY": "testing",
+    "AWS_DEFAULT_REGION": "us-east-1",
+    "NO_PROXY": "127.0.0.1,localhost",
+}
+
+
+@pytest.fixture(scope="session")
+def s3_server() -> Iterable[str]:
+    """An S3-compatible server (moto's server mode) on 127.0.0.1; yields its endpoint URL.
+
+    Subprocesses reach it with ``S3_ENV`` plus ``FSSPEC_S3_ENDPOINT_URL=<endpoint>``;
+    in-process code with ``storage_options={"endpoint_url": endpoint}`` and ``S3_ENV``
+    set (the ``s3_env`` fixture).
+    """
+    import socket
+
+    from moto.server import ThreadedMotoServer
+
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    server = ThreadedMotoServer(ip_address="127.0.0.1", port=port, verbose=False)
+    server.start()
+    try:
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        server.stop()
+
+
+@pytest.fixture
+def s3_env(s3_server: str, monkeypatch: pytest.MonkeyPatch) -> dict[str, str]:
+    """Credentials for the test S3 server in this process; returns the subprocess env."""
+    for name, value in S3_ENV.items():
+        monkeypatch.setenv(name, value)
+    return dict(S3_ENV, FSSPEC_S3_ENDPOINT_URL=s3_server)
+
+
+def sigkill_when(process: subprocess.Popen, ready: Callable[[], bool], timeout: float = 60) -> None:
+    """SIGKILL ``process`` as soon as ``ready()`` holds (or after ``timeout`` seconds)."""
+    import signal
+    import time
+
+    try:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline and not ready() and process.poll() is None:
+            time.sleep(0.05)
+        time.sleep(0.2)  # let it get on with the next shard
+    finally:
+        process.send_signal(signal.SIGKILL)
+        process.wait(timeout=30)

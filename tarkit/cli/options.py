@@ -49,3 +49,37 @@ Fields = Annotated[
         show_default=False,
     ),
 ]
+MaxCount = Annotated[
+    int, typer.Option("-c", "--maxcount", help="At most this many samples per shard.")
+]
+MaxSize = Annotated[
+    str,
+    typer.Option(
+        "-s",
+        "--maxsize",
+        help="At most this many bytes per shard, headers, padding and end marker included "
+        "(uncompressed tar bytes for compressed shards): 1e9, 500M, 1G, 64K. A single "
+        "larger sample gets a shard of its own.",
+    ),
+]
+ShardPattern = Annotated[
+    str,
+    typer.Option(
+        "-o",
+        "--output",
+        help="Shard name pattern with %06d or {shard:06d}; a .gz/.bz2/.xz/.zst ending "
+        "compresses each shard; s3://… and other fsspec URLs are uploaded when complete.",
+    ),
+]
+FirstShard = Annotated[int, typer.Option("--start", help="Number of the first shard.")]
+ManifestOut = Annotated[
+    Optional[str],
+    typer.Option(
+        "--manifest",
+        help="Write the JSON manifest of the shards (name, samples, bytes, sha256).",
+        show_default=False,
+    ),
+]
+Verbose = Annotated[
+    bool, typer.Option("-v", "--verbose", help="Print each finished shard on stderr.")
+]

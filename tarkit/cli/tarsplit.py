@@ -2,12 +2,16 @@
 
 from __future__ import annotations
 
-from typing import Annotated, Optional
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Annotated, Optional
 
 import typer
 
 from . import options as o
 from .runner import report_skips, run, skip_log, typer_main
+
+if TYPE_CHECKING:
+    from ..manifest import ShardInfo
 
 app = typer.Typer(add_completion=False, rich_markup_mode=None)
 
@@ -24,28 +28,9 @@ app = typer.Typer(add_completion=False, rich_markup_mode=None)
 def tarsplit(
     ctx: typer.Context,
     inputs: o.Inputs = None,
-    output: Annotated[
-        str,
-        typer.Option(
-            "-o",
-            "--output",
-            help="Shard name pattern with %06d or {shard:06d}; a .gz/.bz2/.xz/.zst ending "
-            "compresses each shard; s3://… and other fsspec URLs are uploaded when complete.",
-        ),
-    ] = "shard-%06d.tar",
-    maxcount: Annotated[
-        int, typer.Option("-c", "--maxcount", help="At most this many samples per shard.")
-    ] = 100_000,
-    maxsize: Annotated[
-        str,
-        typer.Option(
-            "-s",
-            "--maxsize",
-            help="At most this many bytes per shard, headers, padding and end marker "
-            "included (uncompressed tar bytes for compressed shards): 1e9, 500M, 1G, 64K. "
-            "A single larger sample gets a shard of its own.",
-        ),
-    ] = "1G",
+    output: o.ShardPattern = "shard-%06d.tar",
+    maxcount: o.MaxCount = 100_000,
+    maxsize: o.MaxSize = "1G",
     maxshards: Annotated[
         Optional[int],
         typer.Option(
@@ -54,7 +39,7 @@ def tarsplit(
             show_default=False,
         ),
     ] = None,
-    start: Annotated[int, typer.Option("--start", help="Number of the first shard.")] = 0,
+    start: o.FirstShard = 0,
     post: Annotated[
         Optional[str],
         typer.Option(
@@ -65,17 +50,8 @@ def tarsplit(
             show_default=False,
         ),
     ] = None,
-    manifest: Annotated[
-        Optional[str],
-        typer.Option(
-            "--manifest",
-            help="Write the JSON manifest of the shards (name, samples, bytes, sha256).",
-            show_default=False,
-        ),
-    ] = None,
-    verbose: Annotated[
-        bool, typer.Option("-v", "--verbose", help="Print each finished shard on stderr.")
-    ] = False,
+    manifest: o.ManifestOut = None,
+    verbose: o.Verbose = False,
     strict: o.Strict = False,
     ignore_zeros: o.IgnoreZeros = False,
     allow_empty: o.AllowEmpty = False,
@@ -83,22 +59,12 @@ def tarsplit(
     tool = ctx.command_path
 
     def body() -> int:
-        import sys
-
-        from ..manifest import ShardInfo
         from ..pipeline import read_samples
         from ..shards import ShardWriter
-        from ..sizes import format_size
-
-        def report(shard: ShardInfo) -> None:
-            noun = "sample" if shard.samples == 1 else "samples"
-            size = format_size(shard.bytes)
-            sys.stderr.write(f"{tool}: {shard.url}: {shard.samples} {noun}, {size}\n")
-            sys.stderr.flush()
 
         writer = ShardWriter(
             output, maxcount=maxcount, maxsize=maxsize, maxshards=maxshards, start=start,
-            post=post, manifest=manifest, on_shard=report if verbose else None,
+            post=post, manifest=manifest, on_shard=shard_reporter(tool) if verbose else None,
         )  # fmt: skip
         skips = skip_log(tool)
         samples = read_samples(
@@ -111,6 +77,22 @@ def tarsplit(
         return 0
 
     run(tool, body)
+
+
+def shard_reporter(tool: str) -> Callable[[ShardInfo], None]:
+    """What -v prints for each finished shard: ``tool: path: N samples, SIZE``."""
+    import sys
+
+    from ..sizes import format_size
+
+    def report(shard: ShardInfo) -> None:
+        noun = "sample" if shard.samples == 1 else "samples"
+        sys.stderr.write(
+            f"{tool}: {shard.url}: {shard.samples} {noun}, {format_size(shard.bytes)}\n"
+        )
+        sys.stderr.flush()
+
+    return report
 
 
 def main() -> None:

@@ -5,13 +5,19 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import signal
 import subprocess
-import time
 from pathlib import Path
 
 import pytest
-from conftest import make_tar, run, run_shell, samples_of, tool, webdataset_samples
+from conftest import (
+    make_tar,
+    run,
+    run_shell,
+    samples_of,
+    sigkill_when,
+    tool,
+    webdataset_samples,
+)
 
 
 def archive_of(count: int, size: int = 300) -> bytes:
@@ -143,21 +149,15 @@ def test_sigkill_mid_run_leaves_no_final_named_partial_shard(tmp_path: Path) -> 
         [tool("tarsplit"), "-c", "5", "-o", str(out / "s-%d.tar")], stdin=subprocess.PIPE
     )
     assert process.stdin is not None
-    try:
-        process.stdin.write(archive[:-1024])  # all samples, no end marker: still reading
-        process.stdin.flush()
-        deadline = time.monotonic() + 30
-        while time.monotonic() < deadline:
-            names = sorted(p.name for p in out.iterdir()) if out.exists() else []
-            if "s-1.tar" in names and any(n.endswith(".tmp") for n in names):
-                break
-            time.sleep(0.05)
-        process.send_signal(signal.SIGKILL)
-        process.wait(timeout=30)
-    finally:
-        if process.poll() is None:
-            process.kill()
-            process.wait()
+    process.stdin.write(archive[:-1024])  # all samples, no end marker: still reading
+    process.stdin.flush()
+
+    def partial_third_shard() -> bool:
+        names = [p.name for p in out.iterdir()] if out.exists() else []
+        return "s-1.tar" in names and any(n.endswith(".tmp") for n in names)
+
+    sigkill_when(process, partial_third_shard)
+    process.stdin.close()
     names = sorted(p.name for p in out.iterdir())
     assert names[-2:] == ["s-0.tar", "s-1.tar"], names
     assert all(n.startswith(".s-2.tar.") and n.endswith(".tmp") for n in names[:-2])

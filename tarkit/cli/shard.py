@@ -1,0 +1,247 @@
+"""tarkit shard: turn a directory, a CSV/TSV plan or a Python Dataset into shards."""
+
+from __future__ import annotations
+
+from enum import Enum
+from typing import Annotated, Any, Optional
+
+import typer
+
+from . import options as o
+from .runner import run, typer_main, warn
+
+app = typer.Typer(add_completion=False, rich_markup_mode=None)
+
+
+class Layout(str, Enum):
+    auto = "auto"
+    imagefolder = "imagefolder"
+    tree = "tree"
+
+
+@app.command(
+    help="Turn SOURCE into shards: a directory in ImageFolder layout (class_x/xxx.jpg), any "
+    "directory tree (files grouped by key, like tarcreate --dir), a CSV/TSV plan (like "
+    "tarcreate), or the Dataset returned by --dataset module:function.\n\n"
+    "Items are read and encoded in -p worker processes; the output is the same for any "
+    "number of workers and from run to run. Shards are written under temporary names and "
+    "renamed when complete; --resume continues an interrupted run.\n\n"
+    "Example: tarkit shard photos/ -o 'shards/train-%06d.tar' -s 500M --shuffle "
+    "--resize 256x256^ --format jpg -p 2",
+    no_args_is_help=True,
+)
+def shard(
+    ctx: typer.Context,
+    source: Annotated[
+        Optional[str],
+        typer.Argument(
+            help="A directory or a .csv/.tsv plan; with --dataset, passed to the function.",
+            show_default=False,
+        ),
+    ] = None,
+    output: o.ShardPattern = "shard-%06d.tar",
+    dataset: Annotated[
+        Optional[str],
+        typer.Option(
+            "--dataset",
+            help="package.module:function returning a map-style Dataset (or an iterable) "
+            "of dicts or (x, label) pairs; called with SOURCE if one is given.",
+            show_default=False,
+        ),
+    ] = None,
+    layout: Annotated[
+        Layout,
+        typer.Option(
+            "--layout",
+            help="How to read a directory SOURCE (auto: ImageFolder when "
+            "it has only class subdirectories of images, else tree).",
+        ),
+    ] = Layout.auto,  # fmt: skip
+    delimiter: Annotated[
+        Optional[str],
+        typer.Option(
+            "-d",
+            "--delimiter",
+            help="Plan delimiter (default: from .csv/.tsv).",
+            show_default=False,
+        ),
+    ] = None,  # fmt: skip
+    maxcount: o.MaxCount = 100_000,
+    maxsize: o.MaxSize = "1G",
+    shuffle: Annotated[
+        bool, typer.Option("--shuffle", help="Write the items in a seeded random order.")
+    ] = False,
+    seed: Annotated[int, typer.Option("--seed", help="Seed for --shuffle.")] = 0,
+    workers: Annotated[
+        int, typer.Option("-p", "--workers", help="DataLoader worker processes (0: none).")
+    ] = 0,
+    resize: Annotated[
+        Optional[str],
+        typer.Option(
+            "--resize",
+            help="Resize images: WxH fits inside, WxH! exactly, WxH^ "
+            "covers (keeps the aspect ratio).",
+            show_default=False,
+        ),
+    ] = None,  # fmt: skip
+    image_format: Annotated[
+        Optional[str],
+        typer.Option(
+            "--format",
+            help="Re-encode images as jpg, png or webp (with "
+            "--dataset: the field for PIL images, default png).",
+            show_default=False,
+        ),
+    ] = None,  # fmt: skip
+    quality: Annotated[
+        int, typer.Option("--quality", help="JPEG/WebP quality for re-encoded images (1-100).")
+    ] = 90,
+    resume: Annotated[
+        bool,
+        typer.Option(
+            "--resume",
+            help="Keep the complete shards of an interrupted run with "
+            "the same options and continue after them.",
+        ),
+    ] = False,  # fmt: skip
+    start: o.FirstShard = 0,
+    manifest: o.ManifestOut = None,
+    classes: Annotated[
+        Optional[str],
+        typer.Option(
+            "--classes",
+            help="Where to save the ImageFolder class list (JSON; "
+            "default: classes.json beside the shards).",
+            show_default=False,
+        ),
+    ] = None,  # fmt: skip
+    strict: Annotated[
+        bool,
+        typer.Option("--strict", help="Files the layout cannot use are errors, not warnings."),
+    ] = False,
+    progress: Annotated[
+        Optional[bool],
+        typer.Option(
+            "--progress/--no-progress",
+            help="Progress line on stderr (default: when stderr is a terminal).",
+            show_default=False,
+        ),
+    ] = None,  # fmt: skip
+    verbose: o.Verbose = False,
+) -> None:
+    tool = ctx.command_path
+
+    def body() -> int:
+        from ..encoding import ImageTransform
+        from ..errors import UsageError
+        from ..sharding import shard_dataset
+        from .tarsplit import shard_reporter
+
+        transform = ImageTransform(resize, image_format if dataset is None else None, quality)
+        if dataset is not None:
+            if resize is not None:
+                raise UsageError("--resize applies to files read from SOURCE; with --dataset, "
+                                 "resize in the dataset")  # fmt: skip
+            items = load_factory(dataset, source)
+            image_ext = ImageTransform(None, image_format).format or "png"
+        elif source is None:
+            raise UsageError("give a SOURCE directory or plan, or --dataset module:function")
+        else:
+            items = open_files(source, layout.value, transform, delimiter)
+            image_ext = "png"
+            _report_skipped(tool, source, getattr(items, "skipped", []), strict)
+        result = shard_dataset(
+            items, output, num_workers=workers, shuffle=shuffle, seed=seed, maxcount=maxcount,
+            maxsize=maxsize, resume=resume, start=start, manifest=manifest, quality=quality,
+            image_ext=image_ext, progress=progress,
+            on_shard=shard_reporter(tool) if verbose else None,
+        )  # fmt: skip
+        class_names = getattr(items, "classes", None)
+        if isinstance(class_names, list):
+            save_classes(class_names, classes or classes_beside(output))
+        if verbose:
+            import sys
+
+            shards = "shard" if len(result.shards) == 1 else "shards"
+            sys.stderr.write(f"{tool}: {result.samples} samples in {len(result.shards)} {shards}\n")
+        return 0
+
+    run(tool, body)
+
+
+def open_files(source: str, layout: str, transform: Any, delimiter: str | None) -> Any:
+    """The dataset for a directory or plan SOURCE."""
+    import os
+
+    from ..errors import SourceError
+    from ..filesets import FileTree, ImageFolder, PlanDataset, is_image_folder
+
+    if os.path.isdir(source):
+        if layout == "imagefolder" or (layout == "auto" and is_image_folder(source)):
+            return ImageFolder(source, transform)
+        return FileTree(source, transform)
+    if not os.path.exists(source):
+        raise SourceError(f"{source}: no such file or directory")
+    return PlanDataset(source, transform, delimiter)
+
+
+def load_factory(spec: str, source: str | None) -> Any:
+    """Import ``package.module:function`` (the current directory first on the path) and
+    call it, with ``source`` when one is given."""
+    import importlib
+    import os
+    import sys
+
+    from ..errors import UsageError
+
+    module_name, sep, function_name = spec.partition(":")
+    if not sep or not module_name or not function_name:
+        raise UsageError(f"--dataset {spec!r}: expected package.module:function")
+    if os.getcwd() not in sys.path and "" not in sys.path:
+        sys.path.insert(0, os.getcwd())
+    try:
+        module = importlib.import_module(module_name)
+    except ImportError as exc:
+        raise UsageError(f"--dataset {spec!r}: cannot import {module_name}: {exc}") from None
+    factory = getattr(module, function_name, None)
+    if not callable(factory):
+        raise UsageError(f"--dataset {spec!r}: {module_name} has no function {function_name}")
+    return factory(source) if source is not None else factory()
+
+
+def _report_skipped(tool: str, source: str, skipped: list[str], strict: bool) -> None:
+    if not skipped:
+        return
+    from ..errors import InputError
+
+    first = skipped[0]
+    if strict:
+        raise InputError(f"the layout cannot use {first} (and {len(skipped) - 1} more "
+                         "files); --strict makes that an error", source=source)  # fmt: skip
+    more = f" and {len(skipped) - 1} more files" if len(skipped) > 1 else ""
+    warn(tool, f"{source}: skipping {first}{more} (no field, or not an image in ImageFolder)")
+
+
+def classes_beside(pattern: str) -> str:
+    """``classes.json`` in the directory of the shards.
+
+    >>> classes_beside("out/train-%06d.tar"), classes_beside("s3://b/d/s-%d.tar")
+    ('out/classes.json', 's3://b/d/classes.json')
+    """
+    import posixpath
+
+    head = posixpath.dirname(pattern)
+    return posixpath.join(head, "classes.json") if head else "classes.json"
+
+
+def save_classes(names: list[str], location: str) -> None:
+    """Save the class list (index order) as JSON, atomically."""
+    import json
+
+    from ..shards import publish
+
+    publish(location, (json.dumps(names, ensure_ascii=False, indent=1) + "\n").encode("utf-8"))
+
+
+def main() -> None:
+    typer_main(app, "tarkit shard")

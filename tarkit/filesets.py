@@ -1,0 +1,202 @@
+"""Map-style datasets over files on disk, for :func:`tarkit.shard_dataset`.
+
+- :class:`ImageFolder`: ``root/<class>/…/<name>.<ext>``, as torchvision reads it. Classes
+  are the subdirectories in sorted order; each image is a sample with the image (its
+  extension lowercased, ``jpeg`` as ``jpg``), ``cls`` (the class index) and
+  ``class.txt`` (the class name). The key is the path without extension, dots in the
+  file name replaced by ``_`` (``cat/img.v2.jpg`` → ``cat/img_v2``).
+- :class:`FileTree`: every file of a tree, grouped by key (the path up to the first dot
+  of the file name), in sorted key order: ``a/x.jpg`` and ``a/x.seg.png`` form sample
+  ``a/x`` with fields ``jpg`` and ``seg.png``.
+- :class:`PlanDataset`: the rows of a CSV/TSV plan (:mod:`tarkit.plan`).
+
+Listing happens when the dataset is built (errors then name the path); reading, and
+re-encoding images with an :class:`~tarkit.encoding.ImageTransform`, happens per item, in
+the DataLoader workers. Items are sample dicts of bytes; every dataset is picklable.
+Hidden files (``.name``) are ignored; other files a layout cannot use are listed in
+``skipped``.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Sequence
+
+from .encoding import IMAGE_FORMATS, ImageTransform, extension
+from .errors import InputError, SampleError, SourceError
+from .plan import PlanRow, read_plan
+from .samples import split_name
+
+IMAGE_EXTENSIONS = frozenset(IMAGE_FORMATS)
+
+
+def _walk(root: str) -> list[str]:
+    """Paths of the regular files below ``root``, relative, with ``/``, sorted; no hidden ones."""
+    if not os.path.isdir(root):
+        what = "no such directory" if not os.path.exists(root) else "not a directory"
+        raise SourceError(f"{root}: {what}")
+    found: list[str] = []
+
+    def fail(exc: OSError) -> None:
+        raise SourceError(f"{exc.filename}: cannot list: {exc.strerror}")
+
+    for directory, dirs, files in os.walk(root, onerror=fail):
+        dirs[:] = sorted(d for d in dirs if not d.startswith("."))
+        relative = os.path.relpath(directory, root)
+        for name in files:
+            if name.startswith("."):
+                continue
+            path = name if relative == "." else os.path.join(relative, name)
+            if os.path.isfile(os.path.join(root, path)):
+                found.append(path.replace(os.sep, "/"))
+    return sorted(found)
+
+
+def _read(path: str) -> bytes:
+    try:
+        with open(path, "rb") as f:
+            return f.read()
+    except OSError as exc:
+        raise SourceError(f"{path}: cannot read: {exc.strerror}") from None
+
+
+def _transform(
+    sample: dict[str, object], transform: ImageTransform | None, source: str
+) -> dict[str, object]:
+    """Apply ``transform`` to the image fields of a sample of bytes."""
+    if transform is None or not transform.active:
+        return sample
+    out: dict[str, object] = {"__key__": sample["__key__"]}
+    for field, value in sample.items():
+        if field == "__key__":
+            continue
+        if isinstance(value, bytes):
+            field, value = transform.apply(field, value, source)
+        if field.lower() in (f.lower() for f in out):
+            raise SampleError(
+                f"two fields become {field!r} after --format",
+                source=f"sample {sample['__key__']!r}",
+            )
+        out[field] = value
+    return out
+
+
+def is_image_folder(root: str) -> bool:
+    """Whether ``root`` has ImageFolder layout: only subdirectories at the top, only
+    images below them."""
+    entries = [e for e in os.listdir(root) if not e.startswith(".")]
+    if not entries or not all(os.path.isdir(os.path.join(root, e)) for e in entries):
+        return False
+    files = _walk(root)
+    return bool(files) and all(extension(f) in IMAGE_EXTENSIONS for f in files)
+
+
+class ImageFolder:
+    """Images in ``root/<class>/…``: samples of the image, ``cls`` and ``class.txt``."""
+
+    def __init__(self, root: str, transform: ImageTransform | None = None) -> None:
+        self.root = root
+        self.transform = transform
+        self.classes = sorted(
+            e for e in os.listdir(root)
+            if not e.startswith(".") and os.path.isdir(os.path.join(root, e))
+        )  # fmt: skip
+        if not self.classes:
+            raise InputError("no class subdirectories (ImageFolder layout: root/<class>/<image>)",
+                             source=root)  # fmt: skip
+        self.items: list[tuple[str, str, int]] = []  # (key, relative path, class index)
+        self.skipped: list[str] = []
+        keys: dict[str, str] = {}
+        index_of = {name: i for i, name in enumerate(self.classes)}
+        for path in _walk(root):
+            class_name, _, rest = path.partition("/")
+            if not rest or extension(path) not in IMAGE_EXTENSIONS or "." not in rest:
+                self.skipped.append(path)
+                continue
+            stem = path[: path.rfind(".")]
+            head, _, name = stem.rpartition("/")
+            key = f"{head}/{name.replace('.', '_')}"
+            if key in keys:
+                raise InputError(
+                    f"{keys[key]} and {path} would both be sample {key!r}: rename one",
+                    source=root,
+                )
+            keys[key] = path
+            self.items.append((key, path, index_of[class_name]))
+        if not self.items:
+            raise InputError("no images below the class subdirectories", source=root)
+
+    def __len__(self) -> int:
+        return len(self.items)
+
+    def __getitem__(self, index: int) -> dict[str, object]:
+        key, path, label = self.items[index]
+        ext = extension(path)
+        field = "jpg" if ext == "jpeg" else ext
+        full = os.path.join(self.root, path)
+        sample: dict[str, object] = {
+            "__key__": key,
+            field: _read(full),
+            "cls": label,
+            "class.txt": self.classes[label],
+        }
+        return _transform(sample, self.transform, full)
+
+
+class FileTree:
+    """Every file of a tree, grouped into samples by key, in sorted key order."""
+
+    def __init__(self, root: str, transform: ImageTransform | None = None) -> None:
+        self.root = root
+        self.transform = transform
+        self.skipped: list[str] = []
+        groups: dict[str, list[tuple[str, str]]] = {}
+        for path in _walk(root):
+            parts = split_name(path)
+            if parts is None:
+                self.skipped.append(path)
+                continue
+            key, field = parts
+            fields = groups.setdefault(key, [])
+            for other, other_path in fields:
+                if other.lower() == field.lower():
+                    raise InputError(
+                        f"{other_path} and {path} are both field {field!r} of sample {key!r}",
+                        source=root,
+                    )
+            fields.append((field, path))
+        self.items = sorted((key, sorted(fields)) for key, fields in groups.items())
+        if not self.items:
+            raise InputError("no files with a field (name.ext) in the tree", source=root)
+
+    def __len__(self) -> int:
+        return len(self.items)
+
+    def __getitem__(self, index: int) -> dict[str, object]:
+        key, fields = self.items[index]
+        sample: dict[str, object] = {"__key__": key}
+        for field, path in fields:
+            sample[field] = _read(os.path.join(self.root, path))
+        return _transform(sample, self.transform, os.path.join(self.root, key))
+
+
+class PlanDataset:
+    """The rows of a plan (checked when built), loaded per item."""
+
+    def __init__(
+        self,
+        plan: str | Sequence[PlanRow],
+        transform: ImageTransform | None = None,
+        delimiter: str | None = None,
+    ) -> None:
+        self.rows = read_plan(plan, delimiter) if isinstance(plan, str) else list(plan)
+        self.transform = transform
+        self.source = plan if isinstance(plan, str) else "plan"
+        self.skipped: list[str] = []
+
+    def __len__(self) -> int:
+        return len(self.rows)
+
+    def __getitem__(self, index: int) -> dict[str, object]:
+        row = self.rows[index]
+        return _transform(row.load(), self.transform, f"{self.source}: line {row.line}")

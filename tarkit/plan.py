@@ -1,0 +1,180 @@
+"""Plans: CSV or TSV files that say which samples to build, one row per sample.
+
+The header names the fields. A column named ``@field`` holds paths of files whose
+contents become ``field``; any other column holds text, written as UTF-8. A ``__key__``
+column sets each sample's key, else the key is the row number as ``%09d`` (the first data
+row is 0). An empty cell leaves that field out of that row's sample. Relative paths are
+relative to the plan's own directory. Blank lines are skipped.
+
+::
+
+    __key__,@jpg,cls,txt
+    cat/001,images/cat1.jpg,0,a sleeping cat
+    dog/001,images/dog1.jpg,1,
+
+The delimiter comes from the file name (``.csv``: comma; ``.tsv``, ``.tab``: tab) or the ``delimiter`` argument. :func:`read_plan` checks every row first — row
+length, keys, files that exist and can be read — and raises
+:class:`~tarkit.errors.InputError` naming the plan and the line, so a bad plan fails
+before anything is written.
+"""
+
+from __future__ import annotations
+
+import csv
+import os
+from dataclasses import dataclass
+
+from .encoding import check_key
+from .errors import InputError, SampleError, SourceError, UsageError
+
+KEY_COLUMN = "__key__"
+
+
+@dataclass(frozen=True)
+class PlanRow:
+    """One sample of a plan: its key, text fields and file fields (field → path)."""
+
+    line: int
+    key: str
+    texts: tuple[tuple[str, str], ...]
+    files: tuple[tuple[str, str], ...]
+
+    @property
+    def fields(self) -> list[str]:
+        """The row's field names, sorted."""
+        return sorted([f for f, _ in self.texts] + [f for f, _ in self.files])
+
+    def load(self) -> dict[str, object]:
+        """The sample dict: ``__key__``, text fields as str, file fields as bytes.
+
+        Raises :class:`SourceError` naming the file when one cannot be read.
+        """
+        sample: dict[str, object] = {KEY_COLUMN: self.key}
+        sample.update(self.texts)
+        for field, path in self.files:
+            try:
+                with open(path, "rb") as f:
+                    sample[field] = f.read()
+            except OSError as exc:
+                raise SourceError(f"{path}: cannot read: {exc.strerror}") from None
+        return sample
+
+
+def plan_delimiter(path: str, delimiter: str | None = None) -> str:
+    """The delimiter of plan ``path``: ``delimiter`` if given, else from the file name.
+
+    >>> plan_delimiter("plan.csv"), plan_delimiter("plan.tsv"), plan_delimiter("x", ";")
+    (',', '\\t', ';')
+    """
+    if delimiter is not None:
+        if delimiter in ("\\t", "tab", "TAB"):
+            return "\t"
+        if len(delimiter) != 1:
+            raise UsageError(f"the delimiter must be one character (got {delimiter!r})")
+        return delimiter
+    lower = path.lower()
+    if lower.endswith(".csv"):
+        return ","
+    if lower.endswith((".tsv", ".tab")):
+        return "\t"
+    raise UsageError(f"{path}: cannot tell the delimiter from the file name: pass -d ',' or -d tab")
+
+
+def read_plan(path: str, delimiter: str | None = None) -> list[PlanRow]:
+    """Read and check a whole plan; return its rows in order.
+
+    Raises :class:`InputError` for a malformed header, a row whose length differs from
+    the header's, a bad or repeated key, a row without fields, and a file that is
+    missing or unreadable; :class:`SourceError` when the plan itself cannot be read.
+    """
+    sep = plan_delimiter(path, delimiter)
+    try:
+        with open(path, encoding="utf-8-sig", newline="") as f:
+            lines = list(csv.reader(f, delimiter=sep, strict=True))
+    except FileNotFoundError:
+        raise SourceError(f"{path}: no such file") from None
+    except UnicodeDecodeError:
+        raise InputError("the plan is not UTF-8 text", source=path) from None
+    except csv.Error as exc:
+        raise InputError(f"malformed plan: {exc}", source=path) from None
+    except OSError as exc:
+        raise SourceError(f"{path}: cannot read: {exc.strerror}") from None
+    numbered = [(n, row) for n, row in enumerate(lines, 1) if any(cell.strip() for cell in row)]
+    if not numbered:
+        raise InputError("the plan is empty (it needs a header line naming the fields)",
+                         source=path)  # fmt: skip
+    (header_line, header), body = numbered[0], numbered[1:]
+    columns = _check_header(header, path, header_line)
+    base = os.path.dirname(os.path.abspath(path))
+    rows: list[PlanRow] = []
+    keys: dict[str, int] = {}
+    for index, (line, cells) in enumerate(body):
+        rows.append(_check_row(cells, columns, index, line, base, path, keys))
+    return rows
+
+
+def _check_header(header: list[str], path: str, line: int) -> list[tuple[str, bool]]:
+    """(field name or __key__, is a file column) per column."""
+    columns: list[tuple[str, bool]] = []
+    seen: set[str] = set()
+    for cell in header:
+        name = cell.strip()
+        is_file = name.startswith("@")
+        field = name[1:] if is_file else name
+        if not field or "/" in field or "\0" in field or (is_file and field == KEY_COLUMN):
+            raise InputError(f"line {line}: bad column name {cell!r} in the header", source=path)
+        if field.lower() in seen:
+            raise InputError(f"line {line}: column {field!r} appears twice", source=path)
+        seen.add(field.lower())
+        columns.append((field, is_file))
+    if all(field == KEY_COLUMN for field, _ in columns):
+        raise InputError(f"line {line}: the header names no field", source=path)
+    return columns
+
+
+def _check_row(
+    cells: list[str],
+    columns: list[tuple[str, bool]],
+    index: int,
+    line: int,
+    base: str,
+    path: str,
+    keys: dict[str, int],
+) -> PlanRow:
+    if len(cells) != len(columns):
+        raise InputError(
+            f"line {line}: {len(cells)} cells, but the header has {len(columns)} columns",
+            source=path,
+        )
+    key = f"{index:09d}"
+    texts: list[tuple[str, str]] = []
+    files: list[tuple[str, str]] = []
+    for (field, is_file), cell in zip(columns, cells, strict=True):
+        if field == KEY_COLUMN:
+            key = cell.strip()
+            continue
+        if cell == "":
+            continue
+        if not is_file:
+            texts.append((field, cell))
+            continue
+        file_path = os.path.join(base, cell)
+        if not os.path.isfile(file_path):
+            what = "is not a regular file" if os.path.exists(file_path) else "no such file"
+            raise InputError(f"line {line}: field {field!r}: {cell}: {what}", source=path)
+        if not os.access(file_path, os.R_OK):
+            raise InputError(f"line {line}: field {field!r}: {cell}: not readable", source=path)
+        files.append((field, file_path))
+    try:
+        check_key(key)
+    except SampleError as exc:
+        raise InputError(f"line {line}: {exc}", source=path) from None
+    if key in keys:
+        raise InputError(
+            f"line {line}: key {key!r} is already used on line {keys[key]}", source=path
+        )
+    keys[key] = line
+    if not texts and not files:
+        raise InputError(f"line {line}: the row has no fields (every cell is empty)",
+                         source=path)  # fmt: skip
+    return PlanRow(line, key, tuple(texts), tuple(files))

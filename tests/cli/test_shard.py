@@ -1,0 +1,268 @@
+"""tarkit shard through the real command: ImageFolder, trees, plans, --dataset, S3, resume."""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+import pty
+import subprocess
+from pathlib import Path
+
+import pytest
+from conftest import run, samples_of, sigkill_when, tool, webdataset_samples
+from PIL import Image
+
+
+def image_bytes(color: tuple[int, int, int], size: tuple[int, int] = (40, 30),
+                fmt: str = "JPEG") -> bytes:  # fmt: skip
+    out = io.BytesIO()
+    Image.new("RGB", size, color).save(out, format=fmt)
+    return out.getvalue()
+
+
+@pytest.fixture
+def image_folder(tmp_path: Path) -> Path:
+    root = tmp_path / "photos"
+    for label, name in enumerate(["cat", "dog", "eel"]):
+        (root / name).mkdir(parents=True)
+        for i in range(4 + label):
+            (root / name / f"{name}{i}.jpg").write_bytes(image_bytes((label * 80, i * 30, 0)))
+    (root / "dog" / "odd.name.png").write_bytes(image_bytes((1, 2, 3), fmt="PNG"))
+    return root
+
+
+def shards_in(directory: Path) -> list[Path]:
+    return sorted(directory.glob("*.tar"))
+
+
+def all_samples(directory: Path) -> list[tuple[str, dict[str, bytes]]]:
+    return [sample for shard in shards_in(directory) for sample in webdataset_samples(shard)]
+
+
+def test_image_folder_becomes_samples_of_image_class_index_and_name(
+    tmp_path: Path, image_folder: Path
+) -> None:
+    out = tmp_path / "out"
+    result = run(["tarkit", "shard", str(image_folder), "-o", str(out / "s-%03d.tar"), "-c", "5",
+                  "--manifest", str(out / "manifest.json")])  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    assert result.stderr == ""
+    samples = all_samples(out)
+    files = sorted(p for p in image_folder.rglob("*") if p.is_file())
+    assert len(samples) == len(files) == 16
+    assert len({key for key, _ in samples}) == 16
+    by_key = dict(samples)
+    assert by_key["dog/odd_name"]["png"] == (image_folder / "dog" / "odd.name.png").read_bytes()
+    assert by_key["eel/eel5"] == {
+        "jpg": (image_folder / "eel" / "eel5.jpg").read_bytes(),
+        "cls": b"2",
+        "class.txt": b"eel",
+    }
+    assert json.loads((out / "classes.json").read_text()) == ["cat", "dog", "eel"]
+    manifest = json.loads((out / "manifest.json").read_text())
+    assert [s["samples"] for s in manifest["shards"]] == [5, 5, 5, 1]
+    for shard in shards_in(out):
+        listed = subprocess.run(["tar", "-tvf", str(shard)], capture_output=True, text=True)
+        assert listed.returncode == 0 and listed.stderr == ""
+
+
+def test_resize_and_format_reencode_every_image(tmp_path: Path, image_folder: Path) -> None:
+    out = tmp_path / "out"
+    result = run(["tarkit", "shard", str(image_folder), "-o", str(out / "s-%d.tar"),
+                  "--resize", "20x20", "--format", "webp", "--quality", "80"])  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    samples = all_samples(out)
+    assert len(samples) == 16
+    for _, fields in samples:
+        assert sorted(fields) == ["class.txt", "cls", "webp"]
+        image = Image.open(io.BytesIO(fields["webp"]))
+        assert image.format == "WEBP" and image.size == (20, 15)
+
+
+def test_zero_and_two_workers_give_identical_shards(tmp_path: Path, image_folder: Path) -> None:
+    for workers in ("0", "2"):
+        result = run(["tarkit", "shard", str(image_folder), "-o", str(tmp_path / workers / "s-%d.tar"),
+                      "-s", "8K", "-p", workers, "--shuffle", "--seed", "7",
+                      "--resize", "16x16!", "--format", "png"])  # fmt: skip
+        assert result.returncode == 0, result.stderr
+    zero = {p.name: p.read_bytes() for p in (tmp_path / "0").iterdir()}
+    two = {p.name: p.read_bytes() for p in (tmp_path / "2").iterdir()}
+    assert len(zero) > 3 and zero == two
+    keys = [key for key, _ in all_samples(tmp_path / "0")]
+    assert keys != sorted(keys) and len(keys) == 16
+
+
+def test_a_plain_tree_is_grouped_by_key_in_sorted_order(tmp_path: Path) -> None:
+    root = tmp_path / "tree"
+    (root / "b").mkdir(parents=True)
+    (root / "b" / "x.jpg").write_bytes(b"jpeg bytes")
+    (root / "b" / "x.seg.png").write_bytes(b"png bytes")
+    (root / "a.txt").write_text("first")
+    (root / "a.json").write_text("{}")
+    (root / "README").write_text("no field")
+    out = tmp_path / "out"
+    result = run(["tarkit", "shard", str(root), "-o", str(out / "s-%d.tar")])
+    assert result.returncode == 0, result.stderr
+    assert "skipping README" in result.stderr
+    assert samples_of((out / "s-0.tar").read_bytes()) == [
+        ("a", {"json": b"{}", "txt": b"first"}),
+        ("b/x", {"jpg": b"jpeg bytes", "seg.png": b"png bytes"}),
+    ]
+    strict = run(["tarkit", "shard", str(root), "--strict", "-o", str(tmp_path / "x-%d.tar")])
+    assert strict.returncode == 2 and "README" in strict.stderr
+
+
+@pytest.mark.parametrize("ending,sep", [("csv", ","), ("tsv", "\t")])
+def test_a_plan_with_file_paths_and_text_round_trips(tmp_path: Path, ending: str, sep: str) -> None:
+    (tmp_path / "img").mkdir()
+    rows = []
+    for i in range(7):
+        (tmp_path / "img" / f"{i}.png").write_bytes(image_bytes((i, 0, 0), fmt="PNG"))
+        rows.append(sep.join([f"item{i}", f"img/{i}.png", str(i % 2), f"caption {i}"]))
+    plan = tmp_path / f"plan.{ending}"
+    plan.write_text(sep.join(["__key__", "@png", "cls", "txt"]) + "\n" + "\n".join(rows) + "\n")
+    out = tmp_path / "out"
+    result = run(["tarkit", "shard", str(plan), "-o", str(out / "s-%d.tar"), "-c", "3"])
+    assert result.returncode == 0, result.stderr
+    samples = all_samples(out)
+    assert [key for key, _ in samples] == [f"item{i}" for i in range(7)]
+    assert samples[5][1] == {
+        "png": (tmp_path / "img" / "5.png").read_bytes(), "cls": b"1", "txt": b"caption 5"
+    }  # fmt: skip
+
+
+def test_a_plan_with_a_missing_file_fails_naming_the_line_before_writing(tmp_path: Path) -> None:
+    (tmp_path / "a.bin").write_bytes(b"a")
+    plan = tmp_path / "plan.csv"
+    plan.write_text("@bin,txt\na.bin,one\nmissing.bin,two\n")
+    out = tmp_path / "out"
+    result = run(["tarkit", "shard", str(plan), "-o", str(out / "s-%d.tar")])
+    assert result.returncode == 2
+    assert result.stderr == (
+        f"tarkit shard: error: {plan}: line 3: field 'bin': missing.bin: no such file\n"
+    )
+    assert not out.exists()
+
+
+DATASET_MODULE = """
+import os, time
+from PIL import Image
+
+
+class Squares:
+    def __init__(self, n):
+        self.n = n
+
+    def __len__(self):
+        return self.n
+
+    def __getitem__(self, i):
+        if i == 30 and os.environ.get("STALL"):
+            time.sleep(120)  # the test kills the command here
+        return Image.new("RGB", (12, 12), (i, 2 * i, 0)), i % 4
+
+
+def make(count="42"):
+    return Squares(int(count))
+"""
+
+
+def test_dataset_factory_items_become_samples(tmp_path: Path) -> None:
+    (tmp_path / "mydata.py").write_text(DATASET_MODULE)
+    result = run(["tarkit", "shard", "--dataset", "mydata:make", "5", "-o", "out/s-%d.tar",
+                  "--format", "jpg"], cwd=tmp_path)  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    samples = all_samples(tmp_path / "out")
+    assert [key for key, _ in samples] == [f"{i:09d}" for i in range(5)]
+    assert Image.open(io.BytesIO(samples[3][1]["jpg"])).format == "JPEG"
+    assert samples[3][1]["cls"] == b"3"
+
+
+def test_dataset_factory_that_cannot_be_imported_is_a_one_line_error(tmp_path: Path) -> None:
+    result = run(["tarkit", "shard", "--dataset", "nosuchmodule:make"], cwd=tmp_path)
+    assert result.returncode == 2
+    assert result.stderr.startswith("tarkit shard: error: --dataset 'nosuchmodule:make'")
+    assert len(result.stderr.splitlines()) == 1
+
+
+def test_sigkill_then_resume_gives_the_bytes_of_a_clean_run(tmp_path: Path) -> None:
+    (tmp_path / "mydata.py").write_text(DATASET_MODULE)
+    args = ["shard", "--dataset", "mydata:make", "-c", "8", "--manifest"]
+    clean = run(["tarkit", *args, "clean/m.json", "-o", "clean/s-%02d.tar"], cwd=tmp_path)
+    assert clean.returncode == 0, clean.stderr
+
+    env = dict(os.environ, STALL="1")
+    process = subprocess.Popen([tool("tarkit"), *args, "cut/m.json", "-o", "cut/s-%02d.tar"],
+                               cwd=tmp_path, env=env)  # fmt: skip
+    cut = tmp_path / "cut"
+    sigkill_when(process, (cut / "s-02.tar").exists)
+    names = sorted(p.name for p in cut.iterdir())
+    assert names[1:] == ["s-00.tar", "s-01.tar", "s-02.tar"]
+    assert names[0].startswith(".s-03.tar.") and names[0].endswith(".tmp")
+
+    resumed = run(["tarkit", *args, "cut/m.json", "-o", "cut/s-%02d.tar", "--resume"], cwd=tmp_path)
+    assert resumed.returncode == 0, resumed.stderr
+    expected = {p.name: p.read_bytes() for p in (tmp_path / "clean").iterdir()}
+    assert {p.name: p.read_bytes() for p in cut.iterdir()} == expected
+
+
+def test_progress_is_drawn_on_a_terminal_and_not_into_a_pipe(tmp_path: Path) -> None:
+    (tmp_path / "mydata.py").write_text(DATASET_MODULE)
+    command = [tool("tarkit"), "shard", "--dataset", "mydata:make", "6"]
+    piped = subprocess.run([*command, "-o", "a-%d.tar"], cwd=tmp_path, capture_output=True)
+    assert piped.returncode == 0 and piped.stderr == b""
+
+    leader, follower = pty.openpty()
+    try:
+        process = subprocess.Popen([*command, "-o", "b-%d.tar"], cwd=tmp_path,
+                                   stdout=subprocess.PIPE, stderr=follower)  # fmt: skip
+        os.close(follower)
+        out, _ = process.communicate(timeout=120)
+        screen = b""
+        while True:
+            try:
+                chunk = os.read(leader, 4096)
+            except OSError:  # EIO: the terminal's other side is closed and drained
+                break
+            if not chunk:
+                break
+            screen += chunk
+    finally:
+        os.close(leader)
+    assert process.returncode == 0 and out == b""
+    assert b"6/6 samples (100%), 1 shard done" in screen
+
+
+def test_shards_go_to_s3_through_fsspec(tmp_path: Path, s3_env: dict[str, str],
+                                        image_folder: Path) -> None:  # fmt: skip
+    import s3fs
+
+    fs = s3fs.S3FileSystem(endpoint_url=s3_env["FSSPEC_S3_ENDPOINT_URL"])
+    fs.mkdir("shard-cli")
+    env = dict(os.environ, **s3_env)
+    result = run(["tarkit", "shard", str(image_folder), "-o", "s3://shard-cli/d/s-%d.tar",
+                  "-c", "6", "--manifest", "s3://shard-cli/d/manifest.json"], env=env)  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    names = sorted(p.rsplit("/", 1)[-1] for p in fs.ls("shard-cli/d", refresh=True))
+    assert names == ["classes.json", "manifest.json", "s-0.tar", "s-1.tar", "s-2.tar"]
+    local = run(["tarkit", "shard", str(image_folder), "-o", str(tmp_path / "s-%d.tar"), "-c", "6"])
+    assert local.returncode == 0
+    for i in range(3):
+        assert fs.cat(f"shard-cli/d/s-{i}.tar") == (tmp_path / f"s-{i}.tar").read_bytes()
+
+
+@pytest.mark.parametrize(
+    "args,message",
+    [
+        ([], "give a SOURCE"),
+        (["nowhere/"], "nowhere/: no such file or directory"),
+        (["--resize", "big", "."], "--resize 'big'"),
+        (["--format", "gif2", "."], "--format 'gif2'"),
+    ],
+)
+def test_bad_arguments_exit_2_with_one_line(tmp_path: Path, args: list[str], message: str) -> None:
+    result = run(["tarkit", "shard", "-o", "s-%d.tar", *args], cwd=tmp_path)
+    assert result.returncode == 2
+    assert result.stderr.startswith("tarkit shard: error: ") and message in result.stderr
+    assert len(result.stderr.splitlines()) == 1

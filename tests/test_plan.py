@@ -1,0 +1,60 @@
+"""Plans: CSV/TSV rows checked whole before anything is written."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from tarkit.errors import InputError, SourceError, UsageError
+from tarkit.plan import plan_delimiter, read_plan
+
+
+def test_rows_give_keys_text_and_file_fields_relative_to_the_plan(tmp_path: Path) -> None:
+    (tmp_path / "data").mkdir()
+    (tmp_path / "data" / "a.jpg").write_bytes(b"A")
+    plan = tmp_path / "plan.csv"
+    plan.write_text('@jpg,txt\ndata/a.jpg,"one, quoted"\n\n,only text\n', encoding="utf-8")
+    rows = read_plan(str(plan))
+    assert [(r.line, r.key, r.fields) for r in rows] == [
+        (2, "000000000", ["jpg", "txt"]),
+        (4, "000000001", ["txt"]),
+    ]
+    assert rows[0].load() == {"__key__": "000000000", "txt": "one, quoted", "jpg": b"A"}
+
+
+def test_key_column_sets_keys_and_tsv_is_read_from_the_ending(tmp_path: Path) -> None:
+    plan = tmp_path / "plan.tsv"
+    plan.write_text("__key__\tcls\nx/1\t3\nx/2\t4\n")
+    assert [(r.key, r.load()["cls"]) for r in read_plan(str(plan))] == [("x/1", "3"), ("x/2", "4")]
+
+
+@pytest.mark.parametrize(
+    "text,message",
+    [
+        ("@jpg,txt\nmissing.jpg,x\n", "line 2: field 'jpg': missing.jpg: no such file"),
+        ("@jpg,txt\n.,x\n", "line 2: field 'jpg': .: is not a regular file"),
+        ("txt,cls\na,1\nb\n", "line 3: 1 cells, but the header has 2 columns"),
+        ("__key__,txt\nk,a\nk,b\n", "line 3: key 'k' is already used on line 2"),
+        ("__key__,txt\nk.x,a\n", "line 2: sample 'k.x': a key must not have a dot"),
+        ("txt,TXT\na,b\n", "line 1: column 'TXT' appears twice"),
+        ("__key__\nk\n", "the header names no field"),
+        ("__key__,txt\nk,\n", "line 2: the row has no fields"),
+        ("\n\n", "the plan is empty"),
+    ],
+)
+def test_bad_plans_fail_naming_the_line(tmp_path: Path, text: str, message: str) -> None:
+    plan = tmp_path / "plan.csv"
+    plan.write_text(text)
+    with pytest.raises(InputError) as caught:
+        read_plan(str(plan))
+    assert str(caught.value).startswith(f"{plan}: ")
+    assert message in str(caught.value)
+
+
+def test_a_missing_plan_and_an_unknown_ending(tmp_path: Path) -> None:
+    with pytest.raises(SourceError, match="no such file"):
+        read_plan(str(tmp_path / "none.csv"))
+    with pytest.raises(UsageError, match="pass -d"):
+        plan_delimiter("plan.dat")
+    assert plan_delimiter("plan.dat", "tab") == "\t"

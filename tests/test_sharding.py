@@ -1,0 +1,213 @@
+"""shard_dataset: round trips, DataLoader workers, determinism, resume after SIGKILL, S3."""
+
+from __future__ import annotations
+
+import io
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+from conftest import samples_of, sigkill_when, webdataset_samples
+from PIL import Image
+
+from tarkit.errors import InputError, SampleError, UsageError
+from tarkit.sharding import default_sample, shard_dataset
+
+
+class Pictures:
+    """A map-style dataset of (PIL image, label), made here: nothing is downloaded."""
+
+    def __init__(self, n: int, fail_at: int | None = None) -> None:
+        self.n = n
+        self.fail_at = fail_at
+
+    def __len__(self) -> int:
+        return self.n
+
+    def __getitem__(self, index: int) -> tuple[Image.Image, int]:
+        if index == self.fail_at:
+            raise ValueError(f"cannot load picture {index}")
+        image = Image.new("RGB", (24 + index % 5, 16), (index * 37 % 256, index % 256, 90))
+        return image, index % 3
+
+
+def shard_bytes(directory: Path, glob: str = "*.tar") -> list[bytes]:
+    return [p.read_bytes() for p in sorted(directory.glob(glob))]
+
+
+def test_a_dataset_of_images_and_labels_round_trips_through_webdataset_and_tar(
+    tmp_path: Path,
+) -> None:
+    manifest = shard_dataset(Pictures(23), str(tmp_path / "s-%03d.tar"), maxcount=10)
+    shards = sorted(tmp_path.glob("s-*.tar"))
+    assert [s.samples for s in manifest.shards] == [10, 10, 3]
+    read = [sample for shard in shards for sample in webdataset_samples(shard)]
+    assert [key for key, _ in read] == [f"{i:09d}" for i in range(23)]
+    for index, (_, fields) in enumerate(read):
+        assert sorted(fields) == ["cls", "png"]
+        assert fields["cls"] == str(index % 3).encode()
+        image = Image.open(io.BytesIO(fields["png"]))
+        assert image.size == (24 + index % 5, 16)
+        assert image.getpixel((0, 0)) == (index * 37 % 256, index % 256, 90)
+    for shard in shards:
+        listed = subprocess.run(["tar", "-tvf", str(shard)], capture_output=True, text=True)
+        assert listed.returncode == 0 and listed.stderr == ""
+
+
+def test_zero_and_two_workers_write_identical_shards(tmp_path: Path) -> None:
+    for workers in (0, 2):
+        shard_dataset(Pictures(40), str(tmp_path / f"w{workers}" / "s-%02d.tar"),
+                      num_workers=workers, maxsize="12K", shuffle=True, seed=5)  # fmt: skip
+    zero, two = shard_bytes(tmp_path / "w0"), shard_bytes(tmp_path / "w2")
+    assert len(zero) > 2
+    assert zero == two
+
+
+def test_shuffle_is_a_seeded_permutation_of_all_items(tmp_path: Path) -> None:
+    keys = {}
+    for name, seed in (("a", 1), ("b", 1), ("c", 2)):
+        shard_dataset(Pictures(30), str(tmp_path / name / "s-%d.tar"), shuffle=True, seed=seed)
+        keys[name] = [k for k, _ in samples_of((tmp_path / name / "s-0.tar").read_bytes())]
+    assert keys["a"] == keys["b"] != keys["c"]
+    assert sorted(keys["a"]) == [f"{i:09d}" for i in range(30)]
+    assert keys["a"] != sorted(keys["a"])
+
+
+def test_an_iterable_with_workers_gives_the_same_shards_as_without(tmp_path: Path) -> None:
+    def items():
+        for i in range(50):
+            yield {"__key__": f"item{i:03d}", "json": {"i": i}, "txt": "x" * i}
+
+    for workers in (0, 2):
+        manifest = shard_dataset(items(), str(tmp_path / f"w{workers}" / "s-%d.tar"),
+                                 num_workers=workers, maxcount=16)  # fmt: skip
+        assert [s.samples for s in manifest.shards] == [16, 16, 16, 2]
+    assert shard_bytes(tmp_path / "w0") == shard_bytes(tmp_path / "w2")
+
+
+def test_to_sample_builds_each_sample_in_the_workers(tmp_path: Path) -> None:
+    def to_sample(item: tuple[Image.Image, int], index: int) -> dict[str, object]:
+        image, label = item
+        return {"__key__": f"pic{index:04d}", "jpg": image.resize((8, 8)), "json": {"label": label}}
+
+    shard_dataset(Pictures(6), str(tmp_path / "s-%d.tar"), num_workers=2, to_sample=to_sample)
+    samples = samples_of((tmp_path / "s-0.tar").read_bytes())
+    assert [k for k, _ in samples] == [f"pic{i:04d}" for i in range(6)]
+    assert Image.open(io.BytesIO(samples[4][1]["jpg"])).size == (8, 8)
+    assert samples[4][1]["json"] == b'{"label":1}'
+
+
+@pytest.mark.parametrize("workers", [0, 2])
+def test_an_item_that_fails_names_its_index_and_keeps_complete_shards(
+    tmp_path: Path, workers: int
+) -> None:
+    with pytest.raises(InputError, match="item 13: ValueError: cannot load picture 13"):
+        shard_dataset(Pictures(20, fail_at=13), str(tmp_path / "s-%d.tar"), maxcount=5,
+                      num_workers=workers)  # fmt: skip
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["s-0.tar", "s-1.tar"]
+
+
+def test_a_tarkit_error_in_a_worker_arrives_intact(tmp_path: Path) -> None:
+    items = [{"__key__": "good", "txt": "x"}, {"__key__": "bad", "jpg": 3.5}]
+    with pytest.raises(SampleError) as caught:
+        shard_dataset(items, str(tmp_path / "s-%d.tar"), num_workers=2)
+    assert str(caught.value).startswith("sample 'bad': field 'jpg': cannot encode float")
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_default_sample_names_fields_by_type() -> None:
+    image = Image.new("L", (2, 2))
+    assert default_sample((image, 4), 12) == {"__key__": "000000012", "png": image, "cls": 4}
+    assert default_sample({"__key__": "k", "txt": "a"}, 1) == {"__key__": "k", "txt": "a"}
+    with pytest.raises(SampleError, match="item 3 is a float"):
+        default_sample(2.5, 3)
+
+
+def test_shuffle_of_an_iterable_is_a_usage_error(tmp_path: Path) -> None:
+    with pytest.raises(UsageError):
+        shard_dataset(iter([]), str(tmp_path / "s-%d.tar"), shuffle=True)
+
+
+def test_progress_line_is_drawn_only_when_asked_or_on_a_terminal(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    shard_dataset(Pictures(5), str(tmp_path / "a-%d.tar"))
+    assert capsys.readouterr().err == ""  # stderr is not a terminal here
+    shard_dataset(Pictures(5), str(tmp_path / "b-%d.tar"), progress=True)
+    err = capsys.readouterr().err
+    assert err.startswith("\r") and err.endswith("\n")
+    assert "5/5 samples (100%), 1 shard done" in err
+
+
+KILLABLE = """
+import sys, time
+from PIL import Image
+from tarkit.sharding import shard_dataset
+
+class Slow:
+    def __len__(self):
+        return 47
+    def __getitem__(self, i):
+        if i == 25 and sys.argv[2] == "stall":
+            time.sleep(120)  # the test kills the process here
+        return Image.new("RGB", (8, 8), (i, 0, 0)), i
+
+shard_dataset(Slow(), sys.argv[1], maxcount=10, shuffle=False, resume=True,
+              manifest=sys.argv[1].replace("s-%03d.tar", "m.json"))
+"""
+
+
+def test_resume_after_sigkill_ends_with_the_bytes_of_a_clean_run(tmp_path: Path) -> None:
+    script = tmp_path / "job.py"
+    script.write_text(textwrap.dedent(KILLABLE))
+    clean, cut = tmp_path / "clean", tmp_path / "cut"
+    done = subprocess.run([sys.executable, str(script), str(clean / "s-%03d.tar"), "go"],
+                          capture_output=True, text=True, timeout=120)  # fmt: skip
+    assert done.returncode == 0, done.stderr
+
+    process = subprocess.Popen([sys.executable, str(script), str(cut / "s-%03d.tar"), "stall"])
+    sigkill_when(process, (cut / "s-001.tar").exists)
+    names = sorted(p.name for p in cut.iterdir())
+    assert names[-2:] == ["s-000.tar", "s-001.tar"]  # the third shard only as a temp file
+    assert len(names) == 3 and names[0].startswith(".s-002.tar.") and names[0].endswith(".tmp")
+
+    resumed = subprocess.run([sys.executable, str(script), str(cut / "s-%03d.tar"), "go"],
+                             capture_output=True, text=True, timeout=120)  # fmt: skip
+    assert resumed.returncode == 0, resumed.stderr
+    assert sorted(p.name for p in cut.iterdir()) == sorted(p.name for p in clean.iterdir())
+    for path in clean.iterdir():
+        assert (cut / path.name).read_bytes() == path.read_bytes(), path.name
+
+
+def test_writing_to_s3_uploads_only_complete_shards_and_resumes(
+    tmp_path: Path, s3_server: str, s3_env: dict[str, str]
+) -> None:
+    import s3fs
+
+    options = {"endpoint_url": s3_server}
+    fs = s3fs.S3FileSystem(**options)
+    fs.mkdir("sharding-lib")
+    pattern = "s3://sharding-lib/data/s-%02d.tar"
+    seen: list[list[str]] = []
+
+    def listing(info: object) -> None:
+        seen.append(sorted(p.rsplit("/", 1)[-1] for p in fs.ls("sharding-lib/data", refresh=True)))
+
+    manifest = shard_dataset(Pictures(12), pattern, maxcount=5, storage_options=options,
+                             manifest="s3://sharding-lib/data/m.json", on_shard=listing)  # fmt: skip
+    assert seen == [["s-00.tar"], ["s-00.tar", "s-01.tar"], ["s-00.tar", "s-01.tar", "s-02.tar"]]
+    assert [s.samples for s in manifest.shards] == [5, 5, 2]
+
+    shard_dataset(Pictures(12), str(tmp_path / "s-%02d.tar"), maxcount=5)
+    local = shard_bytes(tmp_path)
+    assert [fs.cat(f"sharding-lib/data/s-{i:02d}.tar") for i in range(3)] == local
+    assert b'"samples": 12' in fs.cat("sharding-lib/data/m.json")
+    assert not [n for n in os.listdir(os.environ.get("TMPDIR", "/tmp")) if n.startswith(".s-0")]
+
+    fs.rm("sharding-lib/data/s-02.tar")  # as if the run had stopped before its last shard
+    again = shard_dataset(Pictures(12), pattern, maxcount=5, storage_options=options, resume=True)
+    assert [s.samples for s in again.shards] == [5, 5, 2]
+    assert fs.cat("sharding-lib/data/s-02.tar") == local[2]
