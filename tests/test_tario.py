@@ -10,6 +10,7 @@ import io
 import os
 import shutil
 import subprocess
+import sys
 import tarfile
 from pathlib import Path
 
@@ -650,3 +651,28 @@ def test_written_archive_lists_cleanly_in_bsdtar(tmp_path: Path) -> None:
                             env=dict(os.environ, LC_ALL="C.UTF-8"))  # fmt: skip
     assert listed.stdout.decode().splitlines() == ["a.txt", "n" * 150 + ".txt", "日本.cls"]
     assert listed.stderr == b""
+
+
+WRITE_SCRIPT = """
+import sys
+from tarkit.tario import TarWriter
+with TarWriter(sys.stdout.buffer) as writer:
+    writer.add("a/x.jpg", b"jpeg" * 300)
+    writer.add("日本/" + "n" * 120 + ".cls", b"7")
+"""
+
+
+def test_writer_output_is_identical_across_processes_and_follows_source_date_epoch() -> None:
+    def written(**env: str) -> bytes:
+        environ = {k: v for k, v in os.environ.items() if k != "SOURCE_DATE_EPOCH"}
+        return subprocess.run(
+            [sys.executable, "-c", WRITE_SCRIPT], env={**environ, **env}, capture_output=True,
+            check=True,
+        ).stdout  # fmt: skip
+
+    first = written()
+    assert first == written()
+    assert {m.mtime for m in tarfile.open(fileobj=io.BytesIO(first))} == {DEFAULT_MTIME}
+    dated = written(SOURCE_DATE_EPOCH="1234567890")
+    assert dated == written(SOURCE_DATE_EPOCH="1234567890") != first
+    assert {m.mtime for m in tarfile.open(fileobj=io.BytesIO(dated))} == {1234567890}

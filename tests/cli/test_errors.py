@@ -434,3 +434,12 @@ def test_signal_mid_run_exits_with_its_status_and_leaves_no_output_file(
     assert process.returncode == status
     assert stderr == b""
     assert os.listdir(tmp_path) == ["base.tar"]
+
+
+def test_tar_t_downstream_lists_exactly_the_whole_samples(tmp_path: Path) -> None:
+    (tmp_path / "case.tar").write_bytes(CASES["cut inside a header"].data)
+    result = run_shell("tarcat case.tar | tar -tv; echo ${PIPESTATUS[*]}", cwd=tmp_path)
+    lines = result.stdout.decode().splitlines()
+    assert lines[-1] == "2 0"  # GNU tar itself accepts a stream without its end marker
+    assert [line.split()[-1] for line in lines[:-1]] == member_names(BASE[: 2 * SAMPLE])
+    assert result.stderr.count("tarcat: error:") == 1
