@@ -20,6 +20,7 @@ import multiprocessing
 import multiprocessing.connection
 import os
 import signal
+import sys
 from typing import Any
 
 from .errors import TarkitError
@@ -73,6 +74,9 @@ def _worker_main(
     # A forkserver child has the server's environment: give it the driver's, as now.
     os.environ.clear()
     os.environ.update(environ)
+    # Outputs are files: whatever the function prints is a diagnostic, for stderr.
+    sys.stdout.flush()
+    os.dup2(2, 1)
     # Ctrl-C reaches the whole process group; the driver decides and stops the workers.
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     signal.signal(signal.SIGTERM, _on_sigterm)

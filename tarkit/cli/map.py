@@ -258,10 +258,10 @@ class ProgressLine:
 
     def summary(self, progress: Any) -> str:
         already = f" ({progress.resumed} already complete)" if progress.resumed else ""
-        rate = f", {progress.samples_per_second:.0f} samples/s" if progress.samples else ""
+        rate = f" ({progress.samples_per_second:.0f} samples/s)" if progress.samples else ""
         return (
-            f"{progress.done}/{progress.total} shards{already}, {progress.samples} samples"
-            f"{rate}, {progress.failed} failed, {progress.seconds:.1f} s"
+            f"{progress.done}/{progress.total} shards{already}, {progress.samples} samples "
+            f"in {progress.seconds:.2f} s{rate}, {progress.failed} failed"
         )
 
     def _status(self, text: str) -> None:
