@@ -25,7 +25,12 @@ from .tario import Member, TarWriter, read_members
 __version__ = "0.1.0"
 
 # The torch loader is imported on first use, so ``import tarkit`` does not load torch.
-_LAZY = {"ShardDataset": "dataset", "ShardLoader": "dataset", "loader": "dataset"}
+_LAZY = {
+    "ShardDataset": "dataset",
+    "ShardLoader": "dataset",
+    "loader": "dataset",
+    "shard_dataset": "sharding",
+}
 
 
 def __getattr__(name: str) -> object:
@@ -57,6 +62,7 @@ __all__ = [
     "loader",
     "read_members",
     "read_samples",
+    "shard_dataset",
     "shuffle_samples",
     "slice_samples",
     "split_name",
