@@ -33,7 +33,7 @@ from typing import Any
 from .errors import InputError, OutputError, SampleError, SourceError, TarkitError
 from .manifest import ShardInfo
 from .samples import Sample, SkipLog
-from .shards import ShardWriter, is_remote, local_path
+from .shards import ShardWriter, is_remote, local_path, publish
 
 RECORD_FORMAT = "tarkit-map-shard"
 RECORD_VERSION = 1
@@ -370,41 +370,8 @@ def _write_record(task: ShardTask, info: ShardInfo, rows: list[Row], rejects: li
 
 
 def write_text(location: str, text: str) -> None:
-    """Write a small text file atomically (local: temporary name + rename; remote: one put)."""
-    data = text.encode("utf-8")
-    if is_remote(location):
-        fs, path = filesystem(location)
-        try:
-            fs.pipe_file(path, data)
-        except Exception as exc:  # fsspec back ends raise many kinds
-            raise OutputError(f"{location}: cannot write: {exc}") from None
-        return
-    path = local_path(location)
-    directory = os.path.dirname(os.path.abspath(path))
-    try:
-        os.makedirs(directory, exist_ok=True)
-        fd, temp = tempfile.mkstemp(
-            prefix=f".{os.path.basename(path)}.", suffix=".tmp", dir=directory
-        )
-    except OSError as exc:
-        raise OutputError(f"{location}: cannot create: {exc.strerror}") from None
-    try:
-        with open(fd, "wb") as stream:
-            stream.write(data)
-        os.chmod(temp, 0o666 & ~_umask())
-        os.replace(temp, path)
-    except OSError as exc:
-        try:
-            os.unlink(temp)
-        except OSError:
-            pass
-        raise OutputError(f"{location}: cannot write: {exc.strerror}") from None
-
-
-def _umask() -> int:
-    mask = os.umask(0)
-    os.umask(mask)
-    return mask
+    """Write a small text file whole (local: temporary name + rename; remote: one upload)."""
+    publish(location, text.encode("utf-8"))
 
 
 def _read_bytes(location: str) -> bytes | None:
