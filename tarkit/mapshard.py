@@ -157,7 +157,7 @@ def run_shard(mapper: Any, task: ShardTask) -> ShardResult:
     key: str | None = None
     try:
         if task.resume:
-            record = completed_record(task.output)
+            record = completed_record(task.output, task.input)
             if record is not None:
                 result.info, result.rows, result.rejects = record
                 result.resumed = True
@@ -388,11 +388,14 @@ def _read_bytes(location: str) -> bytes | None:
         return None
 
 
-def completed_record(output: str) -> tuple[ShardInfo, list[Row], list[str]] | None:
+def completed_record(
+    output: str, source: str | None = None
+) -> tuple[ShardInfo, list[Row], list[str]] | None:
     """The entry, metadata rows and rejects of ``output`` if it is complete, else None.
 
-    Complete means: its record exists and the file matches it (sha256 of a local file,
-    the size of a remote object). A record that does not parse counts as absent.
+    Complete means: its record exists, names ``source`` as its input (when given), and
+    the file matches it (sha256 of a local file, the size of a remote object). A record
+    that does not parse counts as absent.
     """
     text = _read_bytes(record_path(output))
     if text is None:
@@ -401,6 +404,8 @@ def completed_record(output: str) -> tuple[ShardInfo, list[Row], list[str]] | No
         record = json.loads(text)
         shard = record["shard"]
         if record.get("format") != RECORD_FORMAT or record.get("version") != RECORD_VERSION:
+            return None
+        if source is not None and record.get("input") != source:
             return None
         info = ShardInfo(output, int(shard["samples"]), int(shard["bytes"]), shard.get("sha256"))
         rows = list(record.get("metadata") or [])

@@ -204,8 +204,17 @@ def test_a_rerun_maps_only_the_shards_that_are_missing_or_do_not_match(
     assert [p.read_bytes() for p in outputs] == first
     assert (tmp_path / "meta.jsonl").read_bytes() == rows
 
+    # Outputs made from other inputs are not complete for this run.
     (marks / "calls").unlink()
-    result = map_shards(fns.shout, inputs, out, workers=2, resume=False)
+    (tmp_path / "in" / "in-2.tar").rename(tmp_path / "in" / "other-2.tar")
+    others = [inputs.replace("{0..3}", str(s)) for s in range(SHARDS)]
+    others[2] = str(tmp_path / "in" / "other-2.tar")
+    result = map_shards(fns.shout, others, [str(p) for p in outputs], workers=2)
+    assert {shard for shard, _ in fns.calls(marks)} == {"other-2.tar"}
+    assert (result.processed, result.resumed) == (1, 3)
+
+    (marks / "calls").unlink()
+    result = map_shards(fns.shout, others, [str(p) for p in outputs], workers=2, resume=False)
     assert len(fns.calls(marks)) == SHARDS * PER_SHARD and result.processed == SHARDS
 
 
