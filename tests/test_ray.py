@@ -27,6 +27,7 @@ from map_functions import write_inputs
 from tarkit.mapping import MapError, map_shards
 
 pytest.importorskip("ray")
+pytestmark = pytest.mark.timeout(150)  # each test, the cluster's start-up included
 
 HERE = Path(__file__).resolve().parent
 START_TIMEOUT = 90
