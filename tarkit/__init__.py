@@ -19,17 +19,17 @@ from .errors import (
 )
 from .pipeline import read_samples, shuffle_samples, slice_samples, take, write_samples
 from .samples import Sample, SkipLog, group_samples, split_name
-from .shards import ShardWriter
 from .tario import Member, TarWriter, read_members
 
 __version__ = "0.1.0"
 
-# The torch loader is imported on first use, so ``import tarkit`` does not load torch.
+# Imported on first use, so ``import tarkit`` does not load torch and the tools start fast.
 _LAZY = {
     "ShardDataset": "dataset",
     "ShardLoader": "dataset",
     "loader": "dataset",
     "shard_dataset": "sharding",
+    "ShardWriter": "shards",
 }
 
 
