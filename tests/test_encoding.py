@@ -10,6 +10,8 @@ import numpy as np
 import pytest
 import torch
 from conftest import samples_of
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from PIL import Image
 
 from tarkit.encoding import (
@@ -21,6 +23,7 @@ from tarkit.encoding import (
     parse_resize,
 )
 from tarkit.errors import SampleError, UsageError
+from tarkit.tario import encode_member
 
 
 def decode(sample: dict[str, object]) -> dict[str, bytes]:
@@ -122,3 +125,32 @@ def test_exif_orientation_is_applied_before_reencoding() -> None:
 def test_bad_resize_specs_are_usage_errors(text: str) -> None:
     with pytest.raises(UsageError):
         parse_resize(text)
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    key=st.from_regex(r"[a-z0-9_/]{0,60}[a-z0-9_]", fullmatch=True).filter(
+        lambda k: not k.startswith("/") and "//" not in k
+    ),
+    fields=st.dictionaries(
+        st.from_regex(r"[a-z][a-z0-9.]{0,50}", fullmatch=True).filter(lambda f: ".." not in f),
+        st.binary(max_size=1500),
+        min_size=1,
+        max_size=4,
+    ),
+    mtime=st.integers(0, 8**11 - 1),
+)
+def test_encoded_members_are_exactly_what_the_tar_writer_makes(
+    key: str, fields: dict[str, bytes], mtime: int
+) -> None:
+    sample = {"__key__": key, **fields}
+    expected = b"".join(
+        encode_member(f"{key}.{field}", fields[field], mtime=mtime) for field in sorted(fields)
+    )
+    assert encode_sample(sample, mtime=mtime) == expected
+
+
+def test_long_and_non_ascii_names_take_the_tar_writers_pax_path() -> None:
+    for key in ("d" * 150 + "/k", "ünïcode"):
+        expected = encode_member(f"{key}.txt", b"x", mtime=5)
+        assert encode_sample({"__key__": key, "txt": b"x"}, mtime=5) == expected
