@@ -72,6 +72,10 @@ def test_tarcat_passes_peer_shard_through_byte_for_byte_with_webdatasets_samples
     assert result.stdout.endswith(END)
     out = tmp_path / "out.tar"
     out.write_bytes(result.stdout)
+    for lister in (["tar", "-tvf"], ["bsdtar", "-tvf"]):
+        listed = subprocess.run([*lister, str(out)], capture_output=True, text=True)
+        assert (listed.returncode, listed.stderr) == (0, ""), lister
+        assert len(listed.stdout.splitlines()) == len(files)
     want = webdataset_samples(shard)
     assert len(want) >= 3
     assert webdataset_samples(out) == want
