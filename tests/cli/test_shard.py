@@ -127,6 +127,10 @@ def test_a_plan_with_file_paths_and_text_round_trips(tmp_path: Path, ending: str
     assert result.returncode == 0, result.stderr
     samples = all_samples(out)
     assert [key for key, _ in samples] == [f"item{i}" for i in range(7)]
+    listed = [subprocess.run(["tar", "-tvf", str(p)], capture_output=True, text=True)
+              for p in shards_in(out)]  # fmt: skip
+    assert all(r.returncode == 0 and r.stderr == "" for r in listed)
+    assert sum(len(r.stdout.splitlines()) for r in listed) == 7 * 3
     assert samples[5][1] == {
         "png": (tmp_path / "img" / "5.png").read_bytes(), "cls": b"1", "txt": b"caption 5"
     }  # fmt: skip
