@@ -1,0 +1,69 @@
+"""tar2tsv: one TSV line per sample, ``__key__`` then the fields."""
+
+from __future__ import annotations
+
+from typing import Annotated, Optional
+
+import typer
+
+from . import options as o
+from .runner import report_skips, run, skip_log, typer_main
+
+app = typer.Typer(add_completion=False, rich_markup_mode=None)
+
+
+@app.command(
+    help="Write one TSV line per sample: __key__, then one cell per field.\n\n"
+    "Text is UTF-8 with tab, newline, carriage return and backslash escaped as "
+    "\\t \\n \\r \\\\; a value that is not text is written as <N bytes>; a missing "
+    "field is an empty cell. Without -f: the fields of the first sample.\n\n"
+    "Example: tar2tsv -c 5 -f 'txt;caption cls' data-000.tar",
+)
+def tar2tsv(
+    ctx: typer.Context,
+    inputs: o.Inputs = None,
+    fields: Annotated[
+        Optional[str],
+        typer.Option(
+            "-f",
+            "--fields",
+            help="Columns, e.g. 'txt;caption cls': spaces separate columns, ';' separates "
+            "alternatives (the first one present fills the cell).",
+            show_default=False,
+        ),
+    ] = None,
+    count: o.Count = None,
+    no_header: Annotated[
+        bool, typer.Option("--no-header", help="Leave out the header line.")
+    ] = False,
+    no_key: Annotated[bool, typer.Option("--no-key", help="Leave out the __key__ column.")] = False,
+    strict: o.Strict = False,
+    ignore_zeros: o.IgnoreZeros = False,
+    allow_empty: o.AllowEmpty = False,
+) -> None:
+    tool = ctx.command_path
+
+    def body() -> int:
+        import sys
+
+        from ..pipeline import read_samples, take
+        from ..samples import parse_field_spec
+        from ..tsv import tsv_lines, write_lines
+
+        columns = parse_field_spec(fields) if fields is not None else None
+        skips = skip_log(tool)
+        samples = read_samples(
+            inputs or [], strict=strict, skips=skips,
+            ignore_zeros=ignore_zeros, allow_empty=allow_empty,
+        )  # fmt: skip
+        samples = take(samples, count)
+        lines = tsv_lines(samples, columns, header=not no_header, key=not no_key)
+        write_lines(lines, sys.stdout.buffer)
+        report_skips(tool, skips)
+        return 0
+
+    run(tool, body)
+
+
+def main() -> None:
+    typer_main(app, "tar2tsv")

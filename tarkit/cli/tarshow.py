@@ -1,0 +1,102 @@
+"""tarshow: per sample, the key and a line per field (name, size, preview); or a contact sheet."""
+
+from __future__ import annotations
+
+from typing import Annotated, Optional
+
+import typer
+
+from . import options as o
+from .runner import report_skips, run, skip_log, typer_main
+
+app = typer.Typer(add_completion=False, rich_markup_mode=None)
+
+GRID_COUNT = 16
+DRAWING_COLUMNS = 60
+
+
+@app.command(
+    help="Show samples: the key, then per field its name, size and a preview (text: the "
+    "first 60 characters, escaped; JSON: compact; image: WIDTHxHEIGHT MODE; other "
+    "bytes: the first 16 in hex).\n\n"
+    "Image fields are recognised by their extension (jpg, jpeg, png, webp, gif, bmp, "
+    "tif, tiff, ppm, pgm, pbm, pnm, tga, ico, jp2, avif).\n\n"
+    "Examples: tarshow -c 3 data-000.tar; tarshow --grid sheet.png data-000.tar",
+)
+def tarshow(
+    ctx: typer.Context,
+    inputs: o.Inputs = None,
+    count: Annotated[
+        Optional[int],
+        typer.Option(
+            "-c",
+            "--count",
+            help=f"Stop after N samples (and stop reading); with --grid, default {GRID_COUNT}.",
+            show_default=False,
+        ),
+    ] = None,
+    fields: o.Fields = None,
+    grid: Annotated[
+        Optional[str],
+        typer.Option(
+            "--grid",
+            metavar="OUT.png",
+            help="Write a contact sheet of the first image of each sample, captioned with "
+            "its key, instead of the text ('-' is stdout).",
+            show_default=False,
+        ),
+    ] = None,
+    images: Annotated[
+        bool,
+        typer.Option(
+            "--images",
+            help="Draw image fields in the terminal (24-bit colour, Unicode half blocks).",
+        ),
+    ] = False,
+    strict: o.Strict = False,
+    ignore_zeros: o.IgnoreZeros = False,
+    allow_empty: o.AllowEmpty = False,
+) -> None:
+    tool = ctx.command_path
+
+    def body() -> int:
+        import shutil
+        import sys
+
+        from ..errors import UsageError
+        from ..pipeline import read_samples, take
+        from ..samples import parse_field_spec, select_fields
+
+        if grid is not None and images:
+            raise UsageError("--grid and --images do not go together")
+        skips = skip_log(tool)
+        samples = read_samples(
+            inputs or [], strict=strict, skips=skips,
+            ignore_zeros=ignore_zeros, allow_empty=allow_empty,
+        )  # fmt: skip
+        if fields is not None:
+            spec = parse_field_spec(fields)
+            samples = (select_fields(s, spec) for s in samples)
+        if grid is not None:
+            from ..show import grid as write_grid
+
+            write_grid(take(samples, GRID_COUNT if count is None else count), grid)
+        else:
+            from ..show import describe
+            from ..tsv import write_lines
+
+            width = min(DRAWING_COLUMNS, shutil.get_terminal_size().columns - 2)
+            lines = (
+                line + "\n"
+                for sample in take(samples, count)
+                for line in ["\n".join(describe(sample, images=images, columns=width))]
+            )
+            write_lines(lines, sys.stdout.buffer)
+        report_skips(tool, skips)
+        return 0
+
+    run(tool, body)
+
+
+def main() -> None:
+    typer_main(app, "tarshow")

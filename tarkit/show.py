@@ -1,0 +1,284 @@
+r"""Looking at samples: a one-line preview per field, terminal drawings, a contact sheet.
+
+A field is an image when its last extension is one of :data:`IMAGE_EXTENSIONS`
+(``x.seg.png`` is one, ``x.png.gz`` is not): the name decides, not the bytes, so
+Pillow is imported only when an image field is actually shown.
+
+>>> preview("txt", b"a cat\non a mat")
+'a cat\\non a mat'
+>>> preview("json", b'{ "label": 3,\n  "tags": ["x"] }')
+'{"label":3,"tags":["x"]}'
+>>> preview("bin", bytes(range(20)))
+'00 01 02 03 04 05 06 07 08 09 0a 0b 0c 0d 0e 0f …'
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import math
+from collections.abc import Iterable
+from typing import TYPE_CHECKING, cast
+
+from .errors import OutputError
+from .samples import Sample
+from .tsv import as_text, escape
+
+if TYPE_CHECKING:
+    from PIL import Image, ImageFont
+
+IMAGE_EXTENSIONS = frozenset(
+    "jpg jpeg png webp gif bmp tif tiff ppm pgm pbm pnm tga ico jp2 avif".split()
+)
+PREVIEW_CHARS = 60
+PREVIEW_BYTES = 16
+MORE = "…"
+
+# Contact sheet layout, in pixels: each cell is a TILE x TILE image area above a
+# CAPTION-high key, cells GAP apart and GAP from the border.
+TILE, CAPTION, GAP = 128, 16, 4
+BACKGROUND, EMPTY_TILE, CAPTION_COLOUR = (24, 24, 24), (64, 64, 64), (230, 230, 230)
+
+
+def extension(field: str) -> str:
+    """The last extension of a field name, lowercased: what says how to read it.
+
+    >>> extension("seg.PNG"), extension("txt.gz"), extension("cls")
+    ('png', 'gz', 'cls')
+    """
+    return field.rsplit(".", 1)[-1].lower()
+
+
+def is_image(field: str) -> bool:
+    """True for a field whose name marks it as an image (``jpg``, ``seg.png``…).
+
+    >>> is_image("JPEG"), is_image("left.webp"), is_image("png.gz")
+    (True, True, False)
+    """
+    return extension(field) in IMAGE_EXTENSIONS
+
+
+def preview(field: str, data: bytes) -> str:
+    """A one-line preview of a field's bytes, at most about 60 characters before escaping.
+
+    JSON (a ``json`` field that parses) is shown compact; UTF-8 text escaped as in TSV;
+    anything else as its first 16 bytes in hex. ``…`` marks a cut. Image fields are
+    described by :func:`image_preview` instead.
+
+    >>> preview("txt", ("é" * 70).encode())[-3:]
+    'éé…'
+    >>> preview("json", b"[1, 2")
+    '[1, 2'
+    """
+    if extension(field) == "json":
+        try:
+            value = json.loads(data)
+        except ValueError:
+            pass
+        else:
+            compact = json.dumps(value, separators=(",", ":"), ensure_ascii=False)
+            return _cut(compact)
+    text = as_text(data)
+    if text is not None:
+        return _cut(text)
+    return hex_preview(data)
+
+
+def _cut(text: str) -> str:
+    if len(text) <= PREVIEW_CHARS:
+        return escape(text)
+    return escape(text[:PREVIEW_CHARS]) + MORE
+
+
+def hex_preview(data: bytes) -> str:
+    """The first bytes in hex.
+
+    >>> hex_preview(b"\\x89PNG")
+    '89 50 4e 47'
+    """
+    shown = data[:PREVIEW_BYTES].hex(" ")
+    return shown + " " + MORE if len(data) > PREVIEW_BYTES else shown
+
+
+def open_image(data: bytes) -> Image.Image | None:
+    """The image in ``data`` (header read, pixels not yet decoded), or None if unreadable."""
+    from PIL import Image
+
+    try:
+        return Image.open(io.BytesIO(data))
+    # Pillow's plug-ins report a bad file with any of these (and a bomb with its own).
+    except (OSError, ValueError, SyntaxError, Image.DecompressionBombError):
+        return None
+
+
+def image_preview(image: Image.Image | None, data: bytes) -> str:
+    """``WIDTHxHEIGHT MODE`` of an image, or ``unreadable image:`` and its first bytes."""
+    if image is None:
+        return "unreadable image: " + hex_preview(data)
+    width, height = image.size
+    return f"{width}x{height} {image.mode}"
+
+
+def describe(sample: Sample, *, images: bool = False, columns: int = 60) -> list[str]:
+    """The lines tarkit shows for a sample: its key, then per field name, size, preview.
+
+    With ``images``, each readable image field is followed by its drawing
+    (:func:`draw`, at most ``columns`` characters wide). Lines have no newline.
+    """
+    fields = [escape(f) for f in sample.fields]
+    name_width = max(map(len, fields), default=0)
+    sizes = [str(m.size) for m in sample.members]
+    size_width = max(map(len, sizes), default=0)
+    lines = [escape(sample.key)]
+    for field, name, size, member in zip(sample.fields, fields, sizes, sample.members,
+                                         strict=True):  # fmt: skip
+        data = member.data
+        drawing: list[str] = []
+        if is_image(field):
+            image = open_image(data)
+            shown = image_preview(image, data)
+            if images and image is not None:
+                drawing = draw(image, columns=columns)
+        else:
+            shown = preview(field, data)
+        lines.append(f"  {name:<{name_width}}  {size:>{size_width}}  {shown}".rstrip())
+        lines.extend("  " + row for row in drawing)
+    return lines
+
+
+def _rgb(image: Image.Image) -> Image.Image:
+    """The first frame as RGB, transparency composited over the sheet's background."""
+    from PIL import Image
+
+    image.seek(0)
+    if image.mode in ("RGBA", "LA", "PA") or "transparency" in image.info:
+        rgba = image.convert("RGBA")
+        flat = Image.new("RGBA", rgba.size, BACKGROUND + (255,))
+        return Image.alpha_composite(flat, rgba).convert("RGB")
+    if image.mode in ("I", "I;16", "I;16B", "I;16L", "F"):
+        # Wide greyscale: scale to 8 bits rather than clip at 255.
+        wide = image.convert("F")
+        low, high = cast("tuple[float, float]", wide.getextrema())
+        scale = 255 / (high - low) if high > low else 0
+        return wide.point(lambda v: (v - low) * scale).convert("L").convert("RGB")
+    return image.convert("RGB")
+
+
+def draw(image: Image.Image, *, columns: int = 60, rows: int = 30) -> list[str]:
+    """Draw an image with truecolor escape sequences and Unicode upper half blocks.
+
+    Each character cell shows two pixels: the upper one in the foreground colour of
+    ``▀``, the lower one in the background colour. The image is shrunk (never grown) to
+    fit ``columns`` characters by ``rows`` lines. Each line ends by resetting colours.
+    Raises nothing for a broken image: its lines say ``unreadable image``.
+    """
+    from PIL import Image
+
+    try:
+        image.draft("RGB", (columns, 2 * rows))
+        picture = _rgb(image)
+    except (OSError, ValueError, SyntaxError, Image.DecompressionBombError):
+        return ["unreadable image"]
+    width, height = picture.size
+    scale = min(1.0, columns / width, 2 * rows / height)
+    size = (max(1, round(width * scale)), max(1, round(height * scale)))
+    if size != picture.size:
+        picture = picture.resize(size, Image.Resampling.BOX)
+    width, height = size
+    pixels = picture.load()
+    assert pixels is not None
+    lines = []
+    for y in range(0, height, 2):
+        cells = []
+        previous = ""
+        for x in range(width):
+            top = "38;2;{};{};{}".format(*pixels[x, y])  # type: ignore[misc]
+            bottom = "49"  # an odd last row: the terminal's own background
+            if y + 1 < height:
+                bottom = "48;2;{};{};{}".format(*pixels[x, y + 1])  # type: ignore[misc]
+            colours = f"\x1b[{top};{bottom}m"
+            # Runs of one colour pair need its escape sequence only once.
+            cells.append("▀" if colours == previous else colours + "▀")
+            previous = colours
+        lines.append("".join(cells) + "\x1b[0m")
+    return lines
+
+
+def first_image(sample: Sample) -> bytes | None:
+    """The bytes of the sample's first image field, in archive order, or None."""
+    for field, member in zip(sample.fields, sample.members, strict=True):
+        if is_image(field):
+            return member.data
+    return None
+
+
+def grid(samples: Iterable[Sample], path: str) -> int:
+    """Write a contact sheet PNG of the first image of each sample, captioned with its key.
+
+    Cells are laid out in rows of ``ceil(sqrt(n))``; each is a ``TILE`` pixel square
+    holding the image scaled to fit and centred, above its key (cut from the left with
+    ``...`` when too long). A sample without an image (or with an unreadable one) gets
+    a grey tile. The PNG is deterministic and written atomically (``-`` is stdout).
+    Returns the number of cells; raises :class:`~tarkit.errors.OutputError` when no
+    sample has an image (nothing is written).
+    """
+    from PIL import Image, ImageDraw, ImageFont, ImageOps
+
+    from .pipeline import output_errors
+    from .urls import Sink
+
+    tiles: list[tuple[str, Image.Image | None]] = []
+    for sample in samples:
+        data = first_image(sample)
+        tile = None
+        if data is not None and (image := open_image(data)) is not None:
+            try:
+                image.draft("RGB", (TILE, TILE))
+                tile = ImageOps.contain(_rgb(image), (TILE, TILE), Image.Resampling.LANCZOS)
+            except (OSError, ValueError, SyntaxError, Image.DecompressionBombError):
+                tile = None
+        tiles.append((sample.key, tile))
+    if not any(tile is not None for _, tile in tiles):
+        raise OutputError(
+            f"{path}: no image in the first {len(tiles)} samples "
+            f"(image fields end in .{', .'.join(sorted(IMAGE_EXTENSIONS)[:4])}, …); "
+            "nothing written"
+        )
+    per_row = math.ceil(math.sqrt(len(tiles)))
+    rows = math.ceil(len(tiles) / per_row)
+    sheet = Image.new(
+        "RGB",
+        (GAP + per_row * (TILE + GAP), GAP + rows * (TILE + CAPTION + GAP)),
+        BACKGROUND,
+    )
+    pen = ImageDraw.Draw(sheet)
+    font = ImageFont.load_default(size=11)
+    for index, (key, tile) in enumerate(tiles):
+        x = GAP + (index % per_row) * (TILE + GAP)
+        y = GAP + (index // per_row) * (TILE + CAPTION + GAP)
+        if tile is None:
+            pen.rectangle((x, y, x + TILE - 1, y + TILE - 1), fill=EMPTY_TILE)
+        else:
+            sheet.paste(tile, (x + (TILE - tile.width) // 2, y + (TILE - tile.height) // 2))
+        caption = _fit(escape(key), font, TILE)
+        pen.text((x, y + TILE + 1), caption, fill=CAPTION_COLOUR, font=font)
+    sink = Sink(path)
+    try:
+        with output_errors(sink):
+            sheet.save(sink.stream, "PNG")
+            sink.commit()
+    except BaseException:
+        sink.abort()
+        raise
+    return len(tiles)
+
+
+def _fit(text: str, font: ImageFont.FreeTypeFont | ImageFont.ImageFont, width: int) -> str:
+    """``text``, cut from the left with ``...`` until it is at most ``width`` pixels."""
+    if font.getlength(text) <= width:
+        return text
+    for start in range(1, len(text)):
+        cut = "..." + text[start:]
+        if font.getlength(cut) <= width:
+            return cut
+    return "..."

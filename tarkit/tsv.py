@@ -1,0 +1,159 @@
+r"""Samples as TSV: one line per sample, ``__key__`` then one cell per column.
+
+A cell holds a field's bytes as UTF-8 text with tab, newline, carriage return and
+backslash escaped as ``\t \n \r \\``; bytes that are not text are written as
+``<N bytes>``; a missing field is an empty cell.
+
+>>> from tarkit.samples import parse_field_spec
+>>> from tarkit.tario import Member
+>>> def sample(key, **fields):
+...     members = [Member(f"{key}.{f}", "file", len(d), 0, d, 0) for f, d in fields.items()]
+...     return Sample(key, list(fields), members, "-")
+>>> samples = [sample("a", txt=b"one\ttwo", jpg=b"\xff\xd8\xff"), sample("b", cls=b"7")]
+>>> lines = tsv_lines(samples, parse_field_spec("txt cls;jpg"))
+>>> print("".join(lines).replace("\t", " | "), end="")
+__key__ | txt | cls;jpg
+a | one\ttwo | <3 bytes>
+b |  | 7
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable, Iterator
+from typing import BinaryIO
+
+from .samples import Sample
+
+# Control characters other than tab, newline and carriage return mark binary data.
+_BINARY = re.compile(r"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f]")
+_SPECIAL = re.compile(r"[\t\n\r\\\udc80-\udcff]")
+_ESCAPES = {"\t": "\\t", "\n": "\\n", "\r": "\\r", "\\": "\\\\"}
+
+KEY = "__key__"
+
+
+def escape(text: str) -> str:
+    """Escape tab, newline, carriage return and backslash; undecodable bytes as ``\\xNN``.
+
+    Names read from an archive keep bytes that are not UTF-8 as lone surrogates
+    (``surrogateescape``); they come out as ``\\xNN``, unambiguous because a real
+    backslash is doubled.
+
+    >>> print(escape("a\\tb\\nc\\\\d"))
+    a\\tb\\nc\\\\d
+    >>> print(escape(b"caf\\xe9".decode("utf-8", "surrogateescape")))
+    caf\\xe9
+    """
+    if not _SPECIAL.search(text):
+        return text
+    return _SPECIAL.sub(_escape_one, text)
+
+
+def _escape_one(match: re.Match[str]) -> str:
+    char = match.group()
+    return _ESCAPES.get(char) or f"\\x{ord(char) - 0xDC00:02x}"
+
+
+def as_text(data: bytes) -> str | None:
+    """``data`` decoded as UTF-8 text, or None when it is not text.
+
+    Text is valid UTF-8 without control characters other than tab, newline and
+    carriage return (a NUL byte decodes as UTF-8 but is binary data).
+
+    >>> as_text("héllo".encode())
+    'héllo'
+    >>> as_text(b"\\x00\\x01") is None, as_text(b"\\xff") is None
+    (True, True)
+    """
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError:
+        return None
+    if _BINARY.search(text):
+        return None
+    return text
+
+
+def cell(data: bytes | None) -> str:
+    """One TSV cell: escaped text, ``<N bytes>`` for binary data, empty for None.
+
+    >>> cell(b"two\\nlines"), cell(b"\\x89PNG"), cell(None)
+    ('two\\\\nlines', '<4 bytes>', '')
+    """
+    if data is None:
+        return ""
+    text = as_text(data)
+    return f"<{len(data)} bytes>" if text is None else escape(text)
+
+
+def pick(sample: Sample, alternatives: list[str]) -> bytes | None:
+    """The bytes of the first of ``alternatives`` the sample has, or None."""
+    for field in alternatives:
+        data = sample.get(field)
+        if data is not None:
+            return data
+    return None
+
+
+def tsv_lines(
+    samples: Iterable[Sample],
+    columns: list[list[str]] | None = None,
+    *,
+    header: bool = True,
+    key: bool = True,
+) -> Iterator[str]:
+    """Yield the TSV lines (each ending in a newline) for ``samples``.
+
+    ``columns`` is a parsed field spec (:func:`~tarkit.samples.parse_field_spec`): each
+    column lists alternatives, the first one present fills the cell. None means the
+    fields of the first sample, in archive order. The header names ``__key__`` and each
+    column as written in the spec (``jpg;png``). With no column and no key, a sample
+    has nothing to show and no line is written.
+    """
+    iterator = iter(samples)
+    first: Sample | None = None
+    if columns is None:
+        first = next(iterator, None)
+        columns = [] if first is None else [[field] for field in first.fields]
+    if not columns and not key:
+        return
+    if header:
+        names = [escape(";".join(alternatives)) for alternatives in columns]
+        yield "\t".join([KEY, *names] if key else names) + "\n"
+    if first is not None:
+        yield _line(first, columns, key)
+    for sample in iterator:
+        yield _line(sample, columns, key)
+
+
+def _line(sample: Sample, columns: list[list[str]], key: bool) -> str:
+    cells = [cell(pick(sample, alternatives)) for alternatives in columns]
+    if key:
+        cells.insert(0, escape(sample.key))
+    return "\t".join(cells) + "\n"
+
+
+WRITE_CHUNK = 1 << 16
+
+
+def write_lines(lines: Iterable[str], stream: BinaryIO) -> None:
+    """Write text lines to ``stream`` as UTF-8, gathered into writes of about 64 KiB.
+
+    When ``lines`` raises, every line it produced before goes out first, then the
+    error propagates; a line is never written in part.
+    """
+    pending: list[str] = []
+    size = 0
+    try:
+        for line in lines:
+            pending.append(line)
+            size += len(line)
+            if size >= WRITE_CHUNK:
+                stream.write("".join(pending).encode("utf-8", "surrogateescape"))
+                pending.clear()
+                size = 0
+    finally:
+        if pending:
+            stream.write("".join(pending).encode("utf-8", "surrogateescape"))
+        stream.flush()
