@@ -396,6 +396,12 @@ class ShardDataset(IterableDataset):
                         f"the shard has {position} samples, the manifest says {info.samples}",
                         source=url,
                     )
+        except OSError as exc:
+            error = SourceError(f"{url}: read failed: {exc}")
+            if self.handler == "raise":
+                raise error from exc
+            lost = expected - delivered if expected is not None else watch.lost(error)
+            self._skip(row, UNREADABLE, lost, piece.shard, str(error))
         except (InputError, SourceError) as exc:
             if offset and isinstance(exc, InputError) and exc.offset is not None:
                 exc.offset += offset
@@ -413,12 +419,19 @@ class ShardDataset(IterableDataset):
             return source, source.stream
         else:
             source = open_source(url)
-        stream = source.stream
+        try:
+            return source, self._tar_stream(source.stream, url, offset)
+        except BaseException as exc:
+            source.__exit__(type(exc), exc, exc.__traceback__)  # close early, or abandon
+            raise
+
+    def _tar_stream(self, stream: Any, url: str, offset: int) -> io.RawIOBase:
+        """The tar bytes of ``stream`` from byte ``offset`` (seeking when it can)."""
         if offset and getattr(stream, "seekable", lambda: False)():
             head = stream.read(6)
             if sniff(io.BytesIO(head))[0] is None:
                 stream.seek(offset)
-                return source, stream
+                return stream
             stream.seek(0)
         tar = open_decompressed(stream, url)
         left = offset
@@ -428,7 +441,7 @@ class ShardDataset(IterableDataset):
             if not chunk:
                 raise TruncatedError(f"the shard ends before byte {offset}", source=url)
             left -= len(chunk)
-        return source, tar
+        return tar
 
     def _transformed(self, samples: Iterator[dict[str, Any]], row: int) -> Iterator[Any]:
         """Run webdataset's decode, to_tuple and map stages; name or count failures."""
@@ -599,6 +612,14 @@ def _resolve_shards(
             raise UsageError("ShardDataset needs shard URLs or a manifest")
         return expanded, None
     entries = dict(zip((_normal(u) for u in manifest.urls()), manifest.shards, strict=True))
+    for info in manifest.shards:
+        for listed in (info.keys, info.offsets):
+            if listed is not None and len(listed) != info.samples:
+                raise InputError(
+                    f"shard {info.url} lists {len(listed)} keys or offsets for "
+                    f"{info.samples} samples",
+                    source=manifest.location or "manifest",
+                )
     if expanded is None:
         if not manifest.shards:
             raise UsageError(f"{manifest.location}: the manifest lists no shards")

@@ -450,11 +450,33 @@ def test_unreadable_and_corrupt_shards(tmp_path):
 
 
 def test_a_manifest_that_does_not_match_the_shard_is_an_error(tmp_path):
+    import json
+
     paths, manifest = make_shards(tmp_path, [3, 3])
-    text = Path(manifest).read_text().replace('"samples": 3', '"samples": 2', 1)
-    Path(manifest).write_text(text.replace('"s00-001"', '"zzz"'))
-    with pytest.raises(InputError, match="manifest says 'zzz'"):
-        list(ShardDataset(manifest))
+    original = json.loads(Path(manifest).read_text())
+
+    def read_with(change) -> list[object]:
+        data = json.loads(json.dumps(original))
+        change(data["shards"][0])
+        Path(manifest).write_text(json.dumps(data))
+        return list(ShardDataset(manifest))
+
+    with pytest.raises(InputError, match="sample 1 is 's00-001', the manifest says 'zzz'"):
+        read_with(lambda shard: shard["keys"].__setitem__(1, "zzz"))
+
+    def fewer(shard):
+        shard.update(samples=2, keys=shard["keys"][:2], offsets=shard["offsets"][:2])
+
+    with pytest.raises(InputError, match="more samples than the 2 the manifest says"):
+        read_with(fewer)
+
+    def more(shard):
+        shard.update(samples=4, keys=None, offsets=None)
+
+    with pytest.raises(InputError, match="the shard has 3 samples, the manifest says 4"):
+        read_with(more)
+    with pytest.raises(InputError, match="lists 2 keys or offsets for 3 samples"):
+        read_with(lambda shard: shard["offsets"].pop())
 
 
 # -- sources ---------------------------------------------------------------------------
@@ -558,7 +580,8 @@ def _distributed_rank(rank: int, port: int, manifest: str, out: str) -> None:
         timeout=datetime.timedelta(seconds=60),
     )
     dataset = ShardDataset(manifest, equal_batches=True, batch_size=3, shuffle=4)
-    loader = DataLoader(dataset, batch_size=None, num_workers=2)
+    # A process started by spawn would spawn its workers too (slow); torchrun's fork them.
+    loader = DataLoader(dataset, batch_size=None, num_workers=2, multiprocessing_context="fork")
     batches = list(loader)
     keys = keys_of(batches)
     gathered: list[object] = [None, None]
@@ -580,7 +603,7 @@ def test_a_real_two_process_gloo_group_gets_equal_batches_and_every_sample_once(
         start_method="spawn",
     )
     deadline = datetime.datetime.now() + datetime.timedelta(seconds=90)
-    while not context.join(timeout=5):
+    while not context.join(timeout=0.2):
         assert datetime.datetime.now() < deadline, "the gloo group did not finish"
     (batches0, length0, keys0), (batches1, length1, keys1) = eval(out.read_text())
     assert batches0 == batches1 == length0 == length1 == 3
