@@ -101,7 +101,7 @@ class ShardCache:
         """Bytes held: finished shards plus the room reserved by downloads in progress."""
         return sum(size for _, _, size in self._entries())
 
-    def _entries(self) -> list[tuple[str, float, int]]:
+    def _entries(self) -> list[tuple[str, int, int]]:
         """(name, modification time, size) of every file that counts against the bound."""
         entries = []
         with os.scandir(self.directory) as scan:

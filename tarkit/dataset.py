@@ -18,7 +18,7 @@ import random
 import warnings
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, BinaryIO
 
 import torch
 import webdataset as wds
@@ -326,8 +326,9 @@ class ShardDataset(IterableDataset):
             items = wds.shuffle(self.shuffle, initial=min(self.shuffle, 100), rng=rng)(items)
         if self.decode is not None or self.to_tuple is not None or self.map is not None:
             items = self._transformed(items, worker)
-        if self.equal_batches:
-            expected = sum(_piece_length(p, self.infos[p.shard]) for p in pieces)  # type: ignore[index]
+        if self.equal_batches and self.infos is not None:
+            infos = self.infos
+            expected = sum(_piece_length(piece, infos[piece.shard]) for piece in pieces)
             items = self._padded(items, expected, worker, rank)
         if self.batch_size:
             collate = self.collate or default_collate
@@ -381,7 +382,7 @@ class ShardDataset(IterableDataset):
                     if skip:
                         skip -= 1
                         continue
-                    result = {"__key__": sample.key, "__url__": url}
+                    result: dict[str, Any] = {"__key__": sample.key, "__url__": url}
                     if local_path is not None:
                         result["__local_path__"] = local_path
                     for name, member in zip(sample.fields, sample.members, strict=True):
@@ -410,7 +411,7 @@ class ShardDataset(IterableDataset):
             lost = expected - delivered if expected is not None else watch.lost(exc)
             self._skip(row, _shard_reason(exc), lost, piece.shard, str(exc))
 
-    def _open(self, url: str, offset: int) -> tuple[Any, io.RawIOBase]:
+    def _open(self, url: str, offset: int) -> tuple[Any, BinaryIO]:
         """Open a shard; the returned tar stream starts at byte ``offset`` of the tar."""
         if self.cache is not None and is_remote(url):
             source = self.cache.open(url)
@@ -425,7 +426,7 @@ class ShardDataset(IterableDataset):
             source.__exit__(type(exc), exc, exc.__traceback__)  # close early, or abandon
             raise
 
-    def _tar_stream(self, stream: Any, url: str, offset: int) -> io.RawIOBase:
+    def _tar_stream(self, stream: Any, url: str, offset: int) -> BinaryIO:
         """The tar bytes of ``stream`` from byte ``offset`` (seeking when it can)."""
         if offset and getattr(stream, "seekable", lambda: False)():
             head = stream.read(6)
@@ -594,9 +595,9 @@ def _resolve_shards(
         if urls.endswith(".json"):
             urls, manifest = None, urls
         elif os.path.isdir(urls):
-            listed = os.path.join(urls, "manifest.json")
-            if os.path.exists(listed):
-                urls, manifest = None, listed
+            beside = os.path.join(urls, "manifest.json")
+            if os.path.exists(beside):
+                urls, manifest = None, beside
             else:
                 names = sorted(n for n in os.listdir(urls) if n.endswith(_TAR_SUFFIXES))
                 if not names:
@@ -612,19 +613,19 @@ def _resolve_shards(
             raise UsageError("ShardDataset needs shard URLs or a manifest")
         return expanded, None
     entries = dict(zip((_normal(u) for u in manifest.urls()), manifest.shards, strict=True))
-    for info in manifest.shards:
-        for listed in (info.keys, info.offsets):
-            if listed is not None and len(listed) != info.samples:
+    for entry in manifest.shards:
+        for listed in (entry.keys, entry.offsets):
+            if listed is not None and len(listed) != entry.samples:
                 raise InputError(
-                    f"shard {info.url} lists {len(listed)} keys or offsets for "
-                    f"{info.samples} samples",
+                    f"shard {entry.url} lists {len(listed)} keys or offsets for "
+                    f"{entry.samples} samples",
                     source=manifest.location or "manifest",
                 )
     if expanded is None:
         if not manifest.shards:
             raise UsageError(f"{manifest.location}: the manifest lists no shards")
         return manifest.urls(), list(manifest.shards)
-    infos = []
+    infos: list[ShardInfo] = []
     for url in expanded:
         info = entries.get(_normal(url))
         if info is None:

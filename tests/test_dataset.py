@@ -360,11 +360,28 @@ def test_corrupt_jpegs_are_skipped_and_counted_over_workers(jpeg_shards):
     assert not dataset.skipped
 
 
-def test_skipping_warns_and_never_sleeps(jpeg_shards):
+def test_skipping_warns_and_never_sleeps(jpeg_shards, monkeypatch):
+    import time
+
+    def no_sleep(seconds: float) -> None:
+        raise AssertionError(f"slept {seconds} s")
+
+    monkeypatch.setattr(time, "sleep", no_sleep)
     paths, _ = jpeg_shards
     dataset = ShardDataset(paths, decode="rgb8", handler="skip")
     with pytest.warns(UserWarning, match="ShardDataset.skipped"):
         assert len(list(dataset)) == 10
+
+
+def test_a_directory_means_its_manifest_or_else_its_shards(tmp_path):
+    paths, manifest = make_shards(tmp_path, [2, 3])
+    assert len(ShardDataset(str(tmp_path))) == 5
+    os.unlink(manifest)
+    dataset = ShardDataset(str(tmp_path))
+    assert dataset.urls == paths and keys_of(dataset) == list(all_keys([2, 3]))
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(UsageError, match="no tar shards"):
+        ShardDataset(str(tmp_path / "empty"))
 
 
 def test_missing_field_for_to_tuple_is_named_or_skipped(shards):
