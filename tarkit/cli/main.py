@@ -44,6 +44,6 @@ def build_app() -> typer.Typer:
 
 
 def main() -> None:
-    import typer.main
+    from .runner import typer_main
 
-    typer.main.get_command(build_app())(prog_name="tarkit")
+    typer_main(build_app(), "tarkit")

@@ -118,6 +118,19 @@ def run(tool: str, body: Callable[[], int | None]) -> NoReturn:
     os._exit(status) if status == EXIT_PIPE else sys.exit(status)
 
 
+def plain_typer() -> None:
+    """Plain help and error text, whether or not rich is installed.
+
+    With rich installed, typer escapes ``[default: …]`` as ``\\[default: …]`` even with
+    rich markup turned off, and imports rich to print tracebacks.
+    """
+    import typer.core
+    import typer.main
+
+    typer.core.HAS_RICH = False
+    typer.main.HAS_RICH = False  # type: ignore[attr-defined]
+
+
 def typer_main(app: object, tool: str) -> NoReturn:
     """Entry point for a console script: run the typer ``app`` under the name ``tool``.
 
@@ -127,13 +140,18 @@ def typer_main(app: object, tool: str) -> NoReturn:
     import click
     import typer.main
 
+    plain_typer()
     command = typer.main.get_command(app)  # type: ignore[arg-type]
     try:
         status = command.main(prog_name=tool, standalone_mode=False)
     except click.UsageError as exc:
+        name = exc.ctx.command_path if exc.ctx is not None else tool
+        if type(exc).__name__ == "NoArgsIsHelpError" and exc.ctx is not None:
+            sys.stderr.write(exc.ctx.get_help() + "\n")
+            sys.exit(EXIT_ERROR)
         message = exc.format_message().rstrip(".")
         message = message[:1].lower() + message[1:]
-        sys.stderr.write(f"{tool}: error: {message} (see {tool} --help)\n")
+        sys.stderr.write(f"{name}: error: {message} (see {name} --help)\n")
         sys.exit(EXIT_ERROR)
     except click.ClickException as exc:
         sys.stderr.write(f"{tool}: error: {exc.format_message()}\n")
