@@ -466,6 +466,8 @@ class ShardDataset(IterableDataset):
                 yield from items
                 return
             except Exception as exc:  # a stage failed on feed.current: rebuild the chain
+                if exc is feed.upstream:
+                    raise  # the shard reader's own error, already named
                 sample = feed.current or {}
                 error = _sample_error(feed.stage, sample, exc)
                 if self.handler == "raise":
@@ -574,9 +576,17 @@ class _Feed:
         self.first = first
         self.stage = first
         self.current: dict[str, Any] | None = None
+        self.upstream: BaseException | None = None
 
     def __iter__(self) -> Iterator[dict[str, Any]]:
-        for sample in self.samples:
+        while True:
+            try:
+                sample = next(self.samples)
+            except StopIteration:
+                return
+            except BaseException as exc:
+                self.upstream = exc
+                raise
             self.current = sample
             self.stage = self.first
             yield sample

@@ -409,6 +409,8 @@ def test_truncated_shard_raises_or_skips_its_rest_with_exact_counts(tmp_path, in
     truncate_shard(paths[1], "s01-003", inside=inside)
     with pytest.raises(TruncatedError, match=paths[1]):
         list(ShardDataset(paths))
+    with pytest.raises(TruncatedError, match=paths[1]):  # not taken for a decoding error
+        list(ShardDataset(paths, decode=[], to_tuple="cls"))
     # Samples 0-1 of shard 1 come out; 2 is lost because its end cannot be confirmed.
     expected = all_keys(counts) - Counter(f"s01-{i:03d}" for i in range(2, 6))
     dataset = ShardDataset(paths, handler="skip")
