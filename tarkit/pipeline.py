@@ -13,6 +13,7 @@ import itertools
 import random
 from collections import deque
 from collections.abc import Iterable, Iterator, Sequence
+from time import monotonic
 from typing import TypeVar
 
 from .compression import open_decompressed
@@ -23,6 +24,7 @@ from .urls import Sink, expand_inputs, open_source
 
 T = TypeVar("T")
 WRITE_CHUNK = 1 << 20
+FLUSH_INTERVAL = 0.1  # seconds a written sample may wait in memory for more to come
 
 
 def read_samples(
@@ -163,6 +165,7 @@ def write_samples(samples: Iterable[Sample], sink: Sink) -> int:
     # small member would cost more than reading it.
     pending: list[bytes] = []
     pending_size = 0
+    flushed = monotonic()
     try:
         with output_errors(sink):
             try:
@@ -180,10 +183,13 @@ def write_samples(samples: Iterable[Sample], sink: Sink) -> int:
                         pending.append(raw)
                         pending_size += len(raw)
                     count += 1
-                    if pending_size >= WRITE_CHUNK:
+                    if pending_size >= WRITE_CHUNK or monotonic() - flushed > FLUSH_INTERVAL:
+                        # A slow input must not hold samples back from the next command.
                         writer.write_raw(b"".join(pending))
+                        sink.stream.flush()
                         pending.clear()
                         pending_size = 0
+                        flushed = monotonic()
             finally:
                 # Whole samples read before a failure still go out.
                 if pending:
