@@ -216,13 +216,15 @@ def parse_field_spec(spec: str) -> list[list[str]]:
 def select_fields(sample: Sample, spec: list[list[str]]) -> Sample:
     """Keep, for each column of ``spec``, the first alternative the sample has.
 
-    Fields keep their archive order. Alternatives match field names exactly.
+    Fields keep their archive order. Names match case-insensitively, as webdataset
+    lowercases fields (``-f jpg`` keeps ``x.JPG``).
     """
     keep: set[int] = set()
+    folded = [f.lower() for f in sample.fields]
     for alternatives in spec:
         for alternative in alternatives:
-            if alternative in sample.fields:
-                keep.add(sample.fields.index(alternative))
+            if alternative.lower() in folded:
+                keep.add(folded.index(alternative.lower()))
                 break
     indices = sorted(keep)
     return Sample(
