@@ -2,10 +2,11 @@
 
 A cached shard is named by a hash of its full URL (plus its base name, for people), so
 two datasets whose shards share base names never collide. A shard that is not cached
-yet is downloaded by the first process that asks for it while that process reads it
-(tee): reading starts with the first bytes, not after the download. Other processes
-that want the same shard meanwhile wait on its lock file (``fcntl.flock``) and then read
-the finished file, so each shard is downloaded once per machine. A download goes to a
+yet is downloaded by a background thread of the first process that asks for it, which
+reads the file as it grows: reading starts with the first bytes, not after the download,
+and the download runs at network speed whatever that reader does. Other processes that
+want the same shard meanwhile wait on its lock file (``fcntl.flock``) and then read the
+finished file, so each shard is downloaded once per machine. A download goes to a
 temporary name and is renamed into place only when complete; a failed or abandoned one
 is removed.
 
@@ -24,8 +25,10 @@ import hashlib
 import io
 import os
 import re
+import threading
 import time
 import urllib.parse
+import weakref
 from typing import BinaryIO
 
 from .sizes import parse_size
@@ -193,11 +196,15 @@ def _touch(fd: int) -> None:
 
 
 class Download:
-    """A shard being read from its URL and written to the cache at the same time.
+    """A shard downloaded into the cache by a background thread while it is being read.
 
-    Same protocol as :class:`~tarkit.urls.Source`: read ``stream``, then :meth:`close`.
-    Closing, even early, finishes the download (reads the rest) and publishes the file;
-    leaving a ``with`` block with an exception abandons it instead.
+    The thread reads the URL at network speed whatever the reader does, and holds the
+    shard's lock until the file is published or given up, so a process waiting for the
+    shard never waits on another process's consumer (two DDP ranks on one machine that
+    share a shard cannot deadlock). Same protocol as :class:`~tarkit.urls.Source`: read
+    ``stream``, then :meth:`close`. Closing early lets the download finish in the
+    background; leaving a ``with`` block with an exception abandons it. When the cache
+    has no room for the shard, the reader takes the rest straight from the URL.
     """
 
     def __init__(self, cache: ShardCache, url: str, path: str, remote: Source, lock: int) -> None:
@@ -208,23 +215,64 @@ class Download:
         self.lock = lock
         self.part = f"{path}{_PART}{os.getpid()}"
         self.fd = os.open(self.part, os.O_CREAT | os.O_TRUNC | os.O_WRONLY, 0o644)
+        self.read_fd = os.open(self.part, os.O_RDONLY)
+        self.open_fds = {self.fd, self.read_fd, lock}
         self.written = 0
         self.reserved = 0
-        self.caching = True
-        self.finished = False
-        self._read = getattr(remote.stream, "read1", None) or remote.stream.read
+        self.position = 0
+        self.state = _DOWNLOADING
+        self.error: BaseException | None = None
+        self.pending = b""
+        self.stopping = False
+        self.closed = False
+        self.condition = threading.Condition()
+        self._read_remote = getattr(remote.stream, "read1", None) or remote.stream.read
         self.stream: BinaryIO = _Tee(self)  # type: ignore[assignment]
+        _ACTIVE.add(self)
+        self.thread = threading.Thread(target=self._download, name=f"download {url}", daemon=True)
+        self.thread.start()
 
-    def read1(self, n: int = -1) -> bytes:
-        data = self._read(n if n and n > 0 else 1 << 20)
-        if data and self.caching:
-            end = self.written + len(data)
-            if end > self.reserved and not self._grow(end):
-                self._stop_caching()
-                return data
-            os.write(self.fd, data)
-            self.written = end
-        return data
+    def _download(self) -> None:
+        state, error = _FAILED, None
+        try:
+            while not self.stopping:
+                data = self._read_remote(1 << 20)
+                if not data:
+                    break
+                end = self.written + len(data)
+                if end > self.reserved and not self._grow(end):
+                    self.pending = data  # no room: the reader goes on from the URL itself
+                    state = _DIRECT
+                    return
+                os.pwrite(self.fd, data, self.written)
+                with self.condition:
+                    self.written = end
+                    self.condition.notify_all()
+            if not self.stopping:
+                self.remote.close()
+                os.ftruncate(self.fd, self.written)
+                _touch(self.fd)
+                os.replace(self.part, self.path)
+                state = _DONE
+        except BaseException as exc:
+            error = exc
+        finally:
+            if state != _DONE:
+                _remove(self.part)
+            if state == _FAILED:
+                try:
+                    self.remote.close(early=True)
+                except Exception:
+                    pass
+            self._close_fd(self.fd)
+            self._close_fd(self.lock)  # lets waiting processes in
+            with self.condition:
+                self.state, self.error = state, error
+                self.condition.notify_all()
+
+    def _close_fd(self, fd: int) -> None:
+        self.open_fds.discard(fd)
+        os.close(fd)
 
     def _grow(self, end: int) -> bool:
         if self.cache.max_bytes is None:
@@ -232,48 +280,48 @@ class Download:
         step = min(8 << 20, max(self.cache.max_bytes // 16, 1 << 16))
         return self.cache.reserve(self, end, end + step)
 
-    def _stop_caching(self) -> None:
-        self.caching = False
-        os.close(self.fd)
-        try:
-            os.unlink(self.part)
-        except FileNotFoundError:
-            pass
+    def read1(self, n: int = -1) -> bytes:
+        n = n if n and n > 0 else 1 << 20
+        with self.condition:
+            while self.position >= self.written and self.state == _DOWNLOADING:
+                self.condition.wait()
+            available = self.written - self.position
+            state = self.state
+        if available > 0:
+            data = os.pread(self.read_fd, min(n, available), self.position)
+            self.position += len(data)
+            return data
+        if state == _DONE:
+            return b""
+        if state == _DIRECT:
+            if self.pending:
+                data, self.pending = self.pending, b""
+                return data
+            return self._read_remote(n)
+        raise self.error or EOFError("download stopped")
 
     def close(self, early: bool = False) -> None:
-        """Read what is left, check the source ended well, and publish the cached file."""
-        if self.finished:
+        """Stop reading; without ``early``, wait for the download and check it ended well."""
+        if self.closed:
             return
-        if early and not self.caching:
-            self.abandon()  # nothing to finish: the shard is too large for the cache
-            return
-        try:
-            while self.read1(1 << 20):
-                pass
-            self.remote.close()
-            if self.caching:
-                os.ftruncate(self.fd, self.written)
-                _touch(self.fd)
-                os.close(self.fd)
-                self.caching = False
-                os.replace(self.part, self.path)
-        except BaseException:
-            self.abandon()
-            raise
-        self.finished = True
-        os.close(self.lock)
+        self.closed = True
+        self._close_fd(self.read_fd)
+        if not early:
+            self.thread.join()
+        if self.state == _DIRECT:
+            self.remote.close(early=early)
+        elif not early and self.state == _FAILED and self.error is not None:
+            raise self.error
 
-    def abandon(self) -> None:
-        """Stop: remove the partial file and let another process try."""
-        if self.finished:
-            return
-        self.finished = True
-        if self.caching:
-            self._stop_caching()
-        try:
-            self.remote.close(early=True)
-        finally:
-            os.close(self.lock)
+    def abandon(self, wait: float = 10) -> None:
+        """Stop downloading: the partial file is removed and another process may try."""
+        self.stopping = True
+        if not self.closed:
+            self.closed = True
+            self._close_fd(self.read_fd)
+            if self.state == _DIRECT:
+                self.remote.close(early=True)
+        self.thread.join(wait)
 
     def __enter__(self) -> Download:
         return self
@@ -283,6 +331,34 @@ class Download:
             self.close()
         else:
             self.abandon()
+
+
+_DOWNLOADING, _DONE, _DIRECT, _FAILED = "downloading", "done", "direct", "failed"
+_ACTIVE: weakref.WeakSet[Download] = weakref.WeakSet()
+
+
+def _remove(path: str) -> None:
+    try:
+        os.unlink(path)
+    except FileNotFoundError:
+        pass
+
+
+def _forget_downloads_after_fork() -> None:
+    # A forked child has no download threads: drop its copies of their descriptors
+    # (the parent's copies keep the shard locks).
+    for download in list(_ACTIVE):
+        for fd in list(download.open_fds):
+            try:
+                os.close(fd)
+            except OSError:
+                pass
+        download.open_fds.clear()
+    _ACTIVE.clear()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_forget_downloads_after_fork)
 
 
 class _Tee(io.RawIOBase):

@@ -77,7 +77,27 @@ def test_closing_early_finishes_and_publishes_the_download(tmp_path, server):
     with cache.open(f"{server.url}/s.tar") as source:
         source.stream.read1(1000)
         source.close(early=True)
+    source.thread.join(10)  # the download goes on in the background
     assert Path(cache.path_for(f"{server.url}/s.tar")).read_bytes() == payload(5)
+
+
+def test_a_reader_that_stops_consuming_does_not_hold_up_others(tmp_path, server):
+    # Two DDP ranks on one machine reading pieces of one shard: rank 0 pauses (waiting in
+    # an all-reduce for rank 1), rank 1 waits for the shard. The download must finish.
+    server.files["/s.tar"] = payload(11, 3_000_000)
+    url = f"{server.url}/s.tar"
+    cache = ShardCache(str(tmp_path))
+    paused = cache.open(url)
+    first = paused.stream.read1(1000)
+    other: list[bytes] = []
+    waiter = threading.Thread(target=lambda: other.append(read_all(cache, url)), daemon=True)
+    waiter.start()
+    waiter.join(20)
+    assert other == [payload(11, 3_000_000)]
+    rest = paused.stream.read()
+    paused.close()
+    assert first + rest == payload(11, 3_000_000)
+    assert server.hits["/s.tar"] == 1
 
 
 def test_an_exception_abandons_the_download_and_leaves_no_file(tmp_path, server):
