@@ -3,7 +3,8 @@
 ``files`` maps a path to bytes. ``hits`` counts GET requests per path. ``gates[path] =
 (n, event)`` sends the first ``n`` bytes of that file, then waits (at most 20 s) for the
 event before sending the rest. ``truncate[path] = n`` sends only ``n`` bytes of a body
-while announcing its full length.
+while announcing its full length. ``honour_ranges = False`` answers range requests with
+the whole file, as some servers do.
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ class ShardServer:
         self.ranges: list[tuple[str, int]] = []
         self.gates: dict[str, tuple[int, threading.Event]] = {}
         self.truncate: dict[str, int] = {}
+        self.honour_ranges = True
         server = self
 
         class Handler(http.server.BaseHTTPRequestHandler):
@@ -34,7 +36,7 @@ class ShardServer:
                     return
                 start = 0
                 match = re.fullmatch(r"bytes=(\d+)-", self.headers.get("Range", ""))
-                if match:
+                if match and server.honour_ranges:
                     start = int(match.group(1))
                     server.ranges.append((self.path, start))
                     self.send_response(206)

@@ -523,6 +523,17 @@ def test_http_shards_are_read_with_byte_ranges_for_pieces(tmp_path, server):
     assert server.ranges and all(start > 0 for _, start in server.ranges)
 
 
+def test_a_server_that_ignores_ranges_still_gives_each_sample_once(tmp_path, server, monkeypatch):
+    paths, manifest = make_shards(tmp_path, [7, 2])
+    server.honour_ranges = False
+    url = serve(server, paths, manifest)
+    read = Counter()
+    for worker in range(3):
+        dataset = ShardDataset(url, rank=0, world_size=1)
+        read.update(keys_of(as_worker(monkeypatch, dataset, worker, 3)))
+    assert read == all_keys([7, 2]) and not server.ranges
+
+
 def test_cache_downloads_each_shard_once_for_all_workers(tmp_path, server):
     paths, manifest = make_shards(tmp_path / "src", [7, 5])
     url = serve(server, paths, manifest)
