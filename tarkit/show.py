@@ -27,9 +27,10 @@ from .tsv import as_text, escape
 if TYPE_CHECKING:
     from PIL import Image, ImageFont
 
-IMAGE_EXTENSIONS = frozenset(
+IMAGE_EXTENSIONS = tuple(
     "jpg jpeg png webp gif bmp tif tiff ppm pgm pbm pnm tga ico jp2 avif".split()
 )
+_IMAGES = frozenset(IMAGE_EXTENSIONS)
 PREVIEW_CHARS = 60
 PREVIEW_BYTES = 16
 MORE = "…"
@@ -55,7 +56,7 @@ def is_image(field: str) -> bool:
     >>> is_image("JPEG"), is_image("left.webp"), is_image("png.gz")
     (True, True, False)
     """
-    return extension(field) in IMAGE_EXTENSIONS
+    return extension(field) in _IMAGES
 
 
 def preview(field: str, data: bytes) -> str:
@@ -241,7 +242,7 @@ def grid(samples: Iterable[Sample], path: str) -> int:
     if not any(tile is not None for _, tile in tiles):
         raise OutputError(
             f"{path}: no image in the first {len(tiles)} samples "
-            f"(image fields end in .{', .'.join(sorted(IMAGE_EXTENSIONS)[:4])}, …); "
+            f"(image fields end in .{', .'.join(IMAGE_EXTENSIONS[:4])}, …); "
             "nothing written"
         )
     per_row = math.ceil(math.sqrt(len(tiles)))

@@ -88,11 +88,14 @@ def cell(data: bytes | None) -> str:
 
 
 def pick(sample: Sample, alternatives: list[str]) -> bytes | None:
-    """The bytes of the first of ``alternatives`` the sample has, or None."""
-    for field in alternatives:
-        data = sample.get(field)
-        if data is not None:
-            return data
+    """The bytes of the first of ``alternatives`` the sample has, or None.
+
+    Names match case-insensitively, as in ``tarcat -f`` (webdataset lowercases fields).
+    """
+    folded = [field.lower() for field in sample.fields]
+    for alternative in alternatives:
+        if alternative.lower() in folded:
+            return sample.members[folded.index(alternative.lower())].data
     return None
 
 

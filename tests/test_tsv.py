@@ -118,10 +118,15 @@ def test_alternatives_take_the_first_present_in_spec_order_not_archive_order() -
     assert rows == [["__key__", "txt;caption"], ["a", "txt-a"], ["b", "cap-b"], ["c", ""]]
 
 
-def test_fields_match_exactly_and_multi_dot_fields_work() -> None:
-    found = samples([("a.seg.png", b"\x89PNG"), ("a.txt", b"t"), ("b.TXT", b"T")])
+def test_fields_match_case_insensitively_and_multi_dot_fields_work() -> None:
+    found = samples([("a.seg.png", b"\x89PNG"), ("a.txt", b"t"), ("b.TXT", b"T"), ("c.png", b"")])
     rows = table(list(tsv_lines(found, parse_field_spec("seg.png txt"))))
-    assert rows == [["__key__", "seg.png", "txt"], ["a", "<4 bytes>", "t"], ["b", "", ""]]
+    assert rows == [
+        ["__key__", "seg.png", "txt"],
+        ["a", "<4 bytes>", "t"],
+        ["b", "", "T"],
+        ["c", "", ""],
+    ]
 
 
 def test_no_header_and_no_key_leave_them_out() -> None:

@@ -6,6 +6,7 @@ from typing import Annotated, Optional
 
 import typer
 
+from ..show import IMAGE_EXTENSIONS
 from . import options as o
 from .runner import report_skips, run, skip_log, typer_main
 
@@ -19,8 +20,7 @@ DRAWING_COLUMNS = 60
     help="Show samples: the key, then per field its name, size and a preview (text: the "
     "first 60 characters, escaped; JSON: compact; image: WIDTHxHEIGHT MODE; other "
     "bytes: the first 16 in hex).\n\n"
-    "Image fields are recognised by their extension (jpg, jpeg, png, webp, gif, bmp, "
-    "tif, tiff, ppm, pgm, pbm, pnm, tga, ico, jp2, avif).\n\n"
+    f"Image fields are recognised by their last extension ({', '.join(IMAGE_EXTENSIONS)}).\n\n"
     "Examples: tarshow -c 3 data-000.tar; tarshow --grid sheet.png data-000.tar",
 )
 def tarshow(
@@ -85,11 +85,11 @@ def tarshow(
             from ..show import describe
             from ..tsv import write_lines
 
-            width = min(DRAWING_COLUMNS, shutil.get_terminal_size().columns - 2)
+            width = max(1, min(DRAWING_COLUMNS, shutil.get_terminal_size().columns - 2))
+            # One string per sample, so a sample is written whole or not at all.
             lines = (
-                line + "\n"
+                "".join(line + "\n" for line in describe(sample, images=images, columns=width))
                 for sample in take(samples, count)
-                for line in ["\n".join(describe(sample, images=images, columns=width))]
             )
             write_lines(lines, sys.stdout.buffer)
         report_skips(tool, skips)
