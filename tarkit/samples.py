@@ -15,7 +15,7 @@ from __future__ import annotations
 import re
 from collections.abc import Callable, Iterable, Iterator
 
-from .errors import SampleError
+from .errors import InputError, SampleError
 from .tario import DIRECTORY, FILE, Member
 
 # webdataset skips these metadata members without a word; so do we.
@@ -137,7 +137,22 @@ def group_samples(
     fields: list[str] = []
     group: list[Member] = []
     seen: set[str] = set()
-    for member in members:
+    members = iter(members)
+    while True:
+        try:
+            member = next(members)
+        except StopIteration:
+            break
+        except InputError as exc:
+            # A member whose header was read (so its name is known and its checksum
+            # good) but whose data was not, under another key: the sample before it
+            # is complete and goes out before the error.
+            if key is not None and exc.member is not None:
+                parts = split_name(exc.member)
+                if parts is not None and parts[0] != key:
+                    _check_fields(key, fields, group, source)
+                    yield Sample(key, fields, group, source)
+            raise
         name, kind = member[0], member[1]
         if kind is not FILE:
             if kind is DIRECTORY:
