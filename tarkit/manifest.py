@@ -110,8 +110,16 @@ def relative_url(manifest_path: str | None, shard_path: str) -> str:
     'shard-000000.tar'
     >>> relative_url("m.json", "s3://bucket/x.tar")
     's3://bucket/x.tar'
+    >>> relative_url("s3://bucket/d/m.json", "s3://bucket/d/x.tar")
+    'x.tar'
     """
-    if manifest_path is None or "://" in shard_path or "://" in manifest_path:
+    if manifest_path is None:
+        return shard_path
+    if "://" in shard_path or "://" in manifest_path:
+        # Remote: relative only below the manifest's own "directory" (resolve_url's inverse).
+        base = posixpath.dirname(manifest_path) + "/"
+        if "://" in base and shard_path.startswith(base):
+            return shard_path[len(base) :]
         return shard_path
     base = os.path.dirname(os.path.abspath(manifest_path))
     target = os.path.abspath(shard_path)
