@@ -205,10 +205,13 @@ def write_samples(samples: Iterable[Sample], sink: Sink) -> int:
 
 
 class output_errors:
-    """Turn an OSError while writing (full disk, quota) into an OutputError naming the sink."""
+    """Turn an OSError while writing (full disk, quota) into an OutputError naming the sink.
 
-    def __init__(self, sink: Sink) -> None:
-        self.sink = sink
+    ``sink`` is a :class:`Sink` or the spec of an output (``-`` is stdout).
+    """
+
+    def __init__(self, sink: Sink | str) -> None:
+        self.spec = sink if isinstance(sink, str) else sink.spec
 
     def __enter__(self) -> None:
         return None
@@ -217,5 +220,5 @@ class output_errors:
                  tb: object) -> None:  # fmt: skip
         if isinstance(exc, OSError) and not isinstance(exc, BrokenPipeError):
             if exc.errno in (errno.ENOSPC, errno.EDQUOT, errno.EFBIG, errno.EIO, errno.EROFS):
-                name = "<stdout>" if self.sink.spec == "-" else self.sink.spec
+                name = "<stdout>" if self.spec == "-" else self.spec
                 raise OutputError(f"{name}: write failed: {exc.strerror}") from None

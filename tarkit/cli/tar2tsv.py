@@ -46,7 +46,7 @@ def tar2tsv(
     def body() -> int:
         import sys
 
-        from ..pipeline import read_samples, take
+        from ..pipeline import output_errors, read_samples, take
         from ..samples import parse_field_spec
         from ..tsv import tsv_lines, write_lines
 
@@ -58,7 +58,8 @@ def tar2tsv(
         )  # fmt: skip
         samples = take(samples, count)
         lines = tsv_lines(samples, columns, header=not no_header, key=not no_key)
-        write_lines(lines, sys.stdout.buffer)
+        with output_errors("-"):
+            write_lines(lines, sys.stdout.buffer)
         report_skips(tool, skips)
         return 0
 

@@ -64,7 +64,7 @@ def tarshow(
         import sys
 
         from ..errors import UsageError
-        from ..pipeline import read_samples, take
+        from ..pipeline import output_errors, read_samples, take
         from ..samples import parse_field_spec, select_fields
 
         if grid is not None and images:
@@ -91,7 +91,8 @@ def tarshow(
                 "".join(line + "\n" for line in describe(sample, images=images, columns=width))
                 for sample in take(samples, count)
             )
-            write_lines(lines, sys.stdout.buffer)
+            with output_errors("-"):
+                write_lines(lines, sys.stdout.buffer)
         report_skips(tool, skips)
         return 0
 

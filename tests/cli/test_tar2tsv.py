@@ -222,14 +222,14 @@ def test_member_without_a_field_is_a_warning_or_with_strict_an_error(tmp_path: P
 
 @pytest.mark.parametrize(
     "cut, complete",
-    [(3 * 2048 + 100, 2), (3 * 2048 + 1536 + 100, 3), (10 * 2048, 9)],
+    [(3 * 2048 + 1024 + 100, 3), (3 * 2048 + 1536 + 100, 3), (10 * 2048, 9)],
     ids=["inside a header", "inside member data", "no end marker"],
 )
 def test_truncated_input_exits_2_with_one_line_after_whole_lines_only(
     cut: int, complete: int
 ) -> None:
-    # A sample is complete once the member after it is read: the one before the cut is
-    # left out, as it could have had more fields.
+    # The cuts fall in sample 3's second member, or after sample 9 (which could have had
+    # more fields): the samples before are whole, the one cut is not written.
     data = numbered(10)[:cut]
     result = run_shell("tar2tsv --no-header", input=data)
     assert result.returncode == 2
@@ -269,10 +269,16 @@ def test_missing_input_and_bad_option_are_one_line_errors(tmp_path: Path) -> Non
 
 def test_closed_output_pipe_is_quiet_141(tmp_path: Path) -> None:
     archive = tmp_path / "a.tar"
-    archive.write_bytes(numbered(5000, "x" * 200))
+    archive.write_bytes(numbered(20000, "x" * 200))  # 4 MB of TSV: more than a pipe holds
     result = run_shell(f"tar2tsv {archive} | head -n 1; echo ${{PIPESTATUS[0]}} >&2")
     assert result.stdout == b"__key__\tcls\ttxt\n"
     assert result.stderr == "141\n"
+
+
+def test_full_disk_is_exit_2_with_a_message(tmp_path: Path) -> None:
+    result = run_shell("tar2tsv > /dev/full", input=numbered(3))
+    assert result.returncode == 2
+    assert result.stderr == "tar2tsv: error: <stdout>: write failed: No space left on device\n"
 
 
 def test_shell_tool_never_imports_torch_numpy_or_pillow(tmp_path: Path) -> None:

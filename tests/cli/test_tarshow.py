@@ -182,20 +182,18 @@ def test_grid_and_images_together_are_a_usage_error(tmp_path: Path, image_archiv
 # --- errors and pipes -----------------------------------------------------------------
 
 
-def cut_archive(image_archive: Path, samples: int) -> bytes:
-    """The archive cut inside the member data of sample ``samples``."""
+def cut_archive(image_archive: Path, sample: int) -> bytes:
+    """The archive cut inside the data of the second member (.json) of ``sample``."""
     data = image_archive.read_bytes()
-    marker = b"img%02d.cls" % samples
-    return data[: data.index(marker) + 512 + 1]
+    return data[: data.index(b"img%02d.json" % sample) + 512 + 1]
 
 
 def test_truncated_input_shows_whole_samples_then_one_error_line(image_archive: Path) -> None:
     result = run_shell("tarshow -f cls", input=cut_archive(image_archive, 3))
     assert result.returncode == 2
-    # the cut is in sample 3's first member: samples 0..1 are whole, 2 might have had more
-    assert result.stdout == b"img00\n  cls  1  0\nimg01\n  cls  1  1\n"
+    assert result.stdout == b"img00\n  cls  1  0\nimg01\n  cls  1  1\nimg02\n  cls  1  2\n"
     (line,) = result.stderr.splitlines()
-    assert re.fullmatch(r"tarshow: error: <stdin>: .+ \(byte \d+, member img03\.cls\)", line)
+    assert re.fullmatch(r"tarshow: error: <stdin>: .+ \(byte \d+, member img03\.json\)", line)
 
 
 def test_truncated_input_in_grid_mode_leaves_no_file(tmp_path: Path, image_archive: Path) -> None:
@@ -208,7 +206,8 @@ def test_truncated_input_in_grid_mode_leaves_no_file(tmp_path: Path, image_archi
 
 def test_closed_output_pipe_is_quiet_141(tmp_path: Path) -> None:
     archive = tmp_path / "a.tar"
-    archive.write_bytes(make_tar((f"{i:05d}.txt", b"t" * 100) for i in range(5000)))
+    # 30,000 lines of preview: more than a pipe holds
+    archive.write_bytes(make_tar((f"{i:05d}.txt", b"t" * 100) for i in range(30000)))
     result = run_shell(f"tarshow {archive} | head -n 1; echo ${{PIPESTATUS[0]}} >&2")
     assert result.stdout == b"00000\n"
     assert result.stderr == "141\n"
@@ -218,6 +217,12 @@ def test_images_into_a_closed_pipe_are_quiet_141(image_archive: Path) -> None:
     inputs = " ".join([str(image_archive)] * 10)  # more than a pipe holds
     result = run_shell(f"tarshow --images {inputs} | head -c 10; echo ${{PIPESTATUS[0]}} >&2")
     assert result.stderr == "141\n"
+
+
+def test_full_disk_is_exit_2_with_a_message(image_archive: Path) -> None:
+    result = run_shell(f"tarshow {image_archive} > /dev/full")
+    assert result.returncode == 2
+    assert result.stderr == "tarshow: error: <stdout>: write failed: No space left on device\n"
 
 
 def test_pillow_is_imported_only_when_an_image_is_shown(tmp_path: Path) -> None:
