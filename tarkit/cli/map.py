@@ -166,12 +166,14 @@ def map_command(
                 raise UsageError("-p, --on-error, --rejects, --timeout and --multi go with -c")
             mapper: Any = load_function(fn)
         else:
-            from ..mapcommand import ShellCommand
+            from ..mapcommand import METADATA_FIELD, ShellCommand
 
+            if rejects is not None and on_error == "fail":
+                raise UsageError("--rejects goes with --on-error skip or keep")
             mapper = ShellCommand(
                 command,  # type: ignore[arg-type]
-                parallel=samples_at_once, on_error=on_error, timeout=timeout,
-                multi=multi, quiet=quiet,
+                parallel=samples_at_once, on_error=on_error, timeout=timeout, multi=multi,
+                quiet=quiet, metadata_field=METADATA_FIELD if metadata else None,
             )  # fmt: skip
         from ..urls import expand_inputs
 

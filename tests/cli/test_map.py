@@ -218,3 +218,49 @@ def test_command_failures_follow_the_on_error_policy(tmp_path: Path) -> None:
     )
     assert keep.returncode == 1
     assert keys_of(outputs(tmp_path / "k")) == ALL_KEYS
+
+
+@needs_procmap
+def test_command_metadata_rows_come_from_sample_meta_json(tmp_path: Path) -> None:
+    inputs = write_inputs(tmp_path / "in")
+    command = (
+        'printf \'{"key": "%s", "words": %d}\' "$TARKIT_KEY" $(wc -w < sample.txt) '
+        "> sample.meta.json"
+    )
+    result = run(["tarkit", "map", "-c", command, inputs, "-o", f"{tmp_path}/out/",
+                  "--metadata", str(tmp_path / "meta.jsonl")])  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    rows = fns.rows_of(tmp_path / "meta.jsonl")
+    assert rows[:2] == [{"key": "s0-00", "words": 1}, {"key": "s0-01", "words": 2}]
+    assert [r["key"] for r in rows] == ALL_KEYS
+    first = samples_of((tmp_path / "out" / "in-0.tar").read_bytes())[0]
+    assert first == ("s0-00", {"cls": b"0", "txt": b"word"})  # meta.json is not a field
+
+    bad = run(["tarkit", "map", "-c", "echo nope > sample.meta.json", inputs, "-o",
+               f"{tmp_path}/bad/", "--metadata", str(tmp_path / "m2.jsonl"), "--retries", "0"])  # fmt: skip
+    assert bad.returncode == 2
+    assert (
+        "sample 's0-00': the command's sample.meta.json does not hold a JSON object"
+        in (bad.stderr.splitlines()[-1])
+    )
+
+
+@needs_procmap
+def test_command_multi_splits_samples_into_parts(tmp_path: Path) -> None:
+    inputs = write_inputs(tmp_path / "in", shards=1, per_shard=3)
+    command = 'i=0; for w in $(cat sample.txt); do echo -n "$w$i" > sample-$i.txt; i=$((i+1)); done'
+    result = run(["tarkit", "map", "-c", command, "--multi", inputs, "-o", f"{tmp_path}/out/",
+                  "-p", "3"])  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    samples = samples_of((tmp_path / "out" / "in-0.tar").read_bytes())
+    assert [key for key, _ in samples] == ["s0-00/0", "s0-01/0", "s0-01/1", "s0-02/0",
+                                           "s0-02/1", "s0-02/2"]  # fmt: skip
+    assert samples[2][1] == {"txt": b"word1"}
+
+
+def test_rejects_go_with_skip_or_keep(tmp_path: Path) -> None:
+    inputs = write_inputs(tmp_path / "in")
+    result = run(["tarkit", "map", "-c", "true", inputs, "-o", f"{tmp_path}/o/", "--rejects",
+                  str(tmp_path / "r.tsv")])  # fmt: skip
+    assert result.returncode == 2
+    assert result.stderr == "tarkit map: error: --rejects goes with --on-error skip or keep\n"
