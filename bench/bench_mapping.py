@@ -120,6 +120,9 @@ def _scheduling(workdir: Path, repeat: int) -> list[str]:
     started = time.perf_counter()
     env = os.environ.get("PYTHONPATH", "")
     os.environ["PYTHONPATH"] = os.pathsep.join(p for p in (str(BENCH), env) if p)
+    # A local Ray on loopback: no token (else ray.init() writes ~/.ray/auth_token).
+    mode = os.environ.get("RAY_AUTH_MODE")
+    os.environ["RAY_AUTH_MODE"] = "disabled"
     try:
         ray.init(
             num_cpus=2, include_dashboard=False, _temp_dir=temp, logging_level="warning",
@@ -131,6 +134,10 @@ def _scheduling(workdir: Path, repeat: int) -> list[str]:
     finally:
         ray.shutdown()
         os.environ["PYTHONPATH"] = env
+        if mode is None:
+            os.environ.pop("RAY_AUTH_MODE", None)
+        else:
+            os.environ["RAY_AUTH_MODE"] = mode
         shutil.rmtree(temp, ignore_errors=True)
     rows.append(
         f"| ray, local, 2 CPUs | {per_shard:.4f} | one task per shard; starting Ray took "

@@ -90,6 +90,11 @@ def cluster(tmp_path_factory: pytest.TempPathFactory):
     marks = tmp_path_factory.mktemp("marks")
     port = free_port()
     address = f"127.0.0.1:{port}"
+    # Token authentication off, explicitly: with RAY_AUTH_MODE unset, a head node turns
+    # it on when ~/.ray/auth_token exists (any local ray.init() writes one) and the
+    # worker node then cannot join.
+    saved_mode = os.environ.get("RAY_AUTH_MODE")
+    os.environ["RAY_AUTH_MODE"] = "disabled"
     env = dict(
         os.environ,
         RAY_USAGE_STATS_ENABLED="0",
@@ -125,6 +130,10 @@ def cluster(tmp_path_factory: pytest.TempPathFactory):
     finally:
         _stop(sessions)
         shutil.rmtree(temp, ignore_errors=True)
+        if saved_mode is None:
+            os.environ.pop("RAY_AUTH_MODE", None)
+        else:
+            os.environ["RAY_AUTH_MODE"] = saved_mode
 
 
 @pytest.fixture
