@@ -30,6 +30,8 @@ _LAZY = {
     "loader": "dataset",
     "shard_dataset": "sharding",
     "ShardWriter": "shards",
+    "map_shards": "mapping",
+    "MapError": "mapping",
 }
 
 
@@ -45,6 +47,7 @@ __all__ = [
     "CompressionError",
     "HeaderError",
     "InputError",
+    "MapError",
     "Member",
     "OutputError",
     "Sample",
@@ -60,6 +63,7 @@ __all__ = [
     "UsageError",
     "group_samples",
     "loader",
+    "map_shards",
     "read_members",
     "read_samples",
     "shard_dataset",
