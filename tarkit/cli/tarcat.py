@@ -32,7 +32,36 @@ def tarcat(
     shuffle: Annotated[
         int, typer.Option("--shuffle", help="Shuffle with a buffer of this many samples.")
     ] = 0,
-    seed: Annotated[int, typer.Option("--seed", help="Seed for --shuffle.")] = 0,
+    seed: Annotated[int, typer.Option("--seed", help="Seed for --shuffle and --mix.")] = 0,
+    interleave: Annotated[
+        bool,
+        typer.Option(
+            "--interleave",
+            help="Take one sample from each input in turn (round robin) until all are done, "
+            "instead of one input after the other.",
+        ),
+    ] = False,
+    mix: Annotated[
+        Optional[str],
+        typer.Option(
+            "--mix",
+            help="Weights W1,W2,… one per input: draw each sample from an input chosen at "
+            "random (seeded by --seed) in proportion to its weight, until one input runs out.",
+            show_default=False,
+        ),
+    ] = None,
+    until_all: Annotated[
+        bool, typer.Option("--until-all", help="With --mix: go on until every input runs out.")
+    ] = False,
+    parallel: Annotated[
+        int,
+        typer.Option(
+            "-p",
+            "--parallel",
+            help="Read N inputs at once (threads reading ahead); the output is the same as "
+            "with -p 1.",
+        ),
+    ] = 1,
     strict: o.Strict = False,
     ignore_zeros: o.IgnoreZeros = False,
     allow_empty: o.AllowEmpty = False,
@@ -40,7 +69,8 @@ def tarcat(
     tool = ctx.command_path
 
     def body() -> int:
-        from ..pipeline import read_samples, shuffle_samples, slice_samples, take, write_samples
+        from ..mixing import combine_inputs
+        from ..pipeline import shuffle_samples, slice_samples, take, write_samples
         from ..samples import parse_field_spec, select_fields
         from ..urls import Sink
 
@@ -49,8 +79,9 @@ def tarcat(
 
             raise UsageError("--skip must not be negative")
         skips = skip_log(tool)
-        samples = read_samples(
-            inputs or [], strict=strict, skips=skips,
+        samples = combine_inputs(
+            inputs or [], interleaved=interleave, weights=mix, seed=seed, until_all=until_all,
+            parallel=parallel, strict=strict, skips=skips,
             ignore_zeros=ignore_zeros, allow_empty=allow_empty,
         )  # fmt: skip
         if skip:

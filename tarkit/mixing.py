@@ -1,0 +1,262 @@
+"""Combining inputs into one stream of samples: in order, round robin, or mixed by weight.
+
+- :func:`read_ahead`: the inputs in order, as :func:`~tarkit.pipeline.read_samples`
+  gives them, but up to N inputs are read at once by threads into bounded buffers.
+- :func:`interleave`: one sample from each input in turn; an input that ends drops out.
+- :func:`mix`: each sample drawn from an input chosen at random in proportion to its
+  weight, with :class:`random.Random` seeded by the caller, until one input runs out (or,
+  with ``until_all``, until all do).
+
+All three are generators over iterators, and all keep tarkit's error rule: an error in
+an input is raised when the sequential run would have reached it, after every sample
+before it. Closing them closes every input (stopping ``pipe:`` commands early).
+
+>>> list(interleave([iter("abc"), iter("12"), iter("xyzw")]))
+['a', '1', 'x', 'b', '2', 'y', 'c', 'z', 'w']
+>>> "".join(mix([iter("aaaaaaaa"), iter("bbbbbbbb")], [3, 1], seed=0))
+'bbaaaabaaaba'
+"""
+
+from __future__ import annotations
+
+import bisect
+import itertools
+import math
+import random
+import threading
+from collections import deque
+from collections.abc import Callable, Iterator, Sequence
+from typing import TypeVar
+
+from .errors import UsageError
+from .pipeline import close_iterator, read_samples
+from .samples import Sample, SkipLog
+from .urls import expand_inputs
+
+T = TypeVar("T")
+READ_AHEAD_BYTES = 16 << 20  # per input read ahead by -p; at least one sample is always taken
+
+
+def interleave(streams: Sequence[Iterator[T]]) -> Iterator[T]:
+    """Round robin over ``streams`` until all are done; closing it closes them all."""
+    active = list(streams)
+    try:
+        while active:
+            still = []
+            for stream in active:
+                try:
+                    item = next(stream)
+                except StopIteration:
+                    continue
+                still.append(stream)
+                yield item
+            active = still
+    finally:
+        for stream in streams:
+            close_iterator(stream)
+
+
+def mix(
+    streams: Sequence[Iterator[T]],
+    weights: Sequence[float],
+    *,
+    seed: int = 0,
+    until_all: bool = False,
+) -> Iterator[T]:
+    """Draw items from ``streams`` at random, in proportion to ``weights``.
+
+    Each draw takes ``random.Random(seed).random() * total`` over the cumulative weights
+    of the inputs still active (in input order), so the same seed, weights and inputs give
+    the same sequence on every machine. The first draw of an input that has ended stops
+    the mix, or with ``until_all`` removes that input and the draws go on among the rest.
+    Closing it closes every stream.
+    """
+    if len(weights) != len(streams):
+        raise UsageError(f"--mix has {len(weights)} weights for {len(streams)} inputs")
+    rng = random.Random(seed)
+    active = list(range(len(streams)))
+    try:
+        while active:
+            cumulative = list(itertools.accumulate(weights[i] for i in active))
+            chosen = bisect.bisect_right(cumulative, rng.random() * cumulative[-1])
+            index = active[min(chosen, len(active) - 1)]
+            try:
+                item = next(streams[index])
+            except StopIteration:
+                if not until_all:
+                    return
+                active.remove(index)
+                continue
+            yield item
+    finally:
+        for stream in streams:
+            close_iterator(stream)
+
+
+def parse_weights(text: str) -> list[float]:
+    """Parse ``--mix`` weights: positive numbers separated by commas.
+
+    >>> parse_weights("3,1,0.5")
+    [3.0, 1.0, 0.5]
+    """
+    try:
+        weights = [float(w) for w in text.split(",")]
+    except ValueError:
+        raise UsageError(f"--mix {text!r}: expected weights like 3,1,1") from None
+    if not all(w > 0 and math.isfinite(w) for w in weights):
+        raise UsageError(f"--mix {text!r}: every weight must be a positive number")
+    return weights
+
+
+class _Prefetch:
+    """One input read by a thread into a buffer of at most ``limit`` bytes of samples."""
+
+    def __init__(self, open_samples: Callable[[], Iterator[Sample]], limit: int) -> None:
+        self._open = open_samples
+        self._limit = limit
+        self._ready = threading.Condition()
+        self._samples: deque[Sample] = deque()
+        self._bytes = 0
+        self._finished = False
+        self._error: BaseException | None = None
+        self._stopped = False
+        self._thread = threading.Thread(target=self._read, daemon=True)
+        self._thread.start()
+
+    def _read(self) -> None:
+        ready = self._ready
+        samples = self._open()
+        error: BaseException | None = None
+        try:
+            for sample in samples:
+                size = sample.size
+                with ready:
+                    while self._samples and self._bytes + size > self._limit and not self._stopped:
+                        ready.wait()
+                    if self._stopped:
+                        return
+                    self._samples.append(sample)
+                    self._bytes += size
+                    ready.notify_all()
+        except BaseException as exc:  # handed to the consumer, raised where it belongs
+            error = exc
+        finally:
+            try:
+                close_iterator(samples)
+            except BaseException as exc:
+                error = error or exc
+            with ready:
+                self._finished = True
+                self._error = None if self._stopped else error
+                ready.notify_all()
+
+    def __iter__(self) -> Iterator[Sample]:
+        ready = self._ready
+        while True:
+            with ready:
+                while not self._samples and not self._finished:
+                    ready.wait()
+                if not self._samples:
+                    if self._error is not None:
+                        error, self._error = self._error, None
+                        raise error
+                    return
+                sample = self._samples.popleft()
+                self._bytes -= sample.size
+                ready.notify_all()
+            yield sample
+
+    def stop(self) -> None:
+        """Ask the thread to stop; it closes its input when its current read returns."""
+        with self._ready:
+            self._stopped = True
+            self._samples.clear()
+            self._bytes = 0
+            self._ready.notify_all()
+
+
+def read_ahead(
+    openers: Sequence[Callable[[], Iterator[Sample]]],
+    parallel: int,
+    limit: int = READ_AHEAD_BYTES,
+) -> Iterator[Sample]:
+    """The samples of each opener's input in order, with up to ``parallel`` being read.
+
+    Input ``k + parallel`` starts when input ``k`` is done. Each thread holds at most
+    ``limit`` bytes of samples (or one sample) ahead of the consumer. An error in an
+    input is raised after all of its samples before the error, when the consumer
+    reaches it; errors of later inputs wait until then. Closing it stops every thread.
+    """
+    if parallel < 1:
+        raise UsageError("-p must be at least 1")
+    started: deque[_Prefetch] = deque()
+    waiting = deque(openers)
+    try:
+        while waiting or started:
+            while waiting and len(started) < parallel:
+                started.append(_Prefetch(waiting.popleft(), limit))
+            yield from started[0]
+            started.popleft()
+    finally:
+        for prefetch in started:
+            prefetch.stop()
+
+
+class _SharedSkips(SkipLog):
+    """A SkipLog that threads can add to: counts go to ``target`` under a lock."""
+
+    def __init__(self, target: SkipLog) -> None:
+        super().__init__(None)
+        self._target = target
+        self._lock = threading.Lock()
+
+    def add(self, reason: str, source: str, member: str) -> None:
+        with self._lock:
+            self._target.add(reason, source, member)
+
+
+def combine_inputs(
+    inputs: Sequence[str],
+    *,
+    interleaved: bool = False,
+    weights: str | Sequence[float] | None = None,
+    seed: int = 0,
+    until_all: bool = False,
+    parallel: int = 1,
+    strict: bool = False,
+    skips: SkipLog | None = None,
+    ignore_zeros: bool = False,
+    allow_empty: bool = False,
+) -> Iterator[Sample]:
+    """The samples of ``inputs`` (brace-expanded; none: stdin) combined as asked.
+
+    In order by default (``parallel`` > 1 reads that many inputs at once), round robin
+    with ``interleaved``, or drawn by ``weights`` (``"3,1"`` or a list, one per input)
+    with ``seed``. Raises :class:`~tarkit.errors.UsageError` for contradicting options.
+    """
+    if interleaved and weights is not None:
+        raise UsageError("--interleave and --mix exclude each other")
+    if until_all and weights is None:
+        raise UsageError("--until-all needs --mix")
+    if parallel != 1 and (interleaved or weights is not None):
+        raise UsageError("-p reads inputs ahead in order: it does not combine with "
+                         "--interleave or --mix")  # fmt: skip
+    options = dict(strict=strict, ignore_zeros=ignore_zeros, allow_empty=allow_empty)
+    if not interleaved and weights is None and parallel == 1:
+        return read_samples(inputs, skips=skips, **options)  # type: ignore[arg-type]
+    specs = expand_inputs(inputs)
+    if weights is not None:
+        parsed = parse_weights(weights) if isinstance(weights, str) else list(weights)
+        if len(parsed) != len(specs):
+            raise UsageError(f"--mix has {len(parsed)} weights for {len(specs)} inputs")
+    if parallel > 1:
+        shared = _SharedSkips(skips) if skips is not None else None
+
+        def opener(spec: str) -> Callable[[], Iterator[Sample]]:
+            return lambda: read_samples([spec], skips=shared, **options)  # type: ignore[arg-type]
+
+        return read_ahead([opener(spec) for spec in specs], parallel)
+    streams = [read_samples([spec], skips=skips, **options) for spec in specs]  # type: ignore[arg-type]
+    if interleaved:
+        return interleave(streams)
+    return mix(streams, parsed, seed=seed, until_all=until_all)
