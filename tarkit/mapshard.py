@@ -114,11 +114,16 @@ class SampleMapper:
             item: dict[str, Any] = {"__key__": sample.key, "__url__": source}
             item.update(sample.data())
             try:
-                yield split_result(fn(item))
-            except SampleFailed:
-                raise
+                outputs, row = split_result(fn(item))
+                for output in outputs:
+                    if not isinstance(output, (Mapping, Sample)):
+                        raise TypeError(
+                            f"the function returned a {type(output).__name__}, not a sample "
+                            "dict (or a list of them, None, or (samples, metadata row))"
+                        )
             except Exception as exc:
                 raise SampleFailed(sample.key, exc) from exc
+            yield outputs, row
 
 
 def split_result(result: Any) -> tuple[Outputs, Row | None]:

@@ -131,6 +131,11 @@ def write_inputs(directory: Path, shards: int = SHARDS, per_shard: int = PER_SHA
     return str(directory / f"in-{{0..{shards - 1}}}.tar")
 
 
+def text_only(sample: dict[str, Any]) -> str:
+    """Wrong: returns the text instead of a sample."""
+    return sample["txt"].decode()
+
+
 def _marks() -> Path:
     return Path(os.environ["TARKIT_TEST_MARKS"])
 

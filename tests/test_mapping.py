@@ -244,6 +244,17 @@ def test_a_bad_input_shard_is_reported_with_its_position(tmp_path: Path) -> None
     assert (tmp_path / "out-0.tar").exists() and not (tmp_path / "out-1.tar").exists()
 
 
+def test_a_function_returning_something_else_than_samples_fails_naming_the_sample(
+    tmp_path: Path,
+) -> None:
+    inputs = write_inputs(tmp_path / "in", shards=1)
+    with pytest.raises(MapError) as caught:
+        map_shards(fns.text_only, inputs, str(tmp_path / "o.tar"), retries=0)
+    failure = caught.value.failures[0]
+    assert failure.key == "s0-00"
+    assert failure.error.startswith("TypeError: the function returned a str, not a sample dict")
+
+
 def test_records_say_where_each_output_came_from(tmp_path: Path) -> None:
     import json
 
