@@ -120,10 +120,10 @@ def map_shards(
 
     ``inputs`` and ``outputs`` are brace patterns (``"in-{000..099}.tar"``) or lists,
     of equal length; ``outputs`` may also be a directory ending in ``/``, where outputs
-    keep the inputs' file names. ``fn(sample)`` gets a dict with ``__key__``, ``__url__`` and the
-    bytes of each field, and returns a sample dict (values encoded by field extension,
-    as :class:`~tarkit.shards.ShardWriter` does), a list of them, None, or
-    ``(samples, metadata_row)``. ``fn`` may also be a shard mapper (an object with
+    keep the inputs' file names. ``fn(sample)`` gets a dict with ``__key__``,
+    ``__url__`` and the bytes of each field, and returns a sample dict (values encoded
+    by field extension, as :class:`~tarkit.shards.ShardWriter` does), a list of them,
+    None, or ``(samples, metadata_row)``. ``fn`` may also be a shard mapper (an object with
     ``map_shard(samples, source)``, like :class:`tarkit.mapcommand.ShellCommand`).
     In worker processes ``fn`` must be importable: a module-level function.
 
@@ -190,11 +190,12 @@ def map_shards(
                     if outcome.skipped_members:
                         report("warning", task.input, outcome.skipped_members)
                     continue
-                failure = (
-                    outcome.failure
-                    if isinstance(outcome, ShardResult) and outcome.failure is not None
-                    else ShardFailure(task.input, task.output, None, outcome, "", task.attempt)  # type: ignore[arg-type]
-                )
+                if isinstance(outcome, str):  # its worker died
+                    outcome = ShardResult(task.index, failure=ShardFailure(
+                        task.input, task.output, None, outcome, "", task.attempt
+                    ))  # fmt: skip
+                failure = outcome.failure
+                assert failure is not None
                 if task.attempt <= retries:
                     state.retries += 1
                     report("retry", task.input, str(failure))

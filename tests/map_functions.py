@@ -167,7 +167,8 @@ def calls(marks: Path) -> list[tuple[str, str]]:
     path = Path(marks) / "calls"
     if not path.exists():
         return []
-    return [tuple(line.split(" ", 1)) for line in path.read_text().splitlines()]  # type: ignore[misc]
+    lines = path.read_text().splitlines()
+    return [(shard, key) for shard, key in (line.split(" ", 1) for line in lines)]
 
 
 def rows_of(path: Path) -> list[dict[str, Any]]:

@@ -114,8 +114,8 @@ def test_a_failing_sample_is_retried_then_reported_after_the_other_shards_are_do
 
     with pytest.raises(MapError) as caught:
         map_shards(
-            fns.fail_on_bad, str(directory / "in-{0..2}.tar"), str(tmp_path / "out" / "o-{0..2}.tar"),
-            workers=2, retries=2, metadata=str(tmp_path / "meta.jsonl"), progress=progress,
+            fns.fail_on_bad, str(directory / "in-{0..2}.tar"),
+            str(tmp_path / "out" / "o-{0..2}.tar"), workers=2, retries=2, metadata=str(tmp_path / "meta.jsonl"), progress=progress,
         )  # fmt: skip
     error = caught.value
     assert len(error.failures) == 1

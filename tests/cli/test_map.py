@@ -237,7 +237,8 @@ def test_command_metadata_rows_come_from_sample_meta_json(tmp_path: Path) -> Non
     assert first == ("s0-00", {"cls": b"0", "txt": b"word"})  # meta.json is not a field
 
     bad = run(["tarkit", "map", "-c", "echo nope > sample.meta.json", inputs, "-o",
-               f"{tmp_path}/bad/", "--metadata", str(tmp_path / "m2.jsonl"), "--retries", "0"])  # fmt: skip
+               f"{tmp_path}/bad/", "--metadata", str(tmp_path / "m2.jsonl"),
+               "--retries", "0"])  # fmt: skip
     assert bad.returncode == 2
     assert (
         "sample 's0-00': the command's sample.meta.json does not hold a JSON object"
