@@ -3,7 +3,8 @@
 The header names the fields. A column named ``@field`` holds paths of files whose
 contents become ``field``; any other column holds text, written as UTF-8. A ``__key__``
 column sets each sample's key, else the key is the row number as ``%09d`` (the first data
-row is 0). An empty cell leaves that field out of that row's sample. Relative paths are
+row is 0), or made by ``key_format`` from ``{row}`` and the row's text columns
+(``"train/{cls}/{row:06d}"``). An empty cell leaves that field out of that row's sample. Relative paths are
 relative to the plan's own directory. Blank lines are skipped.
 
 ::
@@ -80,12 +81,16 @@ def plan_delimiter(path: str, delimiter: str | None = None) -> str:
     raise UsageError(f"{path}: cannot tell the delimiter from the file name: pass -d ',' or -d tab")
 
 
-def read_plan(path: str, delimiter: str | None = None) -> list[PlanRow]:
+def read_plan(
+    path: str, delimiter: str | None = None, *, key_format: str | None = None
+) -> list[PlanRow]:
     """Read and check a whole plan; return its rows in order.
 
     Raises :class:`InputError` for a malformed header, a row whose length differs from
     the header's, a bad or repeated key, a row without fields, and a file that is
-    missing or unreadable; :class:`SourceError` when the plan itself cannot be read.
+    missing or unreadable; :class:`SourceError` when the plan itself cannot be read;
+    :class:`UsageError` for a ``key_format`` that names no such column, or one given
+    for a plan with a ``__key__`` column.
     """
     sep = plan_delimiter(path, delimiter)
     try:
@@ -105,12 +110,30 @@ def read_plan(path: str, delimiter: str | None = None) -> list[PlanRow]:
                          source=path)  # fmt: skip
     (header_line, header), body = numbered[0], numbered[1:]
     columns = _check_header(header, path, header_line)
+    if key_format is not None:
+        _check_key_format(key_format, columns, path)
     base = os.path.dirname(os.path.abspath(path))
     rows: list[PlanRow] = []
     keys: dict[str, int] = {}
     for index, (line, cells) in enumerate(body):
-        rows.append(_check_row(cells, columns, index, line, base, path, keys))
+        rows.append(_check_row(cells, columns, index, line, base, path, keys, key_format))
     return rows
+
+
+def _check_key_format(key_format: str, columns: list[tuple[str, bool]], path: str) -> None:
+    """Raise UsageError unless ``key_format`` can be filled from ``{row}`` and text columns."""
+    if any(field == KEY_COLUMN for field, _ in columns):
+        raise UsageError(f"{path}: the plan has a {KEY_COLUMN} column: leave out --key")
+    names = {field: "" for field, is_file in columns if not is_file}
+    try:
+        key_format.format_map(dict(names, row=0))
+    except KeyError as exc:
+        known = ", ".join(["row", *names])
+        raise UsageError(
+            f"--key {key_format!r}: no text column {exc.args[0]!r} (it can use: {known})"
+        ) from None
+    except (ValueError, IndexError, AttributeError) as exc:
+        raise UsageError(f"--key {key_format!r}: {exc}") from None
 
 
 def _check_header(header: list[str], path: str, line: int) -> list[tuple[str, bool]]:
@@ -140,6 +163,7 @@ def _check_row(
     base: str,
     path: str,
     keys: dict[str, int],
+    key_format: str | None = None,
 ) -> PlanRow:
     if len(cells) != len(columns):
         raise InputError(
@@ -165,6 +189,13 @@ def _check_row(
         if not os.access(file_path, os.R_OK):
             raise InputError(f"line {line}: field {field!r}: {cell}: not readable", source=path)
         files.append((field, file_path))
+    if key_format is not None:
+        values = {field: cell for (field, is_file), cell in zip(columns, cells, strict=True)
+                  if not is_file}  # fmt: skip
+        try:
+            key = key_format.format_map(dict(values, row=index))
+        except ValueError as exc:  # a number format on a text cell
+            raise InputError(f"line {line}: --key {key_format!r}: {exc}", source=path) from None
     try:
         check_key(key)
     except SampleError as exc:

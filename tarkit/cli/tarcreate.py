@@ -1,0 +1,106 @@
+"""tarcreate: build a shard from a CSV/TSV plan or from a directory tree."""
+
+from __future__ import annotations
+
+from typing import Annotated, Optional
+
+import typer
+
+from . import options as o
+from .runner import report_skips, run, skip_log, typer_main
+
+app = typer.Typer(add_completion=False, rich_markup_mode=None)
+
+
+@app.command(
+    help="Build a shard from a CSV/TSV plan (one sample per row) or from a directory tree "
+    "(--dir), with deterministic headers and the fields of each sample sorted: the same "
+    "plan or tree always gives the same bytes.\n\n"
+    "A plan's header names the fields; a column '@field' holds paths of files (relative "
+    "to the plan) whose contents become that field; other columns are text; a __key__ "
+    "column sets the keys, else they are the row number, 000000000, 000000001… Every row "
+    "is checked before anything is written.\n\n"
+    "Example: tarcreate plan.csv -o shard.tar; tarcreate --dir scans/ -o scans.tar",
+)
+def tarcreate(
+    ctx: typer.Context,
+    plan: Annotated[
+        Optional[str],
+        typer.Argument(help="The plan: a .csv or .tsv file (or -d).", show_default=False),
+    ] = None,
+    output: o.Output = "-",
+    directory: Annotated[
+        Optional[str],
+        typer.Option(
+            "--dir",
+            help="Pack this directory tree instead: files grouped by key (the path up to "
+            "the first dot of the file name), in sorted key order.",
+            show_default=False,
+        ),
+    ] = None,
+    delimiter: Annotated[
+        Optional[str],
+        typer.Option(
+            "-d",
+            "--delimiter",
+            help="The plan's delimiter ('tab' for a tab); default from its ending: .csv "
+            "comma, .tsv tab.",
+            show_default=False,
+        ),
+    ] = None,
+    key: Annotated[
+        Optional[str],
+        typer.Option(
+            "--key",
+            help="Make keys of plan rows from this format: {row} (from 0) and text columns, "
+            "e.g. 'train/{row:06d}' or '{cls}/{row:06d}'. Default: {row:09d}.",
+            show_default=False,
+        ),
+    ] = None,
+    dereference: Annotated[
+        bool,
+        typer.Option(
+            "-L",
+            "--dereference",
+            help="With --dir: read a symlink to a regular file as that file (else symlinks "
+            "are skipped with a warning).",
+        ),
+    ] = False,
+    strict: Annotated[
+        bool,
+        typer.Option(
+            "--strict",
+            help="With --dir: make files that are skipped with a warning (no dot in the "
+            "name, symlinks, FIFOs, devices) errors.",
+        ),
+    ] = False,
+) -> None:
+    tool = ctx.command_path
+
+    def body() -> int:
+        from ..creating import list_tree, plan_members, tree_members, write_members
+        from ..errors import UsageError
+        from ..plan import read_plan
+        from ..urls import Sink
+
+        if (plan is None) == (directory is None):
+            raise UsageError("give a PLAN file or --dir DIR (one of them)")
+        skips = skip_log(tool)
+        if directory is not None:
+            if key is not None or delimiter is not None:
+                raise UsageError("--key and -d are for plans, not --dir")
+            tree = list_tree(directory, strict=strict, skips=skips, dereference=dereference)
+            members = tree_members(directory, tree)
+        else:
+            if dereference:
+                raise UsageError("-L is for --dir")
+            members = plan_members(read_plan(plan, delimiter, key_format=key))  # type: ignore[arg-type]
+        write_members(members, Sink(output))
+        report_skips(tool, skips)
+        return 0
+
+    run(tool, body)
+
+
+def main() -> None:
+    typer_main(app, "tarcreate")

@@ -1,0 +1,72 @@
+"""tarfirst: write the bytes of the first matching field to stdout."""
+
+from __future__ import annotations
+
+from typing import Annotated, Optional
+
+import typer
+
+from . import options as o
+from .runner import report_skips, run, skip_log, typer_main
+
+app = typer.Typer(add_completion=False, rich_markup_mode=None)
+
+
+@app.command(
+    help="Write the bytes of the first matching field to stdout, as they are stored.\n\n"
+    "Reading stops at the match. Nothing matched is exit status 2 with a message.\n\n"
+    "Example: tarfirst -f jpg shard.tar > x.jpg",
+)
+def tarfirst(
+    ctx: typer.Context,
+    inputs: o.Inputs = None,
+    field: Annotated[
+        Optional[str],
+        typer.Option(
+            "-f",
+            "--field",
+            help="The field to write, matched case-insensitively; 'jpg;png' takes the first "
+            "one present. Default: the sample's first field.",
+            show_default=False,
+        ),
+    ] = None,
+    key: Annotated[
+        Optional[str],
+        typer.Option("--key", help="Only the sample with this key.", show_default=False),
+    ] = None,
+    strict: o.Strict = False,
+    ignore_zeros: o.IgnoreZeros = False,
+    allow_empty: o.AllowEmpty = False,
+) -> None:
+    tool = ctx.command_path
+
+    def body() -> int:
+        import sys
+
+        from ..errors import UsageError
+        from ..lookup import first_field
+        from ..pipeline import read_samples
+        from ..samples import parse_field_spec
+
+        alternatives = None
+        if field is not None:
+            columns = parse_field_spec(field)
+            if len(columns) != 1:
+                raise UsageError(f"-f {field!r}: tarfirst writes one field ('jpg;png' for "
+                                 "alternatives)")  # fmt: skip
+            alternatives = columns[0]
+        skips = skip_log(tool)
+        samples = read_samples(
+            inputs or [], strict=strict, skips=skips,
+            ignore_zeros=ignore_zeros, allow_empty=allow_empty,
+        )  # fmt: skip
+        found = first_field(samples, alternatives, key)
+        sys.stdout.buffer.write(found.data)
+        report_skips(tool, skips)
+        return 0
+
+    run(tool, body)
+
+
+def main() -> None:
+    typer_main(app, "tarfirst")

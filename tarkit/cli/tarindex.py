@@ -1,0 +1,76 @@
+"""tarindex: write the dataset manifest of shards (counts, sizes, sha256, offsets)."""
+
+from __future__ import annotations
+
+from typing import Annotated, Optional
+
+import typer
+
+from . import options as o
+from .runner import report_skips, run, skip_log, typer_main
+
+app = typer.Typer(add_completion=False, rich_markup_mode=None)
+
+
+@app.command(
+    help="Write the manifest of the shards: for each, its URL or path, sample count, byte "
+    "size and sha256, and with --offsets every sample's key and byte offset. Each shard is "
+    "read whole; one that does not read cleanly is an error and no manifest is written.\n\n"
+    "Example: tarindex 'shards/train-{000000..000099}.tar' -o shards/manifest.json",
+    no_args_is_help=True,
+)
+def tarindex(
+    ctx: typer.Context,
+    shards: Annotated[
+        list[str],
+        typer.Argument(
+            help="Shards: paths, pipe:CMD, http(s)://, s3:// (brace patterns are expanded).",
+            show_default=False,
+        ),
+    ],
+    output: Annotated[
+        Optional[str],
+        typer.Option(
+            "-o",
+            "--output",
+            help="Write the manifest here (atomically; s3:// and other fsspec URLs are "
+            "uploaded) instead of stdout. Local shards beside or below it are named "
+            "relative to it.",
+            show_default=False,
+        ),
+    ] = None,
+    offsets: Annotated[
+        bool,
+        typer.Option(
+            "--offsets",
+            help="Record each sample's key and the byte offset of its first header in the "
+            "uncompressed tar, so loaders can start reading mid-shard.",
+        ),
+    ] = False,
+    strict: o.Strict = False,
+) -> None:
+    tool = ctx.command_path
+
+    def body() -> int:
+        import sys
+
+        from ..index import index_shards
+
+        skips = skip_log(tool)
+        manifest = index_shards(
+            shards, offsets=offsets, manifest_path=output, strict=strict, skips=skips
+        )
+        if output is None or output == "-":
+            sys.stdout.write(manifest.dumps())
+        else:
+            from ..shards import save_manifest
+
+            save_manifest(manifest, output)
+        report_skips(tool, skips)
+        return 0
+
+    run(tool, body)
+
+
+def main() -> None:
+    typer_main(app, "tarindex")
