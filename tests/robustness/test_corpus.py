@@ -20,12 +20,12 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
-from conftest import run_shell
-from corpus import END, Case, Expected, cases
+from corpus import Case, Expected, cases
+from outputs import archive_samples, as_expected, check_stderr, shell, to_sample
 
-from tarkit.errors import InputError, SourceError, TruncatedError
+from tarkit.errors import InputError, SourceError
 from tarkit.samples import Sample, group_samples
-from tarkit.tario import Member, read_members
+from tarkit.tario import read_members
 
 CASES = cases()
 # Cases whose expected behaviour tarkit does not have yet: reported to the lead, with
@@ -47,59 +47,6 @@ def case_params(selected: Sequence[Case] = CASES) -> list[object]:
     ]  # fmt: skip
 
 
-# --- reading what came out ------------------------------------------------------------
-
-
-def as_expected(samples: Sequence[Sample]) -> list[Expected]:
-    return [
-        (s.key, tuple(zip(s.fields, (m.data for m in s.members), strict=True))) for s in samples
-    ]
-
-
-def archive_samples(data: bytes, complete: bool) -> list[Expected]:
-    """The samples of a command's tar output, checking how it ends.
-
-    ``complete``: it ends with the end-of-archive marker; else it is whole members and
-    no marker (so the next reader in a pipe fails too).
-    """
-    if complete:
-        assert data.endswith(END)
-        return as_expected(list(group_samples(read_members(io.BytesIO(data)))))
-    assert not data.endswith(bytes(512)) or data == b""
-    if data:
-        with pytest.raises(TruncatedError, match="without the end-of-archive marker") as info:
-            list(read_members(io.BytesIO(data)))
-        assert info.value.offset == len(data)
-    return as_expected(list(group_samples(read_members(io.BytesIO(data + END)))))
-
-
-def to_sample(expected: Expected) -> Sample:
-    key, fields = expected
-    members = [Member(f"{key}.{f}", "file", len(d), 0, d, 0) for f, d in fields]
-    return Sample(key, [f for f, _ in fields], members, "-")
-
-
-def check_stderr(stderr: str, tool: str, source: str, case: Case) -> None:
-    """No traceback; one error line naming the case's error, or none; only skip warnings."""
-    assert "Traceback" not in stderr, stderr
-    lines = stderr.splitlines()
-    errors = [line for line in lines if line.startswith(f"{tool}: error: ")]
-    warned = [line for line in lines if line.startswith(f"{tool}: warning: ")]
-    assert len(errors) + len(warned) == len(lines), stderr
-    if case.status == 2:
-        assert len(errors) == 1 and lines[-1] == errors[0], stderr
-        what = errors[0].removeprefix(f"{tool}: error: {source}: ")
-        assert case.error is not None and re.fullmatch(case.error, what), errors[0]
-    else:
-        assert errors == [], stderr
-    if case.warnings == 0:
-        assert warned == [], stderr
-    elif case.warnings == 1:
-        assert len(warned) == 1, stderr
-    else:
-        assert f"skipped {case.warnings} members" in warned[-1], stderr
-
-
 # --- the commands ---------------------------------------------------------------------
 
 
@@ -108,13 +55,6 @@ class Outcome:
     status: int
     stderr: str
     samples: list[Expected]
-
-
-def shell(directory: Path, script: str) -> list[int]:
-    """Run a bash pipeline in ``directory``; the exit statuses of its commands."""
-    result = run_shell(script + '; echo "${PIPESTATUS[*]}"', cwd=directory, timeout=60)
-    assert result.stderr == "", result.stderr
-    return [int(s) for s in result.stdout.split()]
 
 
 def run_tarcat(directory: Path, case: Case) -> Outcome:
@@ -128,7 +68,14 @@ def run_tarcat(directory: Path, case: Case) -> Outcome:
     assert len(listing) == sum(len(fields) for _, fields in got)
     if statuses[0] == 0:
         assert statuses[2] == 0
-    check_stderr((directory / "err").read_text(), "tarcat", "case.tar", case)
+    check_stderr(
+        (directory / "err").read_text(),
+        "tarcat",
+        "case.tar",
+        case.status,
+        case.error,
+        case.warnings,
+    )
     return Outcome(statuses[0], "", got)
 
 
@@ -136,7 +83,14 @@ def run_tarsplit(directory: Path, case: Case) -> Outcome:
     """``cat case.tar | tarsplit -c 1``: one sample per shard, every shard whole."""
     args = " ".join(case.args)
     statuses = shell(directory, f"cat case.tar | tarsplit -c 1 -o 'out/s-%06d.tar' {args} 2>err")
-    check_stderr((directory / "err").read_text(), "tarsplit", "<stdin>", case)
+    check_stderr(
+        (directory / "err").read_text(),
+        "tarsplit",
+        "<stdin>",
+        case.status,
+        case.error,
+        case.warnings,
+    )
     out = directory / "out"
     names = sorted(p.name for p in out.iterdir()) if out.exists() else []
     assert names == [f"s-{i:06d}.tar" for i in range(len(names))], names  # no temp files
@@ -150,7 +104,14 @@ def run_tar2tsv(directory: Path, case: Case) -> Outcome:
 
     args = " ".join(case.args)
     statuses = shell(directory, f"cat case.tar | tar2tsv {args} 2>err >out.tsv")
-    check_stderr((directory / "err").read_text(), "tar2tsv", "<stdin>", case)
+    check_stderr(
+        (directory / "err").read_text(),
+        "tar2tsv",
+        "<stdin>",
+        case.status,
+        case.error,
+        case.warnings,
+    )
     out = (directory / "out.tsv").read_bytes()
     expected = list(case.samples)
     # Lines are compared whole, so the samples are those of the case exactly when the
@@ -167,7 +128,14 @@ def run_tarshow(directory: Path, case: Case) -> Outcome:
 
     args = " ".join(case.args)
     statuses = shell(directory, f"tarshow {args} case.tar 2>err >out.txt")
-    check_stderr((directory / "err").read_text(), "tarshow", "case.tar", case)
+    check_stderr(
+        (directory / "err").read_text(),
+        "tarshow",
+        "case.tar",
+        case.status,
+        case.error,
+        case.warnings,
+    )
     out = (directory / "out.txt").read_bytes()
     expected = list(case.samples)
     want = "".join("\n".join(describe(to_sample(s))) + "\n" for s in expected)
