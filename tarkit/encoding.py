@@ -39,7 +39,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from .errors import SampleError
-from .tario import BLOCK, default_mtime, encode_member, make_header
+from .tario import default_mtime, encode_member
 
 INT_EXTENSIONS = frozenset({"cls", "cls2", "class", "count", "index", "inx", "id"})
 JSON_EXTENSIONS = frozenset({"json", "jsn"})
@@ -232,7 +232,6 @@ def encode_sample(
         mtime = default_mtime()
     seen: set[str] = set()
     parts = []
-    header = _headers(mtime).header
     for field in fields:
         folded = field.lower()
         if not field or "/" in field or "\0" in field or folded in seen:
@@ -246,54 +245,8 @@ def encode_sample(
         data = sample[field]
         if type(data) is not bytes:
             data = encode_field(key, field, data, quality=quality)
-        name = f"{key}.{field}".encode("utf-8", "surrogateescape")
-        size = len(data)
-        if len(name) <= 100 and size < _SMALL_SIZE and name.isascii():
-            parts += (header(name, size), data, _PADDING[size % BLOCK])
-        else:
-            parts.append(encode_member(f"{key}.{field}", data, mtime=mtime))
+        parts.append(encode_member(f"{key}.{field}", data, mtime=mtime))
     return b"".join(parts)
-
-
-_SMALL_SIZE = 8**11  # sizes that fit the 12-byte octal field
-_PADDING = [bytes(-n % BLOCK) for n in range(BLOCK)]
-
-
-class _HeaderTemplate:
-    """ustar headers for short ASCII names, made from one header built by ``make_header``.
-
-    Every field but the name, the size and the checksum is the same for all members of
-    a writer, so a header is the template with those three filled in: the same bytes as
-    :func:`tarkit.tario.make_header` (a test holds them equal) at a fifth of the cost.
-    """
-
-    def __init__(self, mtime: int) -> None:
-        block = bytearray(make_header("x", 0, mtime=mtime))
-        block[0:100] = bytes(100)
-        block[124:136] = bytes(12)
-        block[148:156] = b" " * 8
-        self.after_name = bytes(block[100:124])
-        self.after_size = bytes(block[136:148])
-        self.after_checksum = bytes(block[156:])
-        self.constant = sum(block)
-
-    def header(self, name: bytes, size: int) -> bytes:
-        size_field = b"%011o\0" % size
-        checksum = self.constant + sum(name) + sum(size_field)
-        return b"".join((
-            name, bytes(100 - len(name)), self.after_name, size_field, self.after_size,
-            b"%06o\0 " % checksum, self.after_checksum,
-        ))  # fmt: skip
-
-
-_templates: dict[int, _HeaderTemplate] = {}
-
-
-def _headers(mtime: int) -> _HeaderTemplate:
-    template = _templates.get(mtime)
-    if template is None:
-        template = _templates[mtime] = _HeaderTemplate(mtime)
-    return template
 
 
 def parse_resize(text: str) -> tuple[int, int, str]:

@@ -640,6 +640,11 @@ def make_header(name: str, size: int, *, mtime: int | None = None, mode: int = 0
     if mtime is None:
         mtime = default_mtime()
     encoded = name.encode("utf-8", "surrogateescape")
+    if len(encoded) <= 100 and size < _SMALL_SIZE and encoded.isascii():
+        template = _templates.get((mtime, mode))
+        if template is None:
+            template = _templates[(mtime, mode)] = _HeaderTemplate(mtime, mode)
+        return template.header(encoded, size)
     records: list[tuple[str, bytes]] = []
     prefix = b""
     short = encoded
@@ -660,6 +665,36 @@ def make_header(name: str, size: int, *, mtime: int | None = None, mode: int = 0
         blocks = _ustar_block(b"././@PaxHeader", len(payload), mtime, 0o644, b"x", b"")
         blocks += payload + bytes(-len(payload) % BLOCK)
     return blocks + _ustar_block(short, size_field, mtime, mode, b"0", prefix)
+
+
+_SMALL_SIZE = 8**11  # sizes that fit the 12-byte octal field
+
+
+class _HeaderTemplate:
+    """ustar headers for short ASCII names: one block with the name, size and checksum
+    filled in per member. The same bytes as the general builder (a test holds them equal)
+    at a fifth of the cost: tarproc, tarcreate and the shard writers make one per field.
+    """
+
+    def __init__(self, mtime: int, mode: int) -> None:
+        block = bytearray(_ustar_block(b"", 0, mtime, mode, b"0", b""))
+        block[124:136] = bytes(12)
+        block[148:156] = b" " * 8
+        self.after_name = bytes(block[100:124])
+        self.after_size = bytes(block[136:148])
+        self.after_checksum = bytes(block[156:])
+        self.constant = sum(block)
+
+    def header(self, name: bytes, size: int) -> bytes:
+        size_field = b"%011o\0" % size
+        checksum = self.constant + sum(name) + sum(size_field)
+        return b"".join((
+            name, bytes(100 - len(name)), self.after_name, size_field, self.after_size,
+            b"%06o\0 " % checksum, self.after_checksum,
+        ))  # fmt: skip
+
+
+_templates: dict[tuple[int, int], _HeaderTemplate] = {}
 
 
 def _split_ustar_name(name: bytes) -> tuple[bytes, bytes] | None:

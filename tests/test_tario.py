@@ -15,7 +15,10 @@ import tarfile
 from pathlib import Path
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
+from tarkit import tario
 from tarkit.errors import HeaderError, InputError, SampleError, TruncatedError
 from tarkit.samples import group_samples, split_name
 from tarkit.tario import (
@@ -676,3 +679,20 @@ def test_writer_output_is_identical_across_processes_and_follows_source_date_epo
     dated = written(SOURCE_DATE_EPOCH="1234567890")
     assert dated == written(SOURCE_DATE_EPOCH="1234567890") != first
     assert {m.mtime for m in tarfile.open(fileobj=io.BytesIO(dated))} == {1234567890}
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    name=st.text(
+        alphabet=st.characters(min_codepoint=33, max_codepoint=126), min_size=1, max_size=100
+    ),
+    size=st.integers(min_value=0, max_value=8**11 - 1),
+    mtime=st.integers(min_value=0, max_value=8**11 - 1),
+    mode=st.sampled_from([0o444, 0o644, 0o755]),
+)
+def test_header_template_gives_the_bytes_of_the_general_builder(name, size, mtime, mode) -> None:
+    from tarkit.tario import _ustar_block
+
+    assert tario.make_header(name, size, mtime=mtime, mode=mode) == _ustar_block(
+        name.encode(), size, mtime, mode, b"0", b""
+    )
