@@ -1,6 +1,6 @@
 """Map a shell command over samples: tarproc's per-sample execution model.
 
-Each sample is unpacked into a fresh private directory as one plain file per field,
+Each sample is unpacked into an empty private directory as one plain file per field,
 ``sample.<field>`` (``sample.jpg``, ``sample.seg.png``). ``bash -c COMMAND`` runs
 there, in a session (process group) of its own, with ``TARKIT_KEY`` set to the
 sample's key and stdin from ``/dev/null``. When it exits 0, the files ``sample.*`` it
@@ -14,9 +14,11 @@ the timeout or leaves an output that is not a plain file. The policy decides:
 :class:`CommandFailed`; ``skip`` leaves the sample out and ``keep`` passes it through
 unchanged, both reporting a :class:`Rejection`.
 
-:func:`run_sample` does one sample and is all another process needs;
-:func:`map_command` runs many at once on a bounded pool of threads, each waiting on
-its child process, and yields the output samples in input order.
+:func:`map_command` runs up to N commands at once and yields the output samples in
+input order. It needs no threads: it starts each command with ``posix_spawn`` and
+watches them all through pidfds from the calling thread; each of the N slots has a
+:class:`Workspace` that is emptied and reused from one sample to the next.
+:func:`run_sample` does one sample and is all another process needs.
 
 Field names become file names, so a field that could escape the directory or be
 mistaken for something else is rejected, not renamed:
