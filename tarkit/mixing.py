@@ -25,13 +25,13 @@ import math
 import random
 import threading
 from collections import deque
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Iterator, Sequence
 from typing import TypeVar
 
 from .errors import UsageError
-from .pipeline import close_iterator, read_samples
+from .pipeline import close_iterator, read_samples, source_samples
 from .samples import Sample, SkipLog
-from .urls import expand_inputs
+from .urls import Source, expand_inputs, open_source
 
 T = TypeVar("T")
 READ_AHEAD_BYTES = 16 << 20  # per input read ahead by -p; at least one sample is always taken
@@ -108,11 +108,15 @@ def parse_weights(text: str) -> list[float]:
     return weights
 
 
+ReadOptions = dict[str, object]  # keyword arguments of source_samples
+
+
 class _Prefetch:
     """One input read by a thread into a buffer of at most ``limit`` bytes of samples."""
 
-    def __init__(self, open_samples: Callable[[], Iterator[Sample]], limit: int) -> None:
-        self._open = open_samples
+    def __init__(self, spec: str, options: ReadOptions, limit: int) -> None:
+        self._spec = spec
+        self._options = options
         self._limit = limit
         self._ready = threading.Condition()
         self._samples: deque[Sample] = deque()
@@ -120,31 +124,43 @@ class _Prefetch:
         self._finished = False
         self._error: BaseException | None = None
         self._stopped = False
-        self._thread = threading.Thread(target=self._read, daemon=True)
-        self._thread.start()
+        self._source: Source | None = None
+        if spec.startswith("pipe:"):
+            # Started here rather than in the thread, so that stop() can always end it.
+            try:
+                self._source = open_source(spec)
+            except BaseException as exc:
+                self._finished, self._error = True, exc
+                return
+        threading.Thread(target=self._read, daemon=True).start()
 
     def _read(self) -> None:
         ready = self._ready
-        samples = self._open()
         error: BaseException | None = None
         try:
-            for sample in samples:
-                size = sample.size
+            with self._source or open_source(self._spec) as source:
                 with ready:
-                    while self._samples and self._bytes + size > self._limit and not self._stopped:
-                        ready.wait()
+                    self._source = source
                     if self._stopped:
+                        source.close(early=True)
                         return
-                    self._samples.append(sample)
-                    self._bytes += size
-                    ready.notify_all()
+                for sample in source_samples(source, **self._options):  # type: ignore[arg-type]
+                    size = sample.size
+                    with ready:
+                        while (
+                            self._samples and self._bytes + size > self._limit
+                            and not self._stopped
+                        ):  # fmt: skip
+                            ready.wait()
+                        if self._stopped:
+                            source.close(early=True)
+                            return
+                        self._samples.append(sample)
+                        self._bytes += size
+                        ready.notify_all()
         except BaseException as exc:  # handed to the consumer, raised where it belongs
             error = exc
         finally:
-            try:
-                close_iterator(samples)
-            except BaseException as exc:
-                error = error or exc
             with ready:
                 self._finished = True
                 self._error = None if self._stopped else error
@@ -167,34 +183,36 @@ class _Prefetch:
             yield sample
 
     def stop(self) -> None:
-        """Ask the thread to stop; it closes its input when its current read returns."""
+        """Make the thread stop and close its input; a ``pipe:`` command is killed, so a
+        thread waiting for its output stops too, as closing it early would."""
         with self._ready:
             self._stopped = True
             self._samples.clear()
             self._bytes = 0
             self._ready.notify_all()
+            process = self._source.process if self._source is not None else None
+        if process is not None and not self._finished:
+            process.kill()
 
 
-def read_ahead(
-    openers: Sequence[Callable[[], Iterator[Sample]]],
-    parallel: int,
-    limit: int = READ_AHEAD_BYTES,
-) -> Iterator[Sample]:
-    """The samples of each opener's input in order, with up to ``parallel`` being read.
+def read_ahead(specs: Sequence[str], parallel: int, limit: int = READ_AHEAD_BYTES,
+               **options: object) -> Iterator[Sample]:  # fmt: skip
+    """The samples of each input in ``specs`` in order, with up to ``parallel`` being read.
 
-    Input ``k + parallel`` starts when input ``k`` is done. Each thread holds at most
-    ``limit`` bytes of samples (or one sample) ahead of the consumer. An error in an
-    input is raised after all of its samples before the error, when the consumer
-    reaches it; errors of later inputs wait until then. Closing it stops every thread.
+    ``options`` go to :func:`~tarkit.pipeline.source_samples`. Input ``k + parallel``
+    starts when input ``k`` is done. Each thread holds at most ``limit`` bytes of samples
+    (or one sample) ahead of the consumer. An error in an input is raised after all of
+    its samples before the error, when the consumer reaches it; errors of later inputs
+    wait until then. Closing it stops every thread.
     """
     if parallel < 1:
         raise UsageError("-p must be at least 1")
     started: deque[_Prefetch] = deque()
-    waiting = deque(openers)
+    waiting = deque(specs)
     try:
         while waiting or started:
             while waiting and len(started) < parallel:
-                started.append(_Prefetch(waiting.popleft(), limit))
+                started.append(_Prefetch(waiting.popleft(), options, limit))
             yield from started[0]
             started.popleft()
     finally:
@@ -234,6 +252,8 @@ def combine_inputs(
     with ``interleaved``, or drawn by ``weights`` (``"3,1"`` or a list, one per input)
     with ``seed``. Raises :class:`~tarkit.errors.UsageError` for contradicting options.
     """
+    if parallel < 1:
+        raise UsageError("-p must be at least 1")
     if interleaved and weights is not None:
         raise UsageError("--interleave and --mix exclude each other")
     if until_all and weights is None:
@@ -251,11 +271,7 @@ def combine_inputs(
             raise UsageError(f"--mix has {len(parsed)} weights for {len(specs)} inputs")
     if parallel > 1:
         shared = _SharedSkips(skips) if skips is not None else None
-
-        def opener(spec: str) -> Callable[[], Iterator[Sample]]:
-            return lambda: read_samples([spec], skips=shared, **options)  # type: ignore[arg-type]
-
-        return read_ahead([opener(spec) for spec in specs], parallel)
+        return read_ahead(specs, parallel, skips=shared, **options)
     streams = [read_samples([spec], skips=skips, **options) for spec in specs]  # type: ignore[arg-type]
     if interleaved:
         return interleave(streams)

@@ -20,7 +20,7 @@ from .compression import open_decompressed
 from .errors import OutputError, UsageError
 from .samples import Sample, SkipLog, group_samples
 from .tario import TarWriter, read_members
-from .urls import Sink, expand_inputs, open_source
+from .urls import Sink, Source, expand_inputs, open_source
 
 T = TypeVar("T")
 WRITE_CHUNK = 1 << 20
@@ -44,11 +44,24 @@ def read_samples(
     """
     for spec in expand_inputs(inputs):
         with open_source(spec) as source:
-            stream = open_decompressed(source.stream, source.name)
-            members = read_members(
-                stream, source.name, ignore_zeros=ignore_zeros, allow_empty=allow_empty
-            )
-            yield from group_samples(members, source.name, strict=strict, skips=skips)
+            yield from source_samples(
+                source, strict=strict, skips=skips, ignore_zeros=ignore_zeros,
+                allow_empty=allow_empty,
+            )  # fmt: skip
+
+
+def source_samples(
+    source: Source,
+    *,
+    strict: bool = False,
+    skips: SkipLog | None = None,
+    ignore_zeros: bool = False,
+    allow_empty: bool = False,
+) -> Iterator[Sample]:
+    """The samples of one opened input (decompressed if need be); the caller closes it."""
+    stream = open_decompressed(source.stream, source.name)
+    members = read_members(stream, source.name, ignore_zeros=ignore_zeros, allow_empty=allow_empty)
+    yield from group_samples(members, source.name, strict=strict, skips=skips)
 
 
 def take(items: Iterable[T], count: int | None) -> Iterator[T]:

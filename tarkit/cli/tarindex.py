@@ -55,13 +55,16 @@ def tarindex(
         import sys
 
         from ..index import index_shards
+        from ..pipeline import output_errors
 
         skips = skip_log(tool)
         manifest = index_shards(
             shards, offsets=offsets, manifest_path=output, strict=strict, skips=skips
         )
         if output is None or output == "-":
-            sys.stdout.write(manifest.dumps())
+            with output_errors("-"):
+                sys.stdout.write(manifest.dumps())
+                sys.stdout.flush()
         else:
             from ..shards import save_manifest
 
