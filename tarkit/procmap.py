@@ -472,19 +472,16 @@ def remove_tree(directory: str) -> None:
     except OSError:
         pass  # a subdirectory, or permissions the command changed
 
-    def writable(function: object, path: str, exc: object) -> None:
-        with contextlib.suppress(OSError):
-            os.chmod(os.path.dirname(path) or ".", 0o700)
-            os.chmod(path, 0o700)
-        if os.path.isdir(path) and not os.path.islink(path):
-            shutil.rmtree(path, ignore_errors=True)
-        else:
-            with contextlib.suppress(OSError):
-                os.unlink(path)
-
+    # Make every directory below writable again (links are not followed), then remove.
     with contextlib.suppress(OSError):
         os.chmod(directory, 0o700)
-    shutil.rmtree(directory, onerror=writable)
+    for path, subdirectories, _ in os.walk(directory):
+        for name in subdirectories:
+            subdirectory = os.path.join(path, name)
+            if not os.path.islink(subdirectory):
+                with contextlib.suppress(OSError):
+                    os.chmod(subdirectory, 0o700)
+    shutil.rmtree(directory, ignore_errors=True)
 
 
 def collect_outputs(directory: str, key: str, multi: bool) -> tuple[list[OutputSample], str | None]:

@@ -314,3 +314,29 @@ def test_run_sample_works_in_another_process_and_its_outcome_pickles(tmp: Path) 
     assert pickle.loads(pickle.dumps(outcome)).rejection == Rejection(
         "k8", "exit 9", "nope", ("nope",)
     )
+
+
+def test_subdirectories_and_locked_directories_a_command_leaves_are_cleared_for_the_next(
+    tmp: Path,
+) -> None:
+    script = (
+        'l=$(ls -A | tr "\\n" " "); echo -n "$l" > sample.ls; '
+        "mkdir -p sub/deeper && touch sub/deeper/x .hidden && chmod 000 sub/deeper sub"
+    )
+    out = run_map(numbered(4, ("bin",)), script, tmp)
+    assert [s.get("ls") for s in out] == [b"sample.bin "] * 4
+
+
+def test_without_pidfds_commands_are_polled_and_still_time_out(
+    tmp: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    def no_pidfd(pid: int) -> int:
+        raise OSError("pidfd_open is not available")
+
+    monkeypatch.setattr(os, "pidfd_open", no_pidfd)
+    rejected: list[Rejection] = []
+    script = '[ "$TARKIT_KEY" = s01 ] && sleep 30; echo "$TARKIT_KEY" > sample.key'
+    out = run_map(numbered(4), script, tmp, parallel=2, timeout=0.5, on_error="skip",
+                  on_reject=rejected.append)  # fmt: skip
+    assert [s.get("key") for s in out] == [b"s00\n", b"s02\n", b"s03\n"]
+    assert [(r.key, r.status) for r in rejected] == [("s01", "timeout")]
