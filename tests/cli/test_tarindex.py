@@ -1,0 +1,126 @@
+"""tarindex through real pipes: counts checked against GNU tar, the manifest read back by
+tarkit.manifest.load and used to read samples at their offsets."""
+
+from __future__ import annotations
+
+import gzip
+import hashlib
+import io
+import json
+import subprocess
+from pathlib import Path
+
+import pytest
+from conftest import make_tar, run, run_shell
+
+from tarkit.manifest import load
+from tarkit.samples import group_samples
+from tarkit.tario import read_members
+
+
+@pytest.fixture(scope="module")
+def shards(tmp_path_factory: pytest.TempPathFactory) -> list[Path]:
+    """Three shards made by GNU tar (sorted, pax), with 3, 5 and 1 samples of 1-3 fields."""
+    base = tmp_path_factory.mktemp("index")
+    (base / "out").mkdir()
+    paths = []
+    for number, count in enumerate((3, 5, 1)):
+        tree = base / f"tree{number}"
+        tree.mkdir()
+        for i in range(count):
+            for field in ("jpg", "cls", "json")[: 1 + i % 3]:
+                (tree / f"s{number}-{i}.{field}").write_bytes(b"%d" % i * (100 * i + 1))
+        (tree / "README").write_text("skipped")
+        path = base / "out" / f"shard-{number:06d}.tar"
+        subprocess.run(
+            ["tar", "--sort=name", "--format=pax", "-cf", str(path), "-C", str(tree), "."],
+            check=True,
+        )
+        paths.append(path)
+    return paths
+
+
+def gnu_tar_sample_count(path: Path) -> int:
+    names = subprocess.run(["tar", "-tf", str(path)], capture_output=True, text=True, check=True)
+    keys = {
+        name.rsplit("/", 1)[-1].split(".", 1)[0]
+        for name in names.stdout.split()
+        if "." in name.rsplit("/", 1)[-1]
+    }
+    return len(keys)
+
+
+def test_manifest_counts_match_gnu_tar_and_load_back(shards: list[Path]) -> None:
+    out = shards[0].parent / "manifest.json"
+    pattern = str(shards[0].parent / "shard-{000000..000002}.tar")
+    result = run(["tarindex", pattern, "-o", str(out)])
+    assert result.returncode == 0
+    assert "skipping member without a field" in result.stderr
+    manifest = load(str(out))
+    assert [s.url for s in manifest.shards] == [p.name for p in shards]
+    assert manifest.urls() == [str(p) for p in shards]
+    assert [s.samples for s in manifest.shards] == [gnu_tar_sample_count(p) for p in shards]
+    assert [s.samples for s in manifest.shards] == [3, 5, 1]
+    assert manifest.samples == 9
+    for info, path in zip(manifest.shards, shards, strict=True):
+        assert info.bytes == path.stat().st_size
+        assert info.sha256 == hashlib.sha256(path.read_bytes()).hexdigest()
+        assert info.keys is None and info.offsets is None
+    # Deterministic: the same shards give the same manifest bytes.
+    again = run(["tarindex", *map(str, shards), "-o", str(out.parent / "again.json")])
+    assert again.returncode == 0
+    assert (out.parent / "again.json").read_bytes() == out.read_bytes()
+
+
+def test_offsets_point_at_each_samples_first_header(shards: list[Path]) -> None:
+    result = run(["tarindex", "--offsets", str(shards[1])], cwd=shards[1].parent)
+    assert result.returncode == 0
+    data = json.loads(result.stdout)
+    assert data["format"] == "tarkit-manifest" and data["version"] == 1
+    (entry,) = data["shards"]
+    assert entry["keys"] == [f"./s1-{i}" for i in range(5)]
+    archive = shards[1].read_bytes()
+    for key, offset in zip(entry["keys"], entry["offsets"], strict=True):
+        # Reading from the offset on gives that sample first.
+        first = next(group_samples(read_members(io.BytesIO(archive[offset:]))))
+        assert first.key == key
+
+
+def test_compressed_and_piped_shards_count_uncompressed_samples_and_hash_stored_bytes(
+    shards: list[Path], tmp_path: Path
+) -> None:
+    gz = tmp_path / "shard.tar.gz"
+    gz.write_bytes(gzip.compress(shards[1].read_bytes(), mtime=0))
+    result = run(["tarindex", "--offsets", str(gz), f"pipe:cat {shards[1]}"])
+    assert result.returncode == 0
+    compressed, piped = json.loads(result.stdout)["shards"]
+    assert compressed["samples"] == piped["samples"] == 5
+    assert compressed["offsets"] == piped["offsets"]
+    assert compressed["sha256"] == hashlib.sha256(gz.read_bytes()).hexdigest()
+    assert compressed["bytes"] == gz.stat().st_size
+    assert piped["url"] == f"pipe:cat {shards[1]}"
+
+
+def test_a_bad_shard_is_an_error_and_no_manifest_is_written(
+    shards: list[Path], tmp_path: Path
+) -> None:
+    cut = tmp_path / "cut.tar"
+    cut.write_bytes(make_tar([("a.txt", b"x" * 3000), ("b.txt", b"y")])[:2000])
+    out = tmp_path / "manifest.json"
+    result = run(["tarindex", str(shards[0]), str(cut), "-o", str(out)])
+    assert result.returncode == 2
+    assert result.stderr.splitlines()[-1].startswith(
+        f"tarindex: error: {cut}: input ends inside member data"
+    )
+    assert not out.exists() and sorted(p.name for p in tmp_path.iterdir()) == ["cut.tar"]
+    missing = run(["tarindex", str(tmp_path / "none.tar")])
+    assert missing.stderr == f"tarindex: error: {tmp_path}/none.tar: no such file\n"
+    assert "manifest cannot name stdin" in run(["tarindex", "-"], input=b"").stderr
+
+
+def test_shards_outside_the_manifests_directory_keep_their_path(
+    shards: list[Path], tmp_path: Path
+) -> None:
+    result = run_shell(f"cd {tmp_path} && tarindex {shards[2]} -o m.json && cat m.json")
+    assert result.returncode == 0
+    assert json.loads(result.stdout)["shards"][0]["url"] == str(shards[2])
