@@ -58,3 +58,20 @@ def test_a_missing_plan_and_an_unknown_ending(tmp_path: Path) -> None:
     with pytest.raises(UsageError, match="pass -d"):
         plan_delimiter("plan.dat")
     assert plan_delimiter("plan.dat", "tab") == "\t"
+
+
+def test_key_format_makes_keys_from_the_row_and_text_columns(tmp_path: Path) -> None:
+    plan = tmp_path / "plan.csv"
+    plan.write_text("cls,txt\n3,a\n4,b\n")
+    rows = read_plan(str(plan), key_format="c{cls}/{row:03d}")
+    assert [r.key for r in rows] == ["c3/000", "c4/001"]
+    with pytest.raises(UsageError, match="no text column 'jpg' \\(it can use: row, cls, txt\\)"):
+        read_plan(str(plan), key_format="{jpg}")
+    with pytest.raises(UsageError, match="--key '{txt:03d}': Unknown format code"):
+        read_plan(str(plan), key_format="{txt:03d}")
+    with pytest.raises(InputError, match="line 3: sample 'x.b'"):
+        read_plan(str(plan), key_format="x.{txt}")
+    keyed = tmp_path / "keyed.csv"
+    keyed.write_text("__key__,txt\nk,a\n")
+    with pytest.raises(UsageError, match="leave out --key"):
+        read_plan(str(keyed), key_format="{row}")
