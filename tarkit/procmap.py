@@ -309,7 +309,9 @@ class _Job:
     def __init__(
         self, command: Command, index: int, sample: Sample | None, key: str,
         fields: Sequence[tuple[str, FieldData]], workspace: Workspace, env: dict[str, str],
+        registry: dict[int, _Job],
     ) -> None:  # fmt: skip
+        """Write the fields and start the command; the job is then in ``registry``."""
         self.command = command
         self.index = index
         self.sample = sample
@@ -324,7 +326,11 @@ class _Job:
             for field_name, data in fields:
                 _write_file(os.path.join(self.directory, "sample." + field_name), data)
             env["TARKIT_KEY"] = key
-            self.pid = spawn(command.text, self.directory, env, workspace.fds)
+            # A Ctrl-C or SIGTERM between the start and the registration would leave
+            # a command nobody kills: hold them back for that moment.
+            with _signals_held():
+                self.pid = spawn(command.text, self.directory, env, workspace.fds)
+                registry[index] = self
         except BaseException:
             self._clear()
             raise
@@ -421,6 +427,17 @@ def spawn(text: str, directory: str, env: dict[str, str], logs: tuple[int, int])
     )  # fmt: skip
 
 
+class _signals_held:
+    """Hold back SIGINT and SIGTERM (in this thread) for the duration of a ``with`` block."""
+
+    def __enter__(self) -> None:
+        self.mask = signal.pthread_sigmask(signal.SIG_BLOCK, _HELD_SIGNALS)
+
+    def __exit__(self, *exc: object) -> None:
+        signal.pthread_sigmask(signal.SIG_SETMASK, self.mask)
+
+
+_HELD_SIGNALS = (signal.SIGINT, signal.SIGTERM)
 _DEFAULT_SIGNALS = tuple(
     getattr(signal, name) for name in ("SIGPIPE", "SIGXFSZ", "SIGINT", "SIGTERM", "SIGCHLD")
     if hasattr(signal, name)
@@ -558,14 +575,15 @@ def run_sample(
     (KeyboardInterrupt included) kills the command first. Usable in any process.
     """
     workspace = Workspace(os.path.join(root, f"{index:06d}"))
+    registry: dict[int, _Job] = {}
     try:
-        job = _Job(command, index, None, key, fields, workspace, dict(os.environ))
-        try:
-            timed_out = not _wait_for(job)
-        except BaseException:
+        _Job(command, index, None, key, fields, workspace, dict(os.environ), registry)
+        job = registry[index]
+        return job.finish(timed_out=not _wait_for(job))
+    except BaseException:
+        for job in registry.values():
             job.discard()
-            raise
-        return job.finish(timed_out)
+        raise
     finally:
         workspace.close(remove=not command.keep_dirs)
 
@@ -724,8 +742,7 @@ def _map(
                 ]
                 index = report.samples_in
                 report.samples_in += 1
-                job = _Job(command, index, sample, sample.key, fields, workspace_for(index), env)
-                running[index] = job
+                _Job(command, index, sample, sample.key, fields, workspace_for(index), env, running)
             if ordered and next_out in done:
                 while next_out in done:
                     yield from results(*done.pop(next_out))
