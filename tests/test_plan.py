@@ -69,7 +69,7 @@ def test_key_format_makes_keys_from_the_row_and_text_columns(tmp_path: Path) -> 
         read_plan(str(plan), key_format="{jpg}")
     with pytest.raises(UsageError, match="--key '{txt:03d}': Unknown format code"):
         read_plan(str(plan), key_format="{txt:03d}")
-    with pytest.raises(InputError, match="line 3: sample 'x.b'"):
+    with pytest.raises(InputError, match="line 2: sample 'x.a'"):
         read_plan(str(plan), key_format="x.{txt}")
     keyed = tmp_path / "keyed.csv"
     keyed.write_text("__key__,txt\nk,a\n")
