@@ -462,3 +462,19 @@ def test_tarkit_proc_is_tarproc(tmp_path: Path, env: dict[str, str]) -> None:
     result = run(["tarkit", "proc", "-c", "echo hi > sample.hi"], input=archive_of(2), env=env)
     assert result.returncode == 0, result.stderr
     assert [fields["hi"] for _, fields in samples_of(result.stdout)] == [b"hi\n", b"hi\n"]
+
+
+def test_truncated_input_exits_2_after_the_samples_before_it(
+    tmp_path: Path, env: dict[str, str]
+) -> None:
+    whole = archive_of(6)
+    members = list(read_members(io.BytesIO(whole)))
+    cut = members[8].offset + 520  # inside the data of s04.txt
+    result = run(["tarproc", "-p", "3", "-c", "echo x > sample.x"], input=whole[:cut], env=env)
+    assert result.returncode == 2
+    assert (
+        result.stderr.startswith("tarproc: error: <stdin>: input ends inside")
+        and len(result.stderr.splitlines()) == 1
+    )
+    assert [key for key, _ in samples_before_error(result.stdout)] == ["s00", "s01", "s02", "s03"]
+    assert all(fields["x"] == b"x\n" for _, fields in samples_before_error(result.stdout))
