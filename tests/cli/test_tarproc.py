@@ -89,6 +89,20 @@ def test_resizes_every_image_with_pillow_through_a_pipe_and_keeps_the_metadata(
         assert image.size == (8, 6) and image.getpixel((0, 0)) == (i, 0, 0)
 
 
+def test_resizes_with_imagemagick_as_in_the_docs(tmp_path: Path, env: dict[str, str]) -> None:
+    # bin/setup dev installs ImageMagick (a stand-in `convert` without `identify` is not it).
+    assert shutil.which("identify"), "ImageMagick is missing: run bin/setup dev"
+    from PIL import Image
+
+    source = tmp_path / "in.tar"
+    source.write_bytes(make_tar((f"img{i}.png", png(300 + i, 200, i)) for i in range(3)))
+    script = "convert sample.png -resize 64x64^ -gravity center -extent 64x64 sample.png"
+    result = run(["tarproc", "-p", "2", "-c", script, str(source)], env=env)
+    assert result.returncode == 0, result.stderr
+    sizes = [Image.open(io.BytesIO(f["png"])).size for _, f in samples_of(result.stdout)]
+    assert sizes == [(64, 64)] * 3
+
+
 def test_deletes_and_adds_fields_and_gnu_tar_lists_the_output(
     tmp_path: Path, env: dict[str, str]
 ) -> None:
