@@ -13,7 +13,7 @@ from .runner import report_skips, run, skip_log, typer_main, warn
 app = typer.Typer(add_completion=False, rich_markup_mode=None)
 
 EXAMPLE = (
-    "Each sample is unpacked into a fresh private directory as sample.<field> files "
+    "Each sample is unpacked into an empty private directory as sample.<field> files "
     "(sample.jpg, sample.cls); the command runs there with bash -c, TARKIT_KEY set to the "
     "key; the sample.* files it leaves form the output sample.\n\n"
     "Example: tarproc -p 2 -c 'convert sample.jpg -resize 256x256 sample.jpg' "
