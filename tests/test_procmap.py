@@ -125,6 +125,11 @@ def test_multi_gives_one_sample_per_part_in_sorted_part_order(tmp: Path) -> None
     assert out[2].data() == {"cls": b"cls 0\n", "txt": b"10\n"}
 
 
+def test_deleting_every_field_drops_the_sample(tmp: Path) -> None:
+    out = run_map(numbered(5), '[ "$TARKIT_KEY" = s03 ] || rm sample.*', tmp, parallel=2)
+    assert [s.key for s in out] == ["s03"]
+
+
 def test_multi_with_no_parts_gives_no_sample(tmp: Path) -> None:
     assert run_map(numbered(3), "true", tmp, multi=True) == []
 
