@@ -243,14 +243,14 @@ class Workspace:
             raise
         self.fds = (fds[0], fds[1])
 
-    def clear(self) -> None:
-        """Empty the directory and the logs."""
+    def clear(self, names: list[str] | None = None) -> None:
+        """Empty the directory (``names``: what it holds, if just listed) and the logs."""
         for fd in self.fds:
             if os.fstat(fd).st_size:
                 os.ftruncate(fd, 0)
         try:
-            with os.scandir(self.directory) as entries:
-                names = [entry.name for entry in entries]
+            if names is None:
+                names = os.listdir(self.directory)
             for name in names:
                 os.unlink(os.path.join(self.directory, name))
         except OSError:
@@ -318,6 +318,7 @@ class _Job:
         self.key = key
         self.workspace = workspace
         self.directory = workspace.directory
+        self.names: list[str] | None = None  # what the directory held when the command ended
         self.pid = 0
         self.pidfd = -1
         self.reaped = False
@@ -385,7 +386,8 @@ class _Job:
                     reason = f"ran longer than {command.timeout:g} s (--timeout) and was killed"
                 outcome.rejection = Rejection(self.key, status, reason, tuple(stderr), kept)
                 return outcome
-            outputs, problem = collect_outputs(self.directory, self.key, command.multi)
+            self.names = os.listdir(self.directory)
+            outputs, problem = collect_outputs(self.directory, self.key, command.multi, self.names)
             if problem is not None:
                 stderr = self.workspace.stderr_tail()
                 outcome.rejection = Rejection(self.key, "bad output", problem, tuple(stderr), kept)
@@ -403,7 +405,7 @@ class _Job:
 
     def _clear(self) -> None:
         if not self.command.keep_dirs:
-            self.workspace.clear()
+            self.workspace.clear(self.names)
 
 
 def spawn(text: str, directory: str, env: dict[str, str], logs: tuple[int, int]) -> int:
@@ -501,19 +503,24 @@ def remove_tree(directory: str) -> None:
     shutil.rmtree(directory, ignore_errors=True)
 
 
-def collect_outputs(directory: str, key: str, multi: bool) -> tuple[list[OutputSample], str | None]:
+def collect_outputs(
+    directory: str, key: str, multi: bool, listing: list[str] | None = None
+) -> tuple[list[OutputSample], str | None]:
     """The output samples a command left in ``directory``, or (``[]``, what is wrong).
 
     ``sample.<field>`` files form one sample ``key``; with ``multi``,
     ``sample-<part>.<field>`` files form one sample ``key/part`` per part instead.
     Other files are ignored. A matching name that is not a regular file (a link, a
-    directory), or a field that comes twice ignoring case, is a problem.
+    directory), or a field that comes twice ignoring case, is a problem. ``listing``
+    is the directory's content if the caller has just listed it.
     """
     prefix = "sample-" if multi else "sample."
     parts: dict[str, list[tuple[str, bytes]]] = {}
-    with os.scandir(directory) as entries:
-        names = [entry.name for entry in entries if entry.name.startswith(prefix)]
-    for name in names:
+    if listing is None:
+        listing = os.listdir(directory)
+    for name in listing:
+        if not name.startswith(prefix):
+            continue
         if multi:
             part, dot, field_name = name[len(prefix) :].partition(".")
             if not part or not dot or not field_name:
@@ -551,13 +558,14 @@ def _read_regular(path: str) -> bytes | None:
         info = os.fstat(fd)
         if not stat.S_ISREG(info.st_mode):
             return None
-        chunks = []
-        while True:
-            chunk = os.read(fd, max(info.st_size, 1 << 16))
+        # The command and its process group are gone: the size is final.
+        data = os.read(fd, info.st_size) if info.st_size else b""
+        while len(data) < info.st_size:  # reads stop at 2 GiB
+            chunk = os.read(fd, info.st_size - len(data))
             if not chunk:
                 break
-            chunks.append(chunk)
-        return chunks[0] if len(chunks) == 1 else b"".join(chunks)
+            data += chunk
+        return data
     finally:
         os.close(fd)
 
