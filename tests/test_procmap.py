@@ -345,3 +345,10 @@ def test_without_pidfds_commands_are_polled_and_still_time_out(
                   on_reject=rejected.append)  # fmt: skip
     assert [s.get("key") for s in out] == [b"s00\n", b"s02\n", b"s03\n"]
     assert [(r.key, r.status) for r in rejected] == [("s01", "timeout")]
+
+
+def test_large_fields_go_in_and_come_out_whole(tmp: Path) -> None:
+    big = bytes(range(256)) * 12_000  # 3 MB
+    samples = samples_from([("a.bin", big)])
+    out = run_map(samples, "cat sample.bin sample.bin > sample.twice.bin", tmp)
+    assert out[0].get("bin") == big and out[0].get("twice.bin") == big + big
