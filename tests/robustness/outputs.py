@@ -49,12 +49,18 @@ def to_sample(expected: Expected) -> Sample:
 
 
 def check_stderr(
-    stderr: str, tool: str, source: str, status: int, error: str | None, warnings: int = 0
+    stderr: str,
+    tool: str,
+    source: str | None,
+    status: int,
+    error: str | None,
+    warnings: int = 0,
 ) -> None:
     """Check a command's stderr: no traceback, one error line or none, skip warnings.
 
     For status 2 the last line is the only error line, and its message after
-    ``<tool>: error: <source>: `` matches the regular expression ``error``. Every other
+    ``<tool>: error: <source>: `` (``<tool>: error: `` for no source) matches the regular
+    expression ``error``. Every other
     line is a skip warning; ``warnings`` members were skipped.
     """
     assert "Traceback" not in stderr, stderr
@@ -64,7 +70,9 @@ def check_stderr(
     assert len(errors) + len(warned) == len(lines), stderr
     if status == 2:
         assert len(errors) == 1 and lines[-1] == errors[0], stderr
-        what = errors[0].removeprefix(f"{tool}: error: {source}: ")
+        prefix = f"{tool}: error: " + (f"{source}: " if source is not None else "")
+        assert errors[0].startswith(prefix), errors[0]
+        what = errors[0].removeprefix(prefix)
         assert error is not None and re.fullmatch(error, what), errors[0]
     else:
         assert errors == [], stderr
