@@ -9,6 +9,7 @@ only for a bug, or with ``TARKIT_DEBUG=1``.
 from __future__ import annotations
 
 import os
+import re
 import signal
 import sys
 import traceback
@@ -30,9 +31,27 @@ def _on_sigterm(signum: int, frame: object) -> None:
     raise Terminated()
 
 
+_CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]")
+_ESCAPES = {"\n": "\\n", "\r": "\\r", "\t": "\\t"}
+
+
+def one_line(message: str) -> str:
+    r"""``message`` with control characters escaped.
+
+    Messages name members, and a member's name comes from the archive: a newline in it
+    must not break the one-line rule, nor an escape sequence drive the terminal.
+
+    >>> print(one_line("member a\nb\x1b[2J.txt"))
+    member a\nb\x1b[2J.txt
+    """
+    if not _CONTROL.search(message):
+        return message
+    return _CONTROL.sub(lambda m: _ESCAPES.get(m.group(), f"\\x{ord(m.group()):02x}"), message)
+
+
 def warn(tool: str, message: str) -> None:
     """Print one warning line on stderr."""
-    sys.stderr.write(f"{tool}: warning: {message}\n")
+    sys.stderr.write(f"{tool}: warning: {one_line(message)}\n")
     sys.stderr.flush()
 
 
@@ -98,7 +117,7 @@ def run(tool: str, body: Callable[[], int | None]) -> NoReturn:
     except TarkitError as exc:
         if debug:
             traceback.print_exc()
-        sys.stderr.write(f"{tool}: error: {exc}\n")
+        sys.stderr.write(f"{tool}: error: {one_line(str(exc))}\n")
         status = EXIT_ERROR
     except MemoryError:
         sys.stderr.write(f"{tool}: error: out of memory\n")
@@ -107,7 +126,7 @@ def run(tool: str, body: Callable[[], int | None]) -> NoReturn:
         if debug:
             traceback.print_exc()
         where = f"{exc.filename}: " if exc.filename else ""
-        sys.stderr.write(f"{tool}: error: {where}{exc.strerror or exc}\n")
+        sys.stderr.write(f"{tool}: error: {one_line(f'{where}{exc.strerror or exc}')}\n")
         status = EXIT_ERROR
     sys.stderr.flush()
     # Skip interpreter teardown flushes that could hit a closed pipe again.
