@@ -589,9 +589,23 @@ def _names() -> list[Case]:
              "samples."),
         Case("empty-field", "name", one("x."), 0, plus("x", (("", b"x"),)), None,
              "A name ending in a dot has an empty field (webdataset's rule)."),
+        Case("control-characters-in-an-error", "name",
+             head + header("a\nb\x1b[2J.lnk", 512, b"2") + bytes(512) + tail, 2,
+             samples(0, 1), r"symlink member with a nonzero size field \(512\) "
+             r"\(byte 6144, member a\\nb\\x1b\[2J\.lnk\)",
+             "Found by the fuzzer (a newline in a name broke the one-line error). Control "
+             "characters of names are escaped in messages: one line, and no escape "
+             "sequence reaches the terminal."),
+        Case("control-characters-in-a-warning", "name",
+             between_members(head, tail, header("x\r\x1b]0;owned\x07.lnk", 0, b"2")), 0, ALL,
+             None, "Skip warnings escape control characters of names too.", warnings=1),
         Case("webdataset-metadata", "name", one("__meta__", b"{}") , 0, ALL, None,
              "webdataset metadata members (__meta__) are skipped silently."),
     ]  # fmt: skip
+
+
+def between_members(head: bytes, tail: bytes, *raw: bytes) -> bytes:
+    return head + b"".join(raw) + tail
 
 
 def _samples() -> list[Case]:
