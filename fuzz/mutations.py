@@ -180,7 +180,8 @@ def mutate_pax(rng: random.Random, data: bytearray) -> str:
     records = b"".join(
         pax_record(rng.choice(keywords), rng.choice(values)) for _ in range(rng.randrange(1, 4))
     )
-    payload = (records + bytes(size))[:size] if size else records[:BLOCK]
+    room = max(0, min(size, len(data) - offset - BLOCK))  # the payload as far as it goes
+    payload = (records + bytes(room))[:room] if room else records[:BLOCK]
     if rng.random() < 0.3:  # break a length
         payload = rng.choice([b"0 ", b"999 ", b"5 a=b\n", b"3 x"]) + payload
     payload = payload[: max(size, 1)]
@@ -322,6 +323,8 @@ def check(index: int, data: bytes, time_limit: float = TIME_LIMIT) -> Failure | 
         second = read_and_write(data)
     except Hang:
         return Failure(index, "hang", f"over {time_limit} s of CPU", data)
+    except MemoryError:
+        return Failure(index, "memory", "out of memory (over the address space limit)", data)
     except Exception:
         return Failure(index, "crash", traceback.format_exc(limit=-3), data)
     finally:

@@ -13,6 +13,7 @@ import argparse
 import collections
 import json
 import multiprocessing
+import resource
 import sys
 import time
 from pathlib import Path
@@ -22,11 +23,15 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import mutations  # noqa: E402
 
 CHUNK = 5000
+MEMORY_LIMIT = 3 << 30  # bytes of address space per worker
 
 
 def run_chunk(job: tuple[int, int, int]) -> tuple[int, collections.Counter[str], list[dict]]:
     """Check ``cases`` cases from ``start``; count outcomes, return failures."""
     seed, start, cases = job
+    # An input that makes the reader allocate without bound is a failure, not a dead
+    # machine: cap the address space of the worker.
+    resource.setrlimit(resource.RLIMIT_AS, (MEMORY_LIMIT, MEMORY_LIMIT))
     outcomes: collections.Counter[str] = collections.Counter()
     failures = []
     for mutant, failure in mutations.run(seed, cases, start):

@@ -68,8 +68,9 @@ def header(
     """One 512-byte header block.
 
     ``fields`` maps offsets to bytes written there after the normal fields are set (a
-    malformed size, a base-256 number…). ``checksum`` is ``unsigned`` (POSIX), ``signed`` (old tars:
-    bytes summed as signed chars), ``wrong`` (off by one) or literal field bytes.
+    malformed size, a base-256 number…). ``checksum`` is ``unsigned`` (POSIX), ``signed``
+    (old tars: bytes summed as signed chars), ``wrong`` (off by one), ``leading-nul`` (the
+    right sum after a NUL) or literal field bytes.
     """
     if isinstance(name, str):
         name = name.encode()
@@ -96,6 +97,8 @@ def header(
         block[148:156] = b"%06o\0 " % sum(b - 256 if b > 127 else b for b in block)
     elif checksum == "wrong":
         block[148:156] = b"%06o\0 " % (sum(block) + 1)
+    elif checksum == "leading-nul":
+        block[148:156] = b"\0%06o " % sum(block)
     else:
         block[148:156] = checksum.encode("latin-1")
     return bytes(block)
@@ -296,6 +299,11 @@ def _checksums() -> list[Case]:
         Case("checksum-field-blank", "checksum", with_header(BASE, s2, checksum=" " * 8), 2,
              samples(0), r"bad header checksum \(byte 6144\)",
              "An empty checksum field is a bad checksum."),
+        Case("checksum-after-a-nul", "checksum", with_header(BASE, s2, checksum="leading-nul"),
+             2, samples(0), r"bad header checksum \(byte 6144\)",
+             "Found by the fuzzer. A checksum field that starts with a NUL reads as 0 in "
+             "tarfile and GNU tar (a bad checksum); tarkit must not accept it and copy a "
+             "header its readers downstream refuse."),
         Case("signed-byte-checksum", "checksum",
              BODY[:SAMPLE]
              + header("0001.bin", 1500, fields={265: b"\xe9l\xe8ve"},
@@ -477,7 +485,9 @@ def _formats() -> list[Case]:
         + BODY[2 * SAMPLE + 2048 :]
         + END
     )
-    gnu_atime = with_header(BASE, 0, magic=b"ustar  \0", fields={345: octal(MTIME, 12)})
+    s2 = 2 * SAMPLE
+    gnu_atime = with_header(BASE, s2, magic=b"ustar  \0", fields={345: octal(MTIME, 12)})
+    v7_prefix = with_header(BASE, s2, magic=bytes(8), fields={345: b"22"})
     return [
         Case("v7-headers", "format", v7 + END, 0, ALL, None,
              "v7 headers (no magic, type flag NUL) are read."),
@@ -485,9 +495,16 @@ def _formats() -> list[Case]:
              samples(0, 1) + ((prefix + "/0002", (("bin", bin_data(2)),)), (
                  "0002", (("cls", b"2"),))) + samples(3),
              None, "The ustar prefix field joins the name."),
-        Case("gnu-header-with-atime", "format", gnu_atime, 0, ALL, None,
-             "GNU headers keep atime where ustar has its prefix: it is not joined to the "
-             "name."),
+        Case("gnu-header-with-atime", "format", gnu_atime, 2, samples(0),
+             r".*prefix.* \(byte 6144\)",
+             "Contract silent. GNU headers keep atime where ustar has its name prefix: GNU "
+             "tar ignores it, tarfile (so webdataset) joins it to the name "
+             "('00007315272100/0002.bin'). The readers disagree on the name: an error."),
+        Case("v7-header-with-prefix-bytes", "format", v7_prefix, 2, samples(0),
+             r".*prefix.* \(byte 6144\)",
+             "Found by the fuzzer. A header without the ustar magic has no prefix field for "
+             "GNU tar, but tarfile joins those bytes to the name ('22/0002.bin'): an "
+             "error."),
         Case("gnu-sparse-member", "format", gnu_tar_sparse("gnu"), 2, samples(0, 1),
              r"unsupported member type: GNU sparse member \(byte 6144, member 0002\.bin\)",
              "GNU sparse members (made by GNU tar --sparse) are refused, not misread."),
