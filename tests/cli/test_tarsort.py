@@ -166,6 +166,15 @@ def test_bad_fields_and_options_exit_2_with_one_line(args: list[str], message: s
     assert not result.stdout.endswith(bytes(1024))
 
 
+def test_sorting_a_file_in_place_replaces_it_when_complete(interleaved, tmp_path: Path) -> None:
+    archive, samples = interleaved
+    copy = tmp_path / "data.tar"
+    copy.write_bytes(archive.read_bytes())
+    result = run(["tarsort", "--memory", "1M", str(copy), "-o", str(copy)])
+    assert (result.returncode, result.stderr) == (0, "")
+    assert [k for k, _ in samples_of_bytes(copy.read_bytes())] == sorted(samples)
+
+
 def test_a_truncated_input_writes_nothing(interleaved, tmp_path: Path) -> None:
     archive, _ = interleaved
     data = archive.read_bytes()
