@@ -462,6 +462,19 @@ def _extensions() -> list[Case]:
              samples(0), r"pax path contains a NUL byte \(byte 6144\)",
              "Contract silent. A NUL inside a pax path: C readers cut the name at the NUL, "
              "tarfile keeps it; the readers disagree on the name, so it is an error."),
+        Case("gnu-long-name-without-nul", "extension",
+             head + extension(b"long/name.bin", b"L")[:-BLOCK]
+             + padded(b"long/name.bin" + b"\x80" * 7) + header("c.bin", 3) + padded(b"abc")
+             + tail, 2, samples(0), r".*long name.* \(byte 6144\)",
+             "Found by the fuzzer. GNU tar writes a long name with its NUL inside the "
+             "header's size. Without it, tarfile reads on into the padding up to a NUL "
+             "('long/name.bin\\x80…'), GNU tar and tarkit stop at the size: an error."),
+        Case("pax-hdrcharset-unknown", "extension",
+             head + pax(hdrcharset=b"\xff\xfe.bin", path=b"x.bin") + header("x.bin", 3)
+             + padded(b"abc") + tail, 2, samples(0), r".*hdrcharset.* \(byte 6144\)",
+             "Found by the fuzzer. hdrcharset is BINARY or ISO-IR 10646 2000 UTF-8; "
+             "another value makes tarfile (and webdataset) crash on tarkit's output: an "
+             "error."),
         Case("pax-path-twice-in-one-header", "extension",
              head + extension(pax_record("path", b"a.bin") + pax_record("path", b"b.bin"))
              + header("x.bin", 3) + padded(b"abc") + tail, 0,
