@@ -301,9 +301,9 @@ def _checksums() -> list[Case]:
              "An empty checksum field is a bad checksum."),
         Case("checksum-after-a-nul", "checksum", with_header(BASE, s2, checksum="leading-nul"),
              2, samples(0), r"bad header checksum \(byte 6144\)",
-             "Found by the fuzzer. A checksum field that starts with a NUL reads as 0 in "
-             "tarfile and GNU tar (a bad checksum); tarkit must not accept it and copy a "
-             "header its readers downstream refuse."),
+             "Found by the fuzzer. A checksum field that starts with a NUL: GNU tar "
+             "accepts it, tarfile (so webdataset) reads it as 0 and stops there without a "
+             "word. Copied as it is, it would lose the rest downstream: an error."),
         Case("signed-byte-checksum", "checksum",
              BODY[:SAMPLE]
              + header("0001.bin", 1500, fields={265: b"\xe9l\xe8ve"},
@@ -467,8 +467,8 @@ def _extensions() -> list[Case]:
              + padded(b"long/name.bin" + b"\x80" * 7) + header("c.bin", 3) + padded(b"abc")
              + tail, 2, samples(0), r".*long name.* \(byte 6144\)",
              "Found by the fuzzer. GNU tar writes a long name with its NUL inside the "
-             "header's size. Without it, tarfile reads on into the padding up to a NUL "
-             "('long/name.bin\\x80…'), GNU tar and tarkit stop at the size: an error."),
+             "header's size. Without it, GNU tar and tarfile read on into the padding up "
+             "to a NUL ('long/name.bin\\x80…'), bsdtar stops at the size: an error."),
         Case("pax-hdrcharset-unknown", "extension",
              head + pax(hdrcharset=b"\xff\xfe.bin", path=b"x.bin") + header("x.bin", 3)
              + padded(b"abc") + tail, 2, samples(0), r".*hdrcharset.* \(byte 6144\)",
