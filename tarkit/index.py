@@ -8,6 +8,7 @@ offset in the uncompressed tar stream; :func:`index_shards` makes the
 
 from __future__ import annotations
 
+import re
 from collections.abc import Sequence
 
 from .compression import open_decompressed
@@ -17,6 +18,23 @@ from .samples import SkipLog, group_samples
 from .shards import _BUFFER, _HashingReader
 from .tario import read_members
 from .urls import expand_inputs, open_source
+
+_SURROGATE = re.compile("[\ud800-\udfff]")
+
+
+def manifest_bytes(manifest: Manifest) -> bytes:
+    r"""The manifest's JSON as UTF-8, with keys or URLs that are not UTF-8 kept as escapes.
+
+    Names that are not UTF-8 are read with ``surrogateescape``; their lone surrogates are
+    written as ``\udcXX`` escapes, which JSON readers turn back into the same strings.
+
+    >>> import json
+    >>> data = manifest_bytes(Manifest([ShardInfo("caf\udce9.tar", 1, 512)]))
+    >>> b'"caf\\udce9.tar"' in data, json.loads(data)["shards"][0]["url"] == "caf\udce9.tar"
+    (True, True)
+    """
+    text = _SURROGATE.sub(lambda m: f"\\u{ord(m.group()):04x}", manifest.dumps())
+    return text.encode("utf-8")
 
 
 def shard_url(spec: str, manifest_path: str | None) -> str:

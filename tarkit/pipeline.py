@@ -14,7 +14,7 @@ import random
 from collections import deque
 from collections.abc import Iterable, Iterator, Sequence
 from time import monotonic
-from typing import TypeVar
+from typing import BinaryIO, TypeVar
 
 from .compression import open_decompressed
 from .errors import OutputError, UsageError
@@ -62,6 +62,18 @@ def source_samples(
     stream = open_decompressed(source.stream, source.name)
     members = read_members(stream, source.name, ignore_zeros=ignore_zeros, allow_empty=allow_empty)
     yield from group_samples(members, source.name, strict=strict, skips=skips)
+
+
+def write_all(stream: BinaryIO, data: bytes) -> None:
+    """Write all of ``data`` to ``stream``.
+
+    A buffered write to a pipe whose reader has left can return a short count instead of
+    raising (CPython writes what fits, then drops the rest); the next write raises
+    BrokenPipeError, so a command ends with 141 rather than 0.
+    """
+    view = memoryview(data)
+    while view:
+        view = view[stream.write(view) :]
 
 
 def take(items: Iterable[T], count: int | None) -> Iterator[T]:

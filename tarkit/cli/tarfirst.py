@@ -45,7 +45,7 @@ def tarfirst(
 
         from ..errors import UsageError
         from ..lookup import first_field
-        from ..pipeline import read_samples
+        from ..pipeline import read_samples, write_all
         from ..samples import parse_field_spec
 
         alternatives = None
@@ -61,7 +61,7 @@ def tarfirst(
             ignore_zeros=ignore_zeros, allow_empty=allow_empty,
         )  # fmt: skip
         found = first_field(samples, alternatives, key)
-        sys.stdout.buffer.write(found.data)
+        write_all(sys.stdout.buffer, found.data)
         report_skips(tool, skips)
         return 0
 

@@ -54,8 +54,8 @@ def tarindex(
     def body() -> int:
         import sys
 
-        from ..index import index_shards
-        from ..pipeline import output_errors
+        from ..index import index_shards, manifest_bytes
+        from ..pipeline import output_errors, write_all
 
         skips = skip_log(tool)
         manifest = index_shards(
@@ -63,12 +63,12 @@ def tarindex(
         )
         if output is None or output == "-":
             with output_errors("-"):
-                sys.stdout.write(manifest.dumps())
-                sys.stdout.flush()
+                write_all(sys.stdout.buffer, manifest_bytes(manifest))
+                sys.stdout.buffer.flush()
         else:
-            from ..shards import save_manifest
+            from ..shards import publish
 
-            save_manifest(manifest, output)
+            publish(output, manifest_bytes(manifest))
         report_skips(tool, skips)
         return 0
 

@@ -80,3 +80,10 @@ def test_an_input_error_before_the_match_is_exit_2(tmp_path: Path) -> None:
     result = run(["tarfirst", "-f", "jpg"], input=data[:1500])
     assert result.returncode == 2 and result.stdout == b""
     assert result.stderr.startswith("tarfirst: error: <stdin>: input ends inside member data")
+
+
+def test_a_field_cut_off_by_a_closed_pipe_is_a_quiet_141(tmp_path: Path) -> None:
+    big = tmp_path / "big.tar"
+    big.write_bytes(make_tar([("a.bin", b"x" * 5_000_000), ("b.bin", b"y")]))
+    result = run_shell(f"tarfirst {big} | head -c 100 >/dev/null; echo ${{PIPESTATUS[0]}}")
+    assert (result.stdout, result.stderr) == (b"141\n", "")

@@ -124,3 +124,24 @@ def test_shards_outside_the_manifests_directory_keep_their_path(
     result = run_shell(f"cd {tmp_path} && tarindex {shards[2]} -o m.json && cat m.json")
     assert result.returncode == 0
     assert json.loads(result.stdout)["shards"][0]["url"] == str(shards[2])
+
+
+def test_keys_that_are_not_utf8_are_kept_as_json_escapes(tmp_path: Path) -> None:
+    shard = tmp_path / "s.tar"
+    shard.write_bytes(make_tar([("caf\udce9.txt", b"x"), ("tea.txt", b"y")]))
+    result = run(["tarindex", "--offsets", str(shard), "-o", str(tmp_path / "m.json")])
+    assert (result.returncode, result.stderr) == (0, "")
+    assert b'"caf\\udce9"' in (tmp_path / "m.json").read_bytes()
+    assert load(str(tmp_path / "m.json")).shards[0].keys == ["caf\udce9", "tea"]
+    assert json.loads(run(["tarindex", "--offsets", str(shard)]).stdout)["shards"][0]["keys"][
+        0
+    ] == ("caf\udce9")
+
+
+def test_a_manifest_cut_off_by_a_closed_pipe_is_a_quiet_141(tmp_path: Path) -> None:
+    shard = tmp_path / "s.tar"
+    shard.write_bytes(make_tar((f"{i:07d}.txt", b"") for i in range(30000)))
+    result = run_shell(
+        f"tarindex --offsets {shard} | head -c 100 >/dev/null; echo ${{PIPESTATUS[0]}}"
+    )
+    assert (result.stdout, result.stderr) == (b"141\n", "")
