@@ -52,23 +52,29 @@ def tarindex(
     tool = ctx.command_path
 
     def body() -> int:
-        import sys
-
         from ..index import index_shards, manifest_bytes
         from ..pipeline import output_errors, write_all
+        from ..urls import Sink
 
         skips = skip_log(tool)
         manifest = index_shards(
             shards, offsets=offsets, manifest_path=output, strict=strict, skips=skips
         )
-        if output is None or output == "-":
-            with output_errors("-"):
-                write_all(sys.stdout.buffer, manifest_bytes(manifest))
-                sys.stdout.buffer.flush()
-        else:
+        data = manifest_bytes(manifest)
+        if output is not None and "://" in output:
             from ..shards import publish
 
-            publish(output, manifest_bytes(manifest))
+            publish(output, data)
+        else:
+            # A file is replaced atomically; a FIFO or device is written in place.
+            sink = Sink(output)
+            try:
+                with output_errors(sink):
+                    write_all(sink.stream, data)
+                    sink.commit()
+            except BaseException:
+                sink.abort()
+                raise
         report_skips(tool, skips)
         return 0
 

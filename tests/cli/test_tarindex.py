@@ -140,7 +140,8 @@ def test_keys_that_are_not_utf8_are_kept_as_json_escapes(tmp_path: Path) -> None
 
 def test_a_manifest_cut_off_by_a_closed_pipe_is_a_quiet_141(tmp_path: Path) -> None:
     shard = tmp_path / "s.tar"
-    shard.write_bytes(make_tar((f"{i:07d}.txt", b"") for i in range(30000)))
+    # A manifest of ~3 MB: more than the 1 MiB pipe buffer.
+    shard.write_bytes(make_tar((f"{'k' * 80}{i:07d}.txt", b"") for i in range(30000)))
     result = run_shell(
         f"tarindex --offsets {shard} | head -c 100 >/dev/null; echo ${{PIPESTATUS[0]}}"
     )
