@@ -149,7 +149,7 @@ def group_samples(
             # is complete and goes out before the error.
             if key is not None and exc.member is not None:
                 parts = split_name(exc.member)
-                if parts is not None and parts[0] != key:
+                if parts is not None and parts[0] != key and parts[0] not in seen:
                     _check_fields(key, fields, group, source)
                     yield Sample(key, fields, group, source)
             raise
@@ -171,10 +171,9 @@ def group_samples(
             fields.append(name[dot + 1 :])
             group.append(member)
             continue
-        if key is not None:
-            _check_fields(key, fields, group, source)
-            yield Sample(key, fields, group, source)
         if member_key in seen:
+            # The input is not sorted: the sample before this member may have members
+            # further on too, so it is not known complete and does not go out.
             raise SampleError(
                 f"key {member_key!r} comes back after other keys: members of a sample "
                 "must be adjacent (sort the input: tarsort, or tar --sort=name)",
@@ -182,6 +181,9 @@ def group_samples(
                 offset=member.offset,
                 member=name,
             )
+        if key is not None:
+            _check_fields(key, fields, group, source)
+            yield Sample(key, fields, group, source)
         seen.add(member_key)
         key = member_key
         fields = [name[dot + 1 :]]

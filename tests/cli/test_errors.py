@@ -119,7 +119,7 @@ CASES = {
         BODY + member("0001.txt", b"late") + END,
         r"key '0001' comes back after other keys: .*sort the input.* "
         r"\(byte 12288, member 0001\.txt\)",
-        4 * SAMPLE,
+        3 * SAMPLE,  # 0003 may have more members further on: not known complete
     ),
     "data after the end marker": Case(
         BASE + make_tar([("late.txt", b"x")]),

@@ -252,7 +252,7 @@ def test_key_that_comes_back_is_an_error_naming_it(tmp_path: Path) -> None:
     archive.write_bytes(make_tar([("a.txt", b"1"), ("b.txt", b"2"), ("a.cls", b"3")]))
     result = run(["tar2tsv", str(archive)])
     assert result.returncode == 2
-    assert result.stdout == b"__key__\ttxt\na\t1\nb\t2\n"
+    assert result.stdout == b"__key__\ttxt\na\t1\n"  # b may have more members further on
     assert "key 'a' comes back after other keys" in result.stderr
 
 
