@@ -64,11 +64,6 @@ KNOWN_BUGS: dict[str, tuple[str, set[str]]] = {
         {"tarfirst"},
     ),
     "v7-header-with-prefix-bytes": (PREFIX_BUG, {"tarfirst"}),
-    "interleaved-keys": (
-        "group_samples yields the sample before a key that comes back, which may be "
-        "partial (0003 without its cls here)",
-        {"tarfirst", "tarsort", "tarindex"},
-    ),
 }
 # Known bugs of one command on some cases: (command, case) -> what is expected.
 COMMAND_BUGS: dict[tuple[str, str], str] = {
