@@ -66,12 +66,7 @@ KNOWN_BUGS: dict[str, tuple[str, set[str]]] = {
     "v7-header-with-prefix-bytes": (PREFIX_BUG, {"tarfirst"}),
 }
 # Known bugs of one command on some cases: (command, case) -> what is expected.
-COMMAND_BUGS: dict[tuple[str, str], str] = {
-    (command, case): "tarindex crashes with a traceback (UnicodeEncodeError in "
-    "shards.publish: manifest.dumps() encoded as strict UTF-8) on a key that is not "
-    "UTF-8; expected: exit 0, the key in the manifest as JSON (\\udcXX escapes)"
-    for command, case in [("tarindex", "non-utf8-name"), ("tarindex", "pax-hdrcharset-binary")]
-}
+COMMAND_BUGS: dict[tuple[str, str], str] = {}
 
 
 def param(case: Case, reader: str, *values: object) -> object:

@@ -65,19 +65,7 @@ STDOUT_RUNS = {
 }
 
 
-SHORT_WRITE = (
-    "exits 0 when its output pipe closes during its one large write (tarfirst: the field, "
-    "tarindex: the manifest): CPython's BufferedWriter.write returns a short count after a "
-    "partial write to a pipe whose reader left, without raising, and the count is "
-    "ignored; expected 141 (write until done, or check the count)"
-)
-
-
-@pytest.mark.parametrize("name", [
-    pytest.param(name, marks=pytest.mark.xfail(reason=SHORT_WRITE, strict=True))
-    if name in ("tarfirst", "tarindex") else name
-    for name in sorted(STDOUT_RUNS)
-])  # fmt: skip
+@pytest.mark.parametrize("name", sorted(STDOUT_RUNS))
 def test_closed_output_pipe_is_a_quiet_141(data_dir: Path, name: str) -> None:
     statuses = shell(data_dir, f"{STDOUT_RUNS[name]} 2>err-{name.replace(' ', '-')} | "
                                "head -c 100 >/dev/null")  # fmt: skip
@@ -115,12 +103,6 @@ def test_full_disk_is_exit_2_with_one_line(data_dir: Path, name: str) -> None:
     check_stderr((data_dir / err).read_text(), command, None, 2, r".*No space left on device")
 
 
-@pytest.mark.xfail(
-    reason="shards.publish (tarindex -o, manifests) writes a temporary file beside the "
-    "output and renames it over a FIFO or device: as root, 'tarindex -o /dev/null' "
-    "replaces /dev/null; expected: special files written in place, as urls.Sink does",
-    strict=True,
-)
 def test_manifest_written_to_a_fifo_goes_into_it_in_place(tmp_path: Path) -> None:
     """A named pipe (or a device) as output is written in place, never replaced."""
     (tmp_path / "base.tar").write_bytes(BASE)
