@@ -22,25 +22,29 @@ SIZE = 32  # pixels; the 8x8 scans are upscaled so that they are visible in a co
 
 
 class Digits:
-    """A map-style dataset of (PIL image, label) pairs: one split of the digits."""
+    """A map-style dataset of samples ``{"__key__", "png", "cls"}``: one split of the digits.
+
+    A sample's key is the scan's index in scikit-learn's dataset (``digit-0004``), so keys
+    are unique across the splits and lead back to the original scan.
+    """
 
     def __init__(self, split: str) -> None:
         from sklearn.datasets import load_digits
 
         digits = load_digits()
-        indices = _split_indices(len(digits.target), split)
-        self.images = [digits.images[i] for i in indices]
-        self.labels = [int(digits.target[i]) for i in indices]
+        self.indices = _split_indices(len(digits.target), split)
+        self.images = [digits.images[i] for i in self.indices]
+        self.labels = [int(digits.target[i]) for i in self.indices]
 
     def __len__(self) -> int:
         return len(self.labels)
 
-    def __getitem__(self, index: int) -> tuple[Any, int]:
+    def __getitem__(self, index: int) -> dict[str, Any]:
         from PIL import Image
 
         pixels = (self.images[index] * (255.0 / 16.0)).clip(0, 255).astype("uint8")
         image = Image.fromarray(pixels, mode="L").resize((SIZE, SIZE), Image.BILINEAR)
-        return image, self.labels[index]
+        return {"__key__": f"digit-{self.indices[index]:04d}", "png": image, "cls": self.labels[index]}
 
 
 def _split_indices(count: int, split: str) -> list[int]:

@@ -35,9 +35,14 @@ def run(args: list[str], input: bytes | None = None, timeout: float = 120, **kw)
 
 
 def run_shell(script: str, timeout: float = 120, **kw) -> subprocess.CompletedProcess:
-    """Run a bash pipeline with the venv's scripts first on PATH."""
-    env = dict(os.environ, PATH=f"{BIN}{os.pathsep}{os.environ.get('PATH', '')}")
+    """Run a bash pipeline with the venv's scripts first on PATH.
+
+    ``env`` holds variables to set on top of this process's environment; the venv's
+    scripts come first on PATH even when ``env`` carries a PATH of its own.
+    """
+    env = dict(os.environ)
     env.update(kw.pop("env", {}))
+    env["PATH"] = f"{BIN}{os.pathsep}{env.get('PATH', '')}"
     result = subprocess.run(["bash", "-c", script], capture_output=True, timeout=timeout, env=env, **kw)
     result.stderr = result.stderr.decode("utf-8", "replace")
     return result

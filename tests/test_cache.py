@@ -101,13 +101,33 @@ def test_a_reader_that_stops_consuming_does_not_hold_up_others(tmp_path, server)
 
 
 def test_an_exception_abandons_the_download_and_leaves_no_file(tmp_path, server):
+    # The gate holds the body halfway, so the download is in flight when the consumer
+    # fails; the timer lets the server go on while the abandon waits for the thread.
+    gate = threading.Event()
     server.files["/s.tar"] = payload(6)
+    server.gates["/s.tar"] = (50_000, gate)
     cache = ShardCache(str(tmp_path))
+    release = threading.Timer(0.3, gate.set)
     with pytest.raises(KeyError), cache.open(f"{server.url}/s.tar") as source:
         source.stream.read1(1000)
+        release.start()
         raise KeyError("consumer failed")
+    release.join()
     assert files_in(tmp_path) == []
     assert read_all(cache, f"{server.url}/s.tar") == payload(6)  # the lock was released
+
+
+def test_a_download_finished_before_an_exception_stays_cached_whole(tmp_path, server):
+    server.files["/s.tar"] = payload(8)
+    url = f"{server.url}/s.tar"
+    cache = ShardCache(str(tmp_path))
+    with pytest.raises(KeyError), cache.open(url) as source:
+        source.stream.read1(1000)
+        source.thread.join(10)  # the whole body is in and published
+        raise KeyError("consumer failed")
+    assert Path(cache.path_for(url)).read_bytes() == payload(8)
+    assert read_all(cache, url) == payload(8)
+    assert server.hits["/s.tar"] == 1
 
 
 def test_a_cut_download_is_a_source_error_and_is_not_cached(tmp_path, server):

@@ -5,8 +5,8 @@ from __future__ import annotations
 import re
 
 import pytest
-
 from conftest import ROOT, run
+
 from tarkit.cli.main import COMMANDS
 
 # Commands whose page is a guide rather than docs/<tool>.md.

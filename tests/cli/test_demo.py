@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import pytest
+from conftest import ROOT, run, samples_of
 from PIL import Image
-
-from conftest import run, samples_of
 
 
 @pytest.fixture(scope="module")
@@ -39,6 +39,34 @@ def test_demo_shards_hold_every_digit_once(demo_out) -> None:
         keys += [key for key, _ in samples]
         assert all(set(fields) == {"png", "cls"} for _, fields in samples)
     assert len(keys) == len(set(keys)) == 1797
+
+
+def test_demo_keys_lead_back_to_the_original_scans_and_labels(demo_out) -> None:
+    from sklearn.datasets import load_digits
+
+    out, _ = demo_out
+    target = load_digits().target
+    for path in sorted((out / "shards").glob("*.tar")):
+        for key, fields in samples_of(path.read_bytes()):
+            index = int(key.removeprefix("digit-"))
+            assert key == f"digit-{index:04d}"
+            assert int(fields["cls"]) == target[index]
+            assert (index % 5 == 4) == path.name.startswith("test-")
+
+
+def test_plain_setup_installs_every_distribution_the_demo_imports() -> None:
+    # `bin/demo` runs `bin/setup` without `dev`: the demo must not lean on a test tool.
+    import tomllib
+
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+    setup = (ROOT / "bin" / "setup").read_text()
+    extras = re.search(r'^extras="([^"]*)"', setup, re.M)
+    assert extras, "bin/setup no longer sets its extras on one line"
+    installed = " ".join(project["dependencies"])
+    for extra in extras[1].split(","):
+        installed += " " + " ".join(project["optional-dependencies"][extra])
+    for distribution in ("scikit-learn", "torch", "pillow", "webdataset"):
+        assert distribution in installed, f"bin/demo would run without {distribution}"
 
 
 def test_demo_augmented_shards_have_the_same_samples_with_new_images(demo_out) -> None:
