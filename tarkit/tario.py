@@ -65,6 +65,7 @@ _UNSUPPORTED = {
     b"N": "old GNU long-name member",
 }
 
+_PAX_CHARSETS = (b"BINARY", b"ISO-IR 10646 2000 UTF-8")
 _NO_DATA_KINDS = (DIRECTORY, SYMLINK, HARDLINK, CHARDEV, BLOCKDEV, FIFO)
 _USTAR_MAGIC = b"ustar\x0000"
 # Numeric fields are validated by their "shape": each byte mapped to 0 (octal digit),
@@ -361,8 +362,8 @@ def read_members(
         else:
             end = header.find(0, 0, 100)
             raw_name = header[:end] if end >= 0 else header[:100]
-            if header[345] and header[257:265] == _USTAR_MAGIC:
-                raw_name = _cstring(header[345:500]) + b"/" + raw_name
+            if header[345]:
+                raw_name = _prefixed_name(header, raw_name, typeflag, source, offset)
         name = raw_name.decode("utf-8", "surrogateescape")
 
         if kind is not FILE or typeflag == b"\0":
@@ -402,6 +403,25 @@ def read_members(
             yield member
             continue
         pos += total
+
+
+def _prefixed_name(
+    header: bytes, raw_name: bytes, typeflag: bytes, source: str, offset: int
+) -> bytes:
+    """The name with the ustar prefix field joined, for a header whose prefix is not empty.
+
+    Only POSIX ustar headers have a prefix field: GNU headers keep atime there, v7 headers
+    nothing. GNU tar ignores those bytes; ``tarfile`` (so webdataset) joins them to the
+    name whatever the magic. Readers would disagree on the name, so that is an error.
+    """
+    if header[257:265] == _USTAR_MAGIC or typeflag in _UNSUPPORTED:
+        return _cstring(header[345:500]) + b"/" + raw_name
+    raise HeaderError(
+        "bytes in the name prefix field of a header without the ustar magic "
+        "(GNU tar ignores them, tarfile prefixes them to the name)",
+        source=source,
+        offset=offset,
+    )
 
 
 def _check_end_of_input(
@@ -448,9 +468,13 @@ def _bad_checksum(header: bytes, stored: int, source: str, offset: int) -> None:
 
 
 def _slow_checksum_field(header: bytes) -> int:
-    """The stored checksum, or -1 when the field is not a number."""
+    """The stored checksum, or -1 when the field is not a number.
+
+    Readers stop at the field's first NUL (``tarfile`` reads a field that starts with one
+    as 0), so digits after a NUL do not count.
+    """
     try:
-        return int(header[148:156].strip(b" \0") or b"x", 8)
+        return int(_cstring(header[148:156]).strip(b" ") or b"x", 8)
     except ValueError:
         return -1
 
@@ -535,6 +559,22 @@ def _extension(
                 offset=offset,
                 member=_decode(name),
             )
+        for keyword in ("path", "linkpath"):
+            if b"\0" in records.get(keyword, b""):
+                raise HeaderError(
+                    # C readers cut the name at the NUL, tarfile keeps it.
+                    f"pax {keyword} contains a NUL byte",
+                    source=source,
+                    offset=offset,
+                )
+        charset = records.get("hdrcharset")
+        if charset is not None and charset not in _PAX_CHARSETS:
+            shown = charset.decode("ascii", "backslashreplace")
+            raise HeaderError(
+                f"unknown pax hdrcharset {shown!r} (expected BINARY or 'ISO-IR 10646 2000 UTF-8')",
+                source=source,
+                offset=offset,
+            )
         if "path" in records:
             if ext.name is not None:
                 raise HeaderError(
@@ -554,12 +594,26 @@ def _extension(
                 source=source,
                 offset=offset,
             )
-        ext.name = _cstring(payload)
+        ext.name = _gnu_long_name(payload, "name", source, offset)
     else:
         if ext.linkname is not None:
             raise HeaderError("two long link names for one member", source=source, offset=offset)
-        ext.linkname = _cstring(payload)
+        ext.linkname = _gnu_long_name(payload, "link name", source, offset)
     return ext
+
+
+def _gnu_long_name(payload: bytes, what: str, source: str, offset: int) -> bytes:
+    """A GNU ``L``/``K`` name: up to its NUL, which must lie within the header's size.
+
+    Without it, GNU tar and ``tarfile`` read on into the padding and bsdtar stops at the
+    size: the readers would disagree on the name.
+    """
+    end = payload.find(0)
+    if end < 0:
+        raise HeaderError(
+            f"GNU long {what} without its NUL terminator", source=source, offset=offset
+        )
+    return payload[:end]
 
 
 def _check_kind(

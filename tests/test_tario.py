@@ -548,6 +548,62 @@ def test_global_pax_header_that_renames_is_refused() -> None:
     assert "global pax header sets path" in str(error)
 
 
+# --- headers that downstream readers would disagree on -----------------------------------
+
+
+@pytest.mark.parametrize("keyword", ["path", "linkpath"])
+def test_pax_path_or_linkpath_with_a_nul_is_a_header_error(keyword: str) -> None:
+    data = extension(pax_record(keyword, b"a\0b.txt")) + header("l.txt", 0, b"2") + END
+    error = input_error(data)
+    assert isinstance(error, HeaderError)
+    assert f"pax {keyword} contains a NUL byte" in str(error)
+
+
+@pytest.mark.parametrize(("typeflag", "what"), [(b"L", "name"), (b"K", "link name")])
+def test_gnu_long_name_without_its_nul_is_a_header_error(typeflag: bytes, what: str) -> None:
+    # The padding is not zero: GNU tar and tarfile would read on into it, bsdtar would not.
+    payload = b"long/name.txt"
+    data = header(b"././@LongLink", len(payload), typeflag) + payload + b"\x80" * 499
+    error = input_error(data + header("link.txt", 0, b"2") + END)
+    assert isinstance(error, HeaderError)
+    assert f"GNU long {what} without its NUL terminator" in str(error)
+    assert error.offset == 0
+
+
+@pytest.mark.parametrize("charset", [b"BINARY", b"ISO-IR 10646 2000 UTF-8"])
+def test_the_two_pax_hdrcharsets_are_accepted(charset: bytes) -> None:
+    data = extension(pax_record("hdrcharset", charset) + pax_record("path", b"x.txt")) + GOOD
+    assert [m.name for m in read_all(data + END)] == ["x.txt"]
+
+
+def test_an_unknown_pax_hdrcharset_is_a_header_error() -> None:
+    data = extension(pax_record("hdrcharset", b"latin-1")) + GOOD + END
+    error = input_error(data)
+    assert isinstance(error, HeaderError)
+    assert "unknown pax hdrcharset 'latin-1'" in str(error)
+
+
+@pytest.mark.parametrize("magic", [bytes(8), b"ustar  \0"], ids=["v7", "gnu"])
+def test_prefix_bytes_without_the_ustar_magic_are_a_header_error(magic: bytes) -> None:
+    # GNU headers keep atime where ustar keeps the prefix; v7 headers nothing.
+    data = member("x.txt", b"x", magic=magic, prefix=b"00007315272") + END
+    with tarfile.open(fileobj=io.BytesIO(data)) as archive:
+        assert archive.getnames() == ["00007315272/x.txt"]  # tarfile joins them anyway
+    error = input_error(data)
+    assert isinstance(error, HeaderError)
+    assert "name prefix field of a header without the ustar magic" in str(error)
+
+
+def test_checksum_digits_after_a_nul_do_not_count() -> None:
+    block = bytearray(header("x.txt", 1))
+    block[148:156] = b"\0" + block[148:154] + b" "  # the right digits, behind a NUL
+    data = bytes(block) + padded(b"x") + END
+    with pytest.raises(tarfile.ReadError):  # tarfile reads the field as 0
+        tarfile.open(fileobj=io.BytesIO(data)).getnames()
+    error = input_error(data)
+    assert "bad header checksum" in str(error)
+
+
 @pytest.mark.parametrize("typeflag", [b"S", b"V", b"M"])
 def test_gnu_special_members_are_unsupported(typeflag: bytes) -> None:
     error = input_error(member("sparse.bin", b"x", typeflag) + END)

@@ -35,36 +35,7 @@ CASES = cases()
 # failing case and what is expected; with the readers they do not affect (a command that
 # stops before the bad part, or whose own semantics make the case fine). strict=True:
 # the mark must go once the bug is fixed.
-PREFIX_BUG = (
-    "tario ignores bytes in the prefix field (345-500) of a header without the POSIX "
-    "ustar magic; tarfile joins them to the name whatever the magic: expected HeaderError "
-    "naming the prefix"
-)
-KNOWN_BUGS: dict[str, tuple[str, set[str]]] = {
-    "pax-path-with-nul": (
-        "tario keeps a NUL inside a pax path (GNU tar and bsdtar cut the name there, "
-        "tarfile keeps it): expected HeaderError 'pax path contains a NUL byte'",
-        {"tarfirst"},
-    ),
-    "checksum-after-a-nul": (
-        "tario accepts a checksum field with leading NULs (it strips them); tarfile and "
-        "GNU tar read such a field as 0: expected HeaderError 'bad header checksum'",
-        {"tarfirst"},
-    ),
-    "gnu-header-with-atime": (PREFIX_BUG, {"tarfirst"}),
-    "gnu-long-name-without-nul": (
-        "tario takes a GNU long name without its NUL terminator inside the header's size "
-        "(tarfile reads on into the padding): expected HeaderError naming the long name",
-        {"tarfirst"},
-    ),
-    "pax-hdrcharset-unknown": (
-        "tario accepts any pax hdrcharset value; tarfile raises UnicodeDecodeError on "
-        "tarkit's copy: expected HeaderError for a value other than BINARY or "
-        "'ISO-IR 10646 2000 UTF-8'",
-        {"tarfirst"},
-    ),
-    "v7-header-with-prefix-bytes": (PREFIX_BUG, {"tarfirst"}),
-}
+KNOWN_BUGS: dict[str, tuple[str, set[str]]] = {}
 # Known bugs of one command on some cases: (command, case) -> what is expected.
 COMMAND_BUGS: dict[tuple[str, str], str] = {}
 
