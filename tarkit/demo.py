@@ -43,8 +43,12 @@ class Digits:
         from PIL import Image
 
         pixels = (self.images[index] * (255.0 / 16.0)).clip(0, 255).astype("uint8")
-        image = Image.fromarray(pixels, mode="L").resize((SIZE, SIZE), Image.BILINEAR)
-        return {"__key__": f"digit-{self.indices[index]:04d}", "png": image, "cls": self.labels[index]}
+        image = Image.fromarray(pixels, mode="L").resize((SIZE, SIZE), Image.Resampling.BILINEAR)
+        return {
+            "__key__": f"digit-{self.indices[index]:04d}",
+            "png": image,
+            "cls": self.labels[index],
+        }
 
 
 def _split_indices(count: int, split: str) -> list[int]:
@@ -79,9 +83,9 @@ def augment_image(image: Any, key: str) -> Any:
     scale = rng.uniform(0.9, 1.1)
     shift = (rng.uniform(-2, 2), rng.uniform(-2, 2))
     return (
-        image.rotate(angle, resample=Image.BILINEAR, translate=shift, fillcolor=0)
-        .resize((round(SIZE * scale),) * 2, Image.BILINEAR)
-        .resize((SIZE, SIZE), Image.BILINEAR)
+        image.rotate(angle, resample=Image.Resampling.BILINEAR, translate=shift, fillcolor=0)
+        .resize((round(SIZE * scale),) * 2, Image.Resampling.BILINEAR)
+        .resize((SIZE, SIZE), Image.Resampling.BILINEAR)
     )
 
 

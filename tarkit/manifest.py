@@ -150,9 +150,11 @@ def parse(text: str, location: str | None = None) -> Manifest:
     try:
         data = json.loads(text)
     except json.JSONDecodeError as exc:
-        raise InputError(f"not a JSON manifest: {exc.msg} at line {exc.lineno}", source=name) from None
+        raise InputError(
+            f"not a JSON manifest: {exc.msg} at line {exc.lineno}", source=name
+        ) from None
     if not isinstance(data, dict) or data.get("format") != FORMAT:
-        raise InputError(f"not a tarkit manifest (no \"format\": \"{FORMAT}\")", source=name)
+        raise InputError(f'not a tarkit manifest (no "format": "{FORMAT}")', source=name)
     if data.get("version") != VERSION:
         raise InputError(f"unsupported manifest version {data.get('version')!r}", source=name)
     shards = []

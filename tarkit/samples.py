@@ -213,8 +213,10 @@ def _check_fields(key: str, fields: list[str], group: list[Member], source: str)
 def _skip(reason: str, member: Member, source: str, strict: bool, skips: SkipLog | None) -> None:
     if strict:
         raise SampleError(
-            f"{reason} is not allowed with --strict", source=source,
-            offset=member.offset, member=member.name,
+            f"{reason} is not allowed with --strict",
+            source=source,
+            offset=member.offset,
+            member=member.name,
         )
     if skips is not None:
         skips.add(reason, source, member.name)

@@ -285,7 +285,7 @@ def _map_results(
         raise UsageError(
             "num_workers > 0 runs DataLoader workers and needs torch (pip install 'tarkit[torch]')"
         ) from None
-    loader = DataLoader(
+    loader: Any = DataLoader(
         _Chunks(encoder),  # type: ignore[arg-type]
         batch_size=None,
         sampler=_chunks(order, CHUNK),  # type: ignore[arg-type]

@@ -71,6 +71,8 @@ def check_pattern(pattern: str) -> None:
     ...
     tarkit.errors.UsageError: shard pattern 'out.tar' has no shard number: use one %06d or {shard:06d}, as in shard-%06d.tar
     """
+    first: str | None
+    second: str | None
     try:
         first, second = shard_name(pattern, 0), shard_name(pattern, 1)
     except (ValueError, TypeError, KeyError, IndexError, AttributeError):

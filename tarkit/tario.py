@@ -26,7 +26,7 @@ import re
 import zlib
 from collections.abc import Iterator
 from operator import itemgetter
-from typing import BinaryIO
+from typing import Any, BinaryIO
 
 from .errors import HeaderError, InputError, TruncatedError
 
@@ -89,7 +89,7 @@ _OCTAL_DIGIT_SUM = [(i & 7) + (i >> 3 & 7) + (i >> 6 & 7) + (i >> 9 & 7) for i i
 
 def _learn_shape(shape: bytes) -> tuple[int, int, int, int, int] | None:
     """What a header shape says: where the size and checksum digits are, if valid."""
-    spans = []
+    spans: list[tuple[int, int]] = []
     for start, stop in _SHAPE_FIELDS:
         match = _SHAPE_FIELD.fullmatch(shape, start, stop)
         if match is None:
@@ -275,7 +275,7 @@ def read_members(
     base = 0  # stream offset of buf[0]
     ext: _Extensions | None = None
     adler32 = zlib.adler32
-    shapes = _shapes
+    shapes: dict[bytes, Any] = _shapes
     digit_sum = _OCTAL_DIGIT_SUM
     kinds = _KINDS
     new_member = _new_member

@@ -148,8 +148,7 @@ class _HttpBody(io.RawIOBase):
         self._received += len(data)
         if not data and self._expected is not None and self._received < self._expected:
             raise SourceError(
-                f"{self._name}: connection closed after {self._received} of "
-                f"{self._expected} bytes"
+                f"{self._name}: connection closed after {self._received} of {self._expected} bytes"
             )
         return data
 
@@ -274,10 +273,10 @@ class Sink:
         self.temp_path: str | None = None
         if self.spec == "-":
             enlarge_pipe(1)
-            self._file: BinaryIO = io.BufferedWriter(
+            self._file: BinaryIO = io.BufferedWriter(  # type: ignore[assignment]
                 io.FileIO(sys.stdout.fileno(), "wb", closefd=False), buffer_size=PIPE_BUFFER
-            )  # type: ignore[assignment]
-            self.stream = self._file
+            )
+            self.stream: BinaryIO = self._file
             return
         if "://" in self.spec:
             raise OutputError(f"{self.spec}: this command writes local files or stdout only")

@@ -25,7 +25,9 @@ def tool(name: str) -> str:
     return str(path)
 
 
-def run(args: list[str], input: bytes | None = None, timeout: float = 120, **kw) -> subprocess.CompletedProcess:
+def run(
+    args: list[str], input: bytes | None = None, timeout: float = 120, **kw
+) -> subprocess.CompletedProcess:
     """Run a command; stdout as bytes, stderr as text."""
     if args and os.path.sep not in args[0] and (BIN / args[0]).exists():
         args = [str(BIN / args[0]), *args[1:]]
@@ -43,7 +45,9 @@ def run_shell(script: str, timeout: float = 120, **kw) -> subprocess.CompletedPr
     env = dict(os.environ)
     env.update(kw.pop("env", {}))
     env["PATH"] = f"{BIN}{os.pathsep}{env.get('PATH', '')}"
-    result = subprocess.run(["bash", "-c", script], capture_output=True, timeout=timeout, env=env, **kw)
+    result = subprocess.run(
+        ["bash", "-c", script], capture_output=True, timeout=timeout, env=env, **kw
+    )
     result.stderr = result.stderr.decode("utf-8", "replace")
     return result
 

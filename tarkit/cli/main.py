@@ -14,7 +14,12 @@ COMMANDS = [
     ("show", "tarshow", "tarshow", "Show samples: fields, sizes, previews (tarshow)."),
     ("proc", "tarproc", "tarproc", "Run a shell command on every sample (tarproc)."),
     ("create", "tarcreate", "tarcreate", "Build a shard from a plan or a directory (tarcreate)."),
-    ("sort", "tarsort", "tarsort", "Sort samples by key or field, repairing interleaving (tarsort)."),
+    (
+        "sort",
+        "tarsort",
+        "tarsort",
+        "Sort samples by key or field, repairing interleaving (tarsort).",
+    ),
     ("first", "tarfirst", "tarfirst", "Write the bytes of the first matching field (tarfirst)."),
     ("index", "tarindex", "tarindex", "Write the dataset manifest of shards (tarindex)."),
     ("shard", "shard", "shard", "Turn a directory, plan or Dataset into shards."),

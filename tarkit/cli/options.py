@@ -15,7 +15,8 @@ Inputs = Annotated[
     ),
 ]
 Output = Annotated[
-    str, typer.Option("-o", "--output", help="Output file ('-' is stdout). Compressed by its ending.")
+    str,
+    typer.Option("-o", "--output", help="Output file ('-' is stdout). Compressed by its ending."),
 ]
 Strict = Annotated[
     bool,
@@ -37,7 +38,9 @@ AllowEmpty = Annotated[
 ]
 Count = Annotated[
     Optional[int],
-    typer.Option("-c", "--count", help="Stop after N samples (and stop reading).", show_default=False),
+    typer.Option(
+        "-c", "--count", help="Stop after N samples (and stop reading).", show_default=False
+    ),
 ]
 Fields = Annotated[
     Optional[str],

@@ -134,7 +134,9 @@ def run(tool: str, body: Callable[[], int | None]) -> NoReturn:
         sys.stdout.flush()
     except (BrokenPipeError, OSError):
         _quiet_stdout()
-    os._exit(status) if status == EXIT_PIPE else sys.exit(status)
+    if status == EXIT_PIPE:
+        os._exit(status)
+    sys.exit(status)
 
 
 def plain_typer() -> None:

@@ -25,8 +25,11 @@ def tarcat(
     skip: Annotated[int, typer.Option("--skip", help="Skip the first N samples.")] = 0,
     slice_: Annotated[
         Optional[str],
-        typer.Option("--slice", help="Python slice START:STOP[:STEP] on the sample index.",
-                     show_default=False),
+        typer.Option(
+            "--slice",
+            help="Python slice START:STOP[:STEP] on the sample index.",
+            show_default=False,
+        ),
     ] = None,
     fields: o.Fields = None,
     shuffle: Annotated[

@@ -90,6 +90,12 @@ def test_demo_writes_contact_sheets_labels_and_prints_copyable_commands(demo_out
             assert sheet.width > 100 and sheet.height > 100
     labels = (out / "labels.tsv").read_text().splitlines()
     assert labels[0] == "__key__\tcls" and len(labels) == 1 + 1438
-    for command in ("$ tarkit shard", "$ tarshow", "$ tar2tsv", "| tarproc -p 2", "$ python -m tarkit.demo train"):
+    for command in (
+        "$ tarkit shard",
+        "$ tarshow",
+        "$ tar2tsv",
+        "| tarproc -p 2",
+        "$ python -m tarkit.demo train",
+    ):
         assert command in stdout
     assert "test accuracy:" in stdout
