@@ -7,10 +7,10 @@ import os
 import shlex
 import subprocess
 import sys
+import threading
 import time
-from collections import Counter
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, TextIO
 
 import typer
 
@@ -34,8 +34,8 @@ class Demo:
         self.env = dict(os.environ)
         # The commands of this installation come first, whatever PATH says (Debian's
         # /usr/sbin/tarcat is another program).
-        bin_dir = os.path.dirname(sys.executable)
-        self.env["PATH"] = bin_dir + os.pathsep + self.env.get("PATH", "")
+        self.bin_dir = os.path.dirname(sys.executable)
+        self.env["PATH"] = self.bin_dir + os.pathsep + self.env.get("PATH", "")
         self.env.setdefault("SOURCE_DATE_EPOCH", "946684800")
         self.started = time.perf_counter()
         self.step_number = 0
@@ -46,26 +46,37 @@ class Demo:
         print(f"\n== {self.step_number}. {title}  [{elapsed:.0f} s]", flush=True)
 
     def sh(self, command: str, *, show_lines: int | None = None) -> str:
-        """Run ``command`` with bash (pipefail), print it and its output; return stdout."""
+        """Run ``command`` with bash (pipefail), print it, then its output as it comes.
+
+        Output lines are indented; after ``show_lines`` lines the rest are counted, not
+        shown. The command's stderr goes to stderr as it comes. Returns its stdout.
+        """
         print(f"$ {command}", flush=True)
-        result = subprocess.run(
+        process = subprocess.Popen(
             ["bash", "-o", "pipefail", "-c", command], env=self.env, cwd=os.getcwd(),
-            capture_output=True, text=True,
+            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
         )  # fmt: skip
-        lines = result.stdout.splitlines()
-        shown = lines if show_lines is None else lines[:show_lines]
-        for line in shown:
-            print(f"  {line}")
+        assert process.stdout is not None and process.stderr is not None
+        relay = threading.Thread(target=_indent_lines, args=(process.stderr, sys.stderr))
+        relay.start()
+        lines = []
+        for line in process.stdout:
+            lines.append(line)
+            if show_lines is None or len(lines) <= show_lines:
+                print(f"  {line.rstrip()}", flush=True)
+        status = process.wait()
+        relay.join()
         if show_lines is not None and len(lines) > show_lines:
-            print(f"  … ({len(lines) - show_lines} more lines)")
-        for line in result.stderr.splitlines()[-10:]:
-            print(f"  {line}", file=sys.stderr)
-        sys.stdout.flush()
-        if result.returncode != 0:
-            raise StepFailed(
-                f"step {self.step_number} failed (exit {result.returncode}): {command}"
-            )
-        return result.stdout
+            print(f"  … ({len(lines) - show_lines} more lines)", flush=True)
+        if status != 0:
+            raise StepFailed(f"step {self.step_number} failed (exit {status}): {command}")
+        return "".join(lines)
+
+
+def _indent_lines(stream: TextIO, out: TextIO) -> None:
+    for line in stream:
+        out.write(f"  {line.rstrip()}\n")
+        out.flush()
 
 
 def run_demo(out: Path, epochs: int, workers: int) -> int:
@@ -73,7 +84,9 @@ def run_demo(out: Path, epochs: int, workers: int) -> int:
     q = shlex.quote
     o = q(str(out))
     shards, augmented = out / "shards", out / "augmented"
-    print(f"tarkit demo: everything goes to {out}/ (run the printed commands yourself, too).")
+    print(f"tarkit demo: everything goes to {out}/")
+    print("Every step is a shell command. To run them yourself, first:")
+    print(f"  cd {q(os.getcwd())} && export PATH={q(demo.bin_dir)}:$PATH")
     out.mkdir(parents=True, exist_ok=True)
 
     demo.step("Shard a real dataset (scikit-learn's 1,797 handwritten digits, as PNG + cls)")
@@ -91,10 +104,7 @@ def run_demo(out: Path, epochs: int, workers: int) -> int:
     demo.sh(f"tarshow -c 2 {o}/shards/train-000000.tar")
     demo.sh(f"tarshow -c 64 --grid {o}/contact-sheet.png {o}/shards/train-000000.tar")
     labels = demo.sh(f"tar2tsv -f cls {o}/shards/train-*.tar | tee {o}/labels.tsv", show_lines=4)
-    counts = Counter(line.split("\t")[1] for line in labels.splitlines()[1:] if "\t" in line)
-    print("  class histogram:")
-    for label in sorted(counts, key=int):
-        print(f"    {label}: {'#' * (counts[label] // 5)} {counts[label]}")
+    demo.sh(f"tail -n +2 {o}/labels.tsv | cut -f 2 | sort -n | uniq -c   # class histogram")
 
     demo.step("Process it: a random affine distortion of every image, two samples at a time")
     demo.sh(f"mkdir -p {o}/augmented")

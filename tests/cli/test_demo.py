@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import json
+import os
 import re
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -99,3 +101,36 @@ def test_demo_writes_contact_sheets_labels_and_prints_copyable_commands(demo_out
     ):
         assert command in stdout
     assert "test accuracy:" in stdout
+
+
+def test_demo_prints_loss_accuracy_and_speed_for_every_epoch(demo_out) -> None:
+    _, stdout = demo_out
+    line = r"epoch (\d+): loss [\d.]+, test accuracy [\d.]+%, [\d,]+ samples/s"
+    assert re.findall(line, stdout) == ["1", "2", "3", "4"]
+
+
+def test_a_printed_command_run_by_hand_gives_the_demo_output(demo_out, tmp_path: Path) -> None:
+    # The demo says how to run its commands: from this folder, the venv first on PATH.
+    out, stdout = demo_out
+    setup = re.search(r"^  (cd .* && export PATH=.*)$", stdout, re.M)
+    assert setup, stdout[:500]
+    [command] = [line[2:] for line in stdout.splitlines() if line.startswith("$ tar2tsv")]
+    by_hand = command.replace(str(out / "labels.tsv"), str(tmp_path / "labels.tsv"))
+    env = {k: v for k, v in os.environ.items() if k != "VIRTUAL_ENV"}
+    env["PATH"] = "/usr/local/bin:/usr/bin:/bin"  # no venv: the printed line must add it
+    result = subprocess.run(
+        ["bash", "-o", "pipefail", "-c", f"{setup[1]} && {by_hand} > /dev/null"],
+        env=env, capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    assert (tmp_path / "labels.tsv").read_bytes() == (out / "labels.tsv").read_bytes()
+
+
+def test_a_failing_step_stops_the_demo_with_exit_2_naming_the_step(tmp_path: Path) -> None:
+    out = tmp_path / "out"
+    (out / "shards").mkdir(parents=True)
+    (out / "shards" / "train-000000.tar").mkdir()  # the first shard cannot be written
+    result = run(["tarkit", "demo", "--out", str(out), "--epochs", "1"], timeout=120)
+    assert result.returncode == 2
+    assert "tarkit demo: error: step 1 failed (exit 2): tarkit shard" in result.stderr
+    assert "== 2." not in result.stdout.decode()
