@@ -658,12 +658,14 @@ def map_command(
 
     Output is in input order unless ``ordered`` is False (then in order of
     completion). At most ``IN_FLIGHT_PER_WORKER * parallel`` samples are held at
-    once. A failed sample follows ``on_error``: ``"fail"`` kills the running commands
-    and raises :class:`CommandFailed` once the samples before it are out (so the
-    output is the same for any ``parallel``); ``"skip"`` leaves it out and ``"keep"``
-    yields it unchanged, both calling ``on_reject`` in output order. A field name
-    unsafe as a file name raises :class:`~tarkit.errors.InputError`; that and any
-    other error reading ``samples`` is raised once the samples before it are out.
+    once. A failed sample follows ``on_error``: ``"fail"`` kills every running
+    command at once (those of samples before it too), yields the samples that had
+    already finished as far as they follow on from what went out (in input order; in
+    order of completion when unordered), and raises :class:`CommandFailed`; ``"skip"``
+    leaves it out and ``"keep"`` yields it unchanged, both calling ``on_reject`` in
+    output order. A field name unsafe as a file name raises
+    :class:`~tarkit.errors.InputError`; that and any other error reading ``samples``
+    is raised once the samples before it are out.
 
     Samples' directories live in a private directory under ``tmpdir`` (default
     ``$TMPDIR``), named in ``report.root`` once the generator has started. It is
@@ -697,7 +699,6 @@ def _map(
     iterator = iter(samples)
     reading = True
     next_out = 0  # ordered: the index of the next sample to go out
-    failed_at: int | None = None  # "fail": the first failed sample
     input_error: TarkitError | None = None
 
     def workspace_for(index: int) -> Workspace:
@@ -766,22 +767,29 @@ def _map(
                 break
             ended, late = _wait_any(running.values())
             for job in ended + late:
-                if job.index not in running:
-                    continue  # cancelled by a failure before it in this round
                 release(job)
                 outcome = job.finish(timed_out=job in late)
                 done[job.index] = (job.sample, outcome)  # type: ignore[assignment]
-                if outcome.rejection is None or on_error != "fail":
-                    continue
-                if failed_at is None or job.index < failed_at:
-                    # Stop: the samples after it are not needed; those before it go out.
-                    failed_at = job.index
-                    reading = False
-                    for later in [j for i, j in running.items() if i > job.index or not ordered]:
-                        release(later)
-                        later.discard()
-                    for index in [i for i in done if i > job.index]:
-                        del done[index]
+            if on_error != "fail":
+                continue
+            failed = [i for i, (_, outcome) in done.items() if outcome.rejection is not None]
+            if failed:
+                # Stop now: every command still running is killed, whatever its place.
+                # What had finished goes out as far as it is contiguous; then the error.
+                reading = False
+                for job in list(running.values()):
+                    release(job)
+                    job.discard()
+                first = min(failed)
+                if ordered:
+                    while next_out in done and next_out < first:
+                        yield from results(*done.pop(next_out))
+                        next_out += 1
+                else:
+                    for index in sorted(i for i in done if i != first):
+                        if done[index][1].rejection is None:
+                            yield from results(*done.pop(index))
+                yield from results(*done.pop(first))
     finally:
         _finish(running, workspaces, root, command.keep_dirs, iterator)
 

@@ -134,19 +134,54 @@ def test_multi_with_no_parts_gives_no_sample(tmp: Path) -> None:
     assert run_map(numbered(3), "true", tmp, multi=True) == []
 
 
-def test_fail_kills_the_rest_and_raises_after_exactly_the_samples_before_it(tmp: Path) -> None:
-    script = 'case $TARKIT_KEY in s05) echo first >&2; echo "no such thing" >&2; exit 3;; esac; sleep 0.05'
-    for parallel in (1, 4):
-        out = []
-        with pytest.raises(CommandFailed) as failure:
-            for sample in map_command(numbered(20), Command(script, quiet=True),
-                                      parallel=parallel, tmpdir=str(tmp)):  # fmt: skip
-                out.append(sample.key)
-        assert out == [f"s{i:02d}" for i in range(5)]
-        assert str(failure.value) == (
-            "in.tar: sample 's05': command exited with status 3: first | no such thing"
-        )
-        assert failure.value.rejection.status == "exit 3"
+def test_fail_raises_naming_the_sample_after_exactly_the_samples_before_it(tmp: Path) -> None:
+    script = 'case $TARKIT_KEY in s05) echo first >&2; echo "no such thing" >&2; exit 3;; esac'
+    out = []
+    with pytest.raises(CommandFailed) as failure:
+        for sample in map_command(numbered(20), Command(script, quiet=True), tmpdir=str(tmp)):
+            out.append(sample.key)
+    assert out == [f"s{i:02d}" for i in range(5)]
+    assert str(failure.value) == (
+        "in.tar: sample 's05': command exited with status 3: first | no such thing"
+    )
+    assert failure.value.rejection.status == "exit 3"
+
+
+def wait_for_file(path: Path) -> str:
+    """Shell: wait (at most 10 s) until ``path`` is there."""
+    return f"for i in $(seq 1000); do [ -s {path} ] && break; sleep 0.01; done"
+
+
+def fail_behind_a_slow_sample(tmp_path: Path) -> tuple[str, Path]:
+    """A script where s01 would run 30 s and s02 fails once s01 runs and s00 is finished
+    (reaped: gone from /proc); and the file that gets s01's process id."""
+    first, slow = tmp_path / "s00.pid", tmp_path / "s01.pid"
+    script = f"""case $TARKIT_KEY in
+      s00) echo $$ > {first};;
+      s01) echo $$ > {slow}; sleep 30;;
+      s02) {wait_for_file(first)}; {wait_for_file(slow)}
+           while [ -e /proc/$(cat {first}) ]; do sleep 0.01; done; exit 3;;
+    esac"""
+    return script, slow
+
+
+# Ordered, s03… may finish too but come after the gap s01 leaves; unordered, three
+# samples, so that what had finished is s00 alone.
+@pytest.mark.parametrize("ordered, count", [(True, 8), (False, 3)])
+def test_fail_kills_commands_of_earlier_samples_and_yields_only_what_had_finished(
+    tmp: Path, tmp_path: Path, ordered: bool, count: int
+) -> None:
+    script, slow = fail_behind_a_slow_sample(tmp_path)
+    out = []
+    started = time.monotonic()
+    with pytest.raises(CommandFailed) as failure:
+        for sample in map_command(numbered(count), Command(script, quiet=True), parallel=3,
+                                  ordered=ordered, tmpdir=str(tmp)):  # fmt: skip
+            out.append(sample.key)
+    assert time.monotonic() - started < 10  # not waiting for s01's sleep 30
+    assert out == ["s00"]
+    assert failure.value.rejection.key == "s02"
+    assert_gone(int(slow.read_text()))
 
 
 def test_skip_leaves_failed_samples_out_and_reports_each_in_order(tmp: Path) -> None:

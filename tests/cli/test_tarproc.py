@@ -203,7 +203,7 @@ def test_fail_exits_2_naming_key_status_and_stderr_after_the_samples_before_it(
 ) -> None:
     source = tmp_path / "in.tar"
     source.write_bytes(archive_of(10))
-    result = run(["tarproc", "-q", "-p", "3", "-c", FAIL_TWO, str(source)], env=env)
+    result = run(["tarproc", "-q", "-c", FAIL_TWO, str(source)], env=env)
     assert result.returncode == 2
     assert result.stderr == (
         f"tarproc: error: {source}: sample 's04': command exited with status 3: "
@@ -213,6 +213,30 @@ def test_fail_exits_2_naming_key_status_and_stderr_after_the_samples_before_it(
     to_file = run(["tarproc", "-q", "-c", FAIL_TWO, str(source), "-o", f"{tmp_path}/out.tar"], env=env)  # fmt: skip
     assert to_file.returncode == 2
     assert sorted(p.name for p in tmp_path.iterdir()) == ["in.tar", "tmpdir"]
+
+
+def test_fail_kills_the_command_of_an_earlier_sample_and_exits_2_at_once(
+    tmp_path: Path, env: dict[str, str]
+) -> None:
+    # s01 would sleep 30 s; s02 fails as soon as s01 runs and s00 is finished (reaped,
+    # gone from /proc): the output is s00 alone, s01's command is killed, no waiting.
+    source = tmp_path / "in.tar"
+    source.write_bytes(archive_of(6))
+    first, slow = tmp_path / "s00.pid", tmp_path / "s01.pid"
+    wait = "for i in $(seq 1000); do [ -s {} ] && break; sleep 0.01; done"
+    script = f"""case $TARKIT_KEY in
+      s00) echo $$ > {first};;
+      s01) echo $$ > {slow}; sleep 30;;
+      s02) {wait.format(first)}; {wait.format(slow)}
+           while [ -e /proc/$(cat {first}) ]; do sleep 0.01; done; exit 4;;
+    esac"""
+    result = run(["tarproc", "-q", "-p", "3", "-c", script, str(source)], env=env, timeout=10)
+    assert result.returncode == 2, result.stderr
+    assert (
+        result.stderr == f"tarproc: error: {source}: sample 's02': command exited with status 4\n"
+    )
+    assert [key for key, _ in samples_before_error(result.stdout)] == ["s00"]
+    assert_gone(int(slow.read_text()))
 
 
 def test_skip_leaves_failures_out_lists_them_and_exits_1(
