@@ -133,3 +133,18 @@ def skipped(data: bytes) -> list[str]:
     for _ in group_samples(read_members(stream, "case"), "case", skips=skips):
         pass
     return [reason for reason, n in skips.counts.items() for _ in range(n)]
+
+
+def test_the_atheris_target_runs_its_seeds_and_thousands_of_mutants_cleanly(tmp_path: Path) -> None:
+    pytest.importorskip("atheris")
+    target = ROOT / "fuzz" / "fuzz_reader.py"
+    seeds = tmp_path / "seeds"
+    subprocess.run([sys.executable, str(target), "--write-seeds", str(seeds)], check=True)
+    assert len(list(seeds.iterdir())) == len(mutations.SEEDS)
+    result = subprocess.run(
+        [sys.executable, str(target), str(seeds), "-runs=5000", "-seed=1", "-max_len=65536"],
+        cwd=tmp_path, capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert "Done 5000 runs" in result.stderr
+    assert not list(tmp_path.glob("crash-*"))
