@@ -18,7 +18,7 @@ from typing import BinaryIO, TypeVar
 
 from .compression import open_decompressed
 from .errors import OutputError, UsageError
-from .samples import Sample, SkipLog, group_samples
+from .samples import Sample, SkipLog, group_samples, same_key_error
 from .tario import TarWriter, read_members
 from .urls import Sink, Source, expand_inputs, open_source
 
@@ -183,8 +183,12 @@ def write_samples(samples: Iterable[Sample], sink: Sink) -> int:
 
     If reading fails, everything before the failing sample has been written, the
     end-of-archive marker has not, and the sink is aborted (a file output is removed).
+    A sample with the same key as the one before it (two inputs numbered alike,
+    concatenated or mixed) raises :class:`~tarkit.errors.SampleError` the same way:
+    every reader would merge the two into one sample.
     """
     count = 0
+    previous: Sample | None = None
     writer = TarWriter(sink.stream)
     # Members are gathered and written about a megabyte at a time: one write call per
     # small member would cost more than reading it.
@@ -195,6 +199,9 @@ def write_samples(samples: Iterable[Sample], sink: Sink) -> int:
         with output_errors(sink):
             try:
                 for sample in samples:
+                    if previous is not None and sample.key == previous.key:
+                        raise same_key_error(previous, sample)
+                    previous = sample
                     for member in sample.members:
                         raw = member.raw
                         if len(raw) >= WRITE_CHUNK:

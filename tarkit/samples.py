@@ -193,6 +193,25 @@ def group_samples(
         yield Sample(key, fields, group, source)
 
 
+def same_key_error(previous: Sample, sample: Sample) -> SampleError:
+    """The error for ``sample`` written right after ``previous``, which has the same key.
+
+    Every reader would merge the two into one sample (tarkit and webdataset then fail on
+    a field that appears twice; GNU tar extracts one file over the other).
+    """
+    first = sample.members[0] if sample.members else None
+    origin = "the same input" if previous.source == sample.source else previous.source
+    return SampleError(
+        f"sample {sample.key!r} follows a sample with the same key (from {origin}), and "
+        "readers would merge the two: keys must be unique across inputs that are "
+        "concatenated or mixed (give each input's keys a prefix of its own, e.g. with "
+        "tarkit map)",
+        source=sample.source,
+        offset=first.offset if first is not None else None,
+        member=first.name if first is not None else None,
+    )
+
+
 def _check_fields(key: str, fields: list[str], group: list[Member], source: str) -> None:
     """Raise if a field appears twice (case-insensitively, as webdataset lowercases)."""
     if len(fields) == 1 or len({f.lower() for f in fields}) == len(fields):

@@ -12,7 +12,7 @@ from conftest import make_tar, samples_of
 from hypothesis import given
 from hypothesis import strategies as st
 
-from tarkit.errors import OutputError, TruncatedError, UsageError
+from tarkit.errors import OutputError, SampleError, TruncatedError, UsageError
 from tarkit.pipeline import (
     output_errors,
     parse_slice,
@@ -183,6 +183,27 @@ def test_write_samples_to_a_stream_keeps_whole_samples_and_no_end_marker(tmp_pat
     written = sink.stream.getvalue()  # type: ignore[attr-defined]
     assert written == data[: 2 * 2048]  # samples 0000 and 0001, whole, no end marker
     assert [k for k, _ in samples_of(written + bytes(1024))] == ["0000", "0001"]
+
+
+def test_write_samples_refuses_a_sample_with_the_key_of_the_one_before_it(tmp_path: Path) -> None:
+    first = shard(tmp_path, "first.tar", range(3))
+    second = shard(tmp_path, "second.tar", range(2, 5))  # starts with first's last key
+    target = tmp_path / "out.tar"
+    with pytest.raises(SampleError) as info:
+        write_samples(read_samples([str(first), str(second)]), Sink(str(target)))
+    assert str(info.value).startswith(
+        f"{second}: sample '0002' follows a sample with the same key (from {first}), "
+        "and readers would merge the two: keys must be unique"
+    )
+    assert str(info.value).endswith("(byte 0, member 0002.a)")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["first.tar", "second.tar"]
+
+
+def test_write_samples_allows_a_key_again_after_other_keys(tmp_path: Path) -> None:
+    path = shard(tmp_path, "in.tar", range(2))
+    target = tmp_path / "out.tar"
+    assert write_samples(read_samples([str(path), str(path)]), Sink(str(target))) == 4
+    assert target.read_bytes()[:-1024] == path.read_bytes()[:-1024] * 2
 
 
 @pytest.mark.parametrize("code", [errno.ENOSPC, errno.EDQUOT, errno.EIO])

@@ -82,6 +82,79 @@ def test_mix_through_a_pipe_of_pipe_inputs(shards: list[Path]) -> None:
     assert result.stdout.strip() == b"12"
 
 
+@pytest.fixture
+def numbered_alike(tmp_path: Path) -> Path:
+    """Inputs whose keys collide: x and y number their samples 000000…000002, z 000002…;
+    x1 and y1 hold one sample 000000 each. Two members per sample: 2048 bytes."""
+
+    def write(name: str, numbers: range) -> None:
+        (tmp_path / f"{name}.tar").write_bytes(make_tar(
+            (f"{i:06d}.{field}", f"{name} {i}".encode()) for i in numbers for field in ("cls", "txt")
+        ))  # fmt: skip
+
+    for name, numbers in (("x", range(3)), ("y", range(3)), ("z", range(2, 5))):
+        write(name, numbers)
+    write("x1", range(1))
+    write("y1", range(1))
+    return tmp_path
+
+
+@pytest.mark.parametrize(
+    "args, written, key, source, origin",
+    [
+        (["--interleave", "x.tar", "y.tar"], ("x", 1), "000000", "y.tar", "x.tar"),
+        (["x.tar", "z.tar"], ("x", 3), "000002", "z.tar", "x.tar"),
+        (
+            ["--mix", "1,1", "--until-all", "x1.tar", "y1.tar"],
+            ("y1", 1),
+            "000000",
+            "x1.tar",
+            "y1.tar",
+        ),
+        (["--shuffle", "2", "x1.tar", "y1.tar"], ("x1", 1), "000000", "y1.tar", "x1.tar"),
+    ],
+    ids=["interleave", "concatenate", "mix", "shuffle"],
+)
+def test_two_adjacent_samples_with_one_key_exit_2_after_the_whole_samples_before(
+    numbered_alike: Path,
+    args: list[str],
+    written: tuple[str, int],
+    key: str,
+    source: str,
+    origin: str,
+) -> None:
+    result = run(["tarcat", *args], cwd=numbered_alike)
+    assert result.returncode == 2
+    assert result.stderr == (
+        f"tarcat: error: {source}: sample {key!r} follows a sample with the same key (from "
+        f"{origin}), and readers would merge the two: keys must be unique across inputs that "
+        "are concatenated or mixed (give each input's keys a prefix of its own, e.g. with "
+        f"tarkit map) (byte 0, member {key}.cls)\n"
+    )
+    # Whole samples, and no end-of-archive marker: the next reader fails too.
+    name, count = written
+    assert result.stdout == (numbered_alike / f"{name}.tar").read_bytes()[: count * 2048]
+
+
+def test_same_key_error_crosses_a_pipe_and_leaves_no_output_file(numbered_alike: Path) -> None:
+    result = run_shell(
+        "tarcat --interleave x.tar y.tar | tarcat -o out.tar; echo ${PIPESTATUS[@]}",
+        cwd=numbered_alike,
+    )
+    assert result.stdout == b"2 2\n"
+    first, second = result.stderr.splitlines()
+    assert first.startswith("tarcat: error: y.tar: sample '000000' follows a sample with")
+    assert second.startswith("tarcat: error: <stdin>: input ends without the end-of-archive")
+    assert not (numbered_alike / "out.tar").exists()
+
+
+def test_a_key_that_comes_again_after_other_keys_is_written(numbered_alike: Path) -> None:
+    result = run(["tarcat", "x.tar", "y.tar"], cwd=numbered_alike)
+    assert (result.returncode, result.stderr) == (0, "")
+    x, y = ((numbered_alike / f"{n}.tar").read_bytes() for n in "xy")
+    assert result.stdout == x[:-1024] + y
+
+
 @pytest.mark.parametrize(
     "args, message",
     [
