@@ -15,9 +15,11 @@ from __future__ import annotations
 import io
 import os
 import random
+import sys
 import warnings
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
+from types import FrameType
 from typing import Any, BinaryIO
 
 import torch
@@ -60,7 +62,7 @@ _TAR_SUFFIXES = (
 _ROWS = 64  # counter rows in shared memory: one per DataLoader worker (modulo)
 _EXAMPLE = 400  # bytes kept of the first message of each reason
 # Cells of the shared numbers tensor before the counter rows.
-_EPOCH, _WARNED_IDLE, _WARNED_SKIP, _HEAD = 0, 1, 2, 3
+_EPOCH, _WARNED_IDLE, _WARNED_TWICE, _WARNED_SKIP, _HEAD = 0, 1, 2, 3, 4
 _COLUMNS = len(REASONS) + 1  # samples skipped per reason, then samples repeated
 
 
@@ -266,7 +268,8 @@ class ShardDataset(IterableDataset):
 
         Exact when nothing is skipped (and always with ``equal_batches``). Needs a
         manifest: without sample counts it raises TypeError, as ``len()`` of an
-        unsized object does.
+        unsized object does. ``len()`` of a DataLoader over the dataset is exact too
+        when either the dataset or the DataLoader batches, not both (docs/loading.md).
         """
         if self.infos is None:
             raise TypeError("len() of a ShardDataset needs a manifest with sample counts")
@@ -291,8 +294,15 @@ class ShardDataset(IterableDataset):
 
     # -- iteration ------------------------------------------------------------------
 
-    def pieces(self, worker: int = 0, workers: int = 1) -> list[splitting.Piece]:
-        """The pieces of shards one worker of this rank reads in the current epoch."""
+    def pieces(
+        self, worker: int = 0, workers: int = 1, *, loader_batch_size: int | None = None
+    ) -> list[splitting.Piece]:
+        """The pieces of shards one worker of this rank reads in the current epoch.
+
+        With a manifest, the cuts between workers fall on multiples of ``batch_size``
+        or, when the dataset does not batch, of ``loader_batch_size`` (the batch size of
+        a DataLoader that batches each worker's samples).
+        """
         rank, world = self.rank_and_world()
         if self.infos is not None:
             return splitting.epoch_pieces(
@@ -305,8 +315,8 @@ class ShardDataset(IterableDataset):
                 seed=self.seed,
                 epoch=self.epoch,
                 equal=self.equal_batches,
-                batch_size=self.batch_size,
-                drop_last=self.drop_last,
+                batch_size=self.batch_size or loader_batch_size,
+                drop_last=self.drop_last and bool(self.batch_size),
             )
         order = splitting.shard_order(
             len(self.urls), shuffle=self.shuffle > 0, seed=self.seed, epoch=self.epoch
@@ -317,9 +327,22 @@ class ShardDataset(IterableDataset):
         info = get_worker_info()
         worker, workers = (info.id, info.num_workers) if info is not None else (0, 1)
         rank, world = self.rank_and_world()
+        if worker == 0:  # one worker decides, so that the warning comes once
+            self._warn_if_idle(world, workers)
+        return self._epoch(worker, workers, rank)
+
+    def _epoch(self, worker: int, workers: int, rank: int) -> Iterator[Any]:
+        """One worker's items of the current epoch; its shards are chosen on the first next().
+
+        Only then can a DataLoader that batches be seen (its batch size is in the first
+        request torch sends a worker): cutting the workers' shares on its batches makes
+        ``len(DataLoader)`` exact.
+        """
+        loader_batch_size = _loader_batch_size(sys._getframe(1))
+        if loader_batch_size and self.batch_size and worker == 0:
+            self._warn_batched_twice(loader_batch_size)
         epoch = self.epoch
-        pieces = self.pieces(worker, workers)
-        self._warn_if_idle(world, workers)
+        pieces = self.pieces(worker, workers, loader_batch_size=loader_batch_size)
         items: Iterator[Any] = self._samples(pieces, worker)
         if self.shuffle:
             rng = random.Random(splitting.stable_seed("samples", self.seed, epoch, rank, worker))
@@ -335,7 +358,16 @@ class ShardDataset(IterableDataset):
             items = wds.batched(self.batch_size, collation_fn=collate, partial=not self.drop_last)(
                 items
             )
-        return items
+        yield from items
+
+    def _warn_batched_twice(self, loader_batch_size: int) -> None:
+        if self._state.first(_WARNED_TWICE):
+            warnings.warn(
+                f"tarkit: ShardDataset(batch_size={self.batch_size}) yields batches, and the "
+                f"DataLoader batches them again in lists of {loader_batch_size} (a DataLoader's "
+                "batch_size is 1 unless given): give the DataLoader batch_size=None",
+                stacklevel=3,
+            )
 
     def _warn_if_idle(self, world: int, workers: int) -> None:
         units = len(self.urls) if self.infos is None else sum(i.samples for i in self.infos)
@@ -500,6 +532,26 @@ class ShardDataset(IterableDataset):
                 "shards are in ShardDataset.skipped",
                 stacklevel=2,
             )
+
+
+def _loader_batch_size(caller: FrameType | None) -> int | None:
+    """The batch size of the DataLoader whose worker (or main process) asks ``caller``.
+
+    None unless ``caller`` is torch's fetcher for iterable datasets batching for a
+    DataLoader (``batch_size`` not None): it asks for a batch as a list of
+    ``batch_size`` indices, the only place torch tells a dataset the batch size.
+    """
+    try:
+        from torch.utils.data._utils.fetch import _IterableDatasetFetcher
+    except ImportError:  # pragma: no cover - a torch without it batches some other way
+        return None
+    if caller is None or caller.f_code is not _IterableDatasetFetcher.fetch.__code__:
+        return None
+    fetcher = caller.f_locals.get("self")
+    request = caller.f_locals.get("possibly_batched_index")
+    if not getattr(fetcher, "auto_collation", False) or not isinstance(request, list):
+        return None
+    return len(request) or None
 
 
 def _piece_length(piece: splitting.Piece, info: ShardInfo) -> int:

@@ -256,6 +256,86 @@ def test_len_counts_samples_or_batches_of_this_rank(shards):
     assert len(list(DataLoader(dataset, batch_size=None, num_workers=2))) == 3
 
 
+@pytest.mark.parametrize("num_workers", [0, 2, 3])
+def test_len_of_a_dataloader_is_the_batches_it_yields_whether_dataset_or_loader_batches(
+    tmp_path, num_workers
+):
+    _, manifest = make_shards(tmp_path, [5, 3, 7, 1, 4, 6])  # 26 samples
+    # One rank: 26 samples; three ranks: 8, 9, 9, or 8 each with equal_batches.
+    for world, equal in ((1, False), (3, False), (3, True)):
+        per_rank: list[list[list[int]]] = []
+        for rank in range(world):
+            per_rank.append([])
+            options = dict(equal_batches=equal, rank=rank, world_size=world)
+            samples = len(ShardDataset(manifest, **options))
+            for batch_size, drop_last in ((4, False), (3, True)):
+                in_workers = ShardDataset(
+                    manifest, batch_size=batch_size, drop_last=drop_last, **options
+                )
+                by_loader = ShardDataset(manifest, **options)
+                for loader in (
+                    DataLoader(in_workers, batch_size=None, num_workers=num_workers),
+                    DataLoader(
+                        by_loader,
+                        batch_size=batch_size,
+                        drop_last=drop_last,
+                        num_workers=num_workers,
+                    ),
+                ):
+                    batches = [len(b["__key__"]) for b in loader]
+                    assert len(loader) == len(batches), (world, equal, rank, batch_size)
+                    assert sum(batches) == samples - drop_last * (samples % batch_size)
+                    per_rank[rank].append(batches)
+        if equal:
+            assert per_rank[0] == per_rank[1] == per_rank[2]
+
+
+# What a user sees of warnings raised in DataLoader workers: the workers' own stderr (a
+# test process's warning filters, copied into forked workers, would hide them).
+WARNINGS_SCRIPT = """
+import sys
+from torch.utils.data import DataLoader
+from tarkit import ShardDataset
+
+paths, manifest = sys.argv[1:-1], sys.argv[-1]
+for name in ("batched twice", "batched once"):
+    print("== " + name, file=sys.stderr, flush=True)
+    dataset = ShardDataset(manifest, batch_size=2)
+    for workers in (2, 0):
+        for epoch in (0, 1):
+            dataset.set_epoch(epoch)
+            if name == "batched twice":
+                list(DataLoader(dataset, num_workers=workers))
+            else:
+                list(DataLoader(dataset, batch_size=None, num_workers=workers))
+"""
+
+
+@pytest.fixture(scope="module")
+def worker_warnings(tmp_path_factory) -> dict[str, str]:
+    """The stderr of WARNINGS_SCRIPT, by section."""
+    paths, manifest = make_shards(tmp_path_factory.mktemp("warnings"), [6, 2])
+    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONWARNINGS", "RANK")}
+    result = subprocess.run(
+        [sys.executable, "-c", WARNINGS_SCRIPT, *paths, manifest],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env=env,
+        check=True,
+    )
+    sections = result.stderr.split("== ")[1:]
+    return dict(section.split("\n", 1) for section in sections)
+
+
+def test_a_dataloader_batching_the_batches_of_the_dataset_warns_once_per_dataset(
+    worker_warnings,
+):
+    twice = "UserWarning: tarkit: ShardDataset(batch_size=2) yields batches, and the DataLoader"
+    assert worker_warnings["batched twice"].count(twice) == 1
+    assert "tarkit:" not in worker_warnings["batched once"]
+
+
 def test_len_without_a_manifest_is_a_type_error_and_equal_batches_needs_one(shards):
     paths, _, _ = shards
     with pytest.raises(TypeError, match="needs a manifest"):
