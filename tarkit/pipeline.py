@@ -11,6 +11,7 @@ from __future__ import annotations
 import errno
 import itertools
 import random
+import sys
 from collections import deque
 from collections.abc import Iterable, Iterator, Sequence
 from time import monotonic
@@ -85,7 +86,7 @@ def take(items: Iterable[T], count: int | None) -> Iterator[T]:
         raise UsageError("the count must not be negative")
     iterator = iter(items)
     try:
-        yield from itertools.islice(iterator, count)
+        yield from itertools.islice(iterator, min(count, _BEYOND_ANY_STREAM))
     finally:
         close_iterator(iterator)
 
@@ -119,13 +120,23 @@ def parse_slice(text: str) -> slice:
     return slice(numbers[0], numbers[1], step)
 
 
+# No stream has this many items, so a larger index or step selects the same items
+# (half of sys.maxsize: islice overflows when its next index passes sys.maxsize).
+_BEYOND_ANY_STREAM = sys.maxsize // 2
+
+
+def _clamp(index: int) -> int:
+    return max(-_BEYOND_ANY_STREAM, min(index, _BEYOND_ANY_STREAM))
+
+
 def slice_samples(items: Iterator[T], spec: str | slice) -> Iterator[T]:
     """Python slice semantics on the item index, negative indices included.
 
     Negative indices hold back at most that many items in memory.
     """
     s = parse_slice(spec) if isinstance(spec, str) else spec
-    start, stop, step = s.start or 0, s.stop, s.step or 1
+    start, step = _clamp(s.start or 0), _clamp(s.step or 1)
+    stop = None if s.stop is None else _clamp(s.stop)
     if start >= 0 and (stop is None or stop >= 0):
         try:
             yield from itertools.islice(items, start, stop, step)
@@ -146,6 +157,7 @@ def slice_samples(items: Iterator[T], spec: str | slice) -> Iterator[T]:
                 yield item
         return
     # start >= 0, stop < 0: hold back -stop items.
+    assert stop is not None
     held: deque[tuple[int, T]] = deque()
     for index, item in enumerate(items):
         held.append((index, item))

@@ -25,22 +25,30 @@ import tempfile
 from collections.abc import Sequence
 from typing import BinaryIO
 
-from .errors import InputError, OutputError, SourceError
+from .errors import InputError, OutputError, SourceError, UsageError
 
 PIPE_BUFFER = 1 << 20
 _F_SETPIPE_SZ = 1031
 
 
 def expand_inputs(specs: Sequence[str]) -> list[str]:
-    """Brace-expand every input; no input at all means stdin."""
+    """Brace-expand every input; no input at all means stdin.
+
+    Raises :class:`~tarkit.errors.UsageError` for unbalanced braces (``a{b``).
+    """
     from braceexpand import braceexpand
 
     expanded: list[str] = []
     for spec in specs:
         if spec.startswith("pipe:"):
             expanded.append(spec)  # a shell command keeps its own braces
-        else:
+            continue
+        try:
             expanded.extend(braceexpand(spec))
+        except ValueError:  # braceexpand's UnbalancedBracesError
+            raise UsageError(
+                f"{spec}: unbalanced braces (write \\{{ or \\}} for a literal brace)"
+            ) from None
     return expanded or ["-"]
 
 
@@ -166,6 +174,8 @@ class _HttpBody(io.RawIOBase):
 def open_source(spec: str) -> Source:
     """Open one input for reading. Raises :class:`SourceError` if it cannot be opened."""
     if spec == "-":
+        if sys.stdin is None:
+            raise SourceError("<stdin>: not open")
         enlarge_pipe(0)
         return Source("<stdin>", sys.stdin.buffer)
     if spec.startswith("pipe:"):
@@ -258,6 +268,13 @@ def _open_fsspec(spec: str) -> Source:
     return Source(spec, stream)
 
 
+def stdout_stream() -> BinaryIO:
+    """The binary stdout. Raises :class:`OutputError` when it is not open (``>&-``)."""
+    if sys.stdout is None:
+        raise OutputError("<stdout>: not open")
+    return sys.stdout.buffer
+
+
 class Sink:
     """An output: ``stream`` takes bytes; :meth:`commit` publishes, :meth:`abort` does not.
 
@@ -272,6 +289,7 @@ class Sink:
         self.spec = spec if spec not in (None, "-") else "-"
         self.temp_path: str | None = None
         if self.spec == "-":
+            stdout_stream()  # fails when stdout is not open
             enlarge_pipe(1)
             self._file: BinaryIO = io.BufferedWriter(  # type: ignore[assignment]
                 io.FileIO(sys.stdout.fileno(), "wb", closefd=False), buffer_size=PIPE_BUFFER

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import errno
 import io
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -71,6 +72,11 @@ def counting(n: int, pulled: list[int]) -> Iterator[int]:
         pulled.append(-1)  # closed
 
 
+@pytest.mark.parametrize("count", [sys.maxsize, 10**20])
+def test_take_of_more_than_any_stream_holds_is_everything(count: int) -> None:
+    assert list(take(iter(range(5)), count)) == [0, 1, 2, 3, 4]
+
+
 def test_take_stops_pulling_and_closes_upstream() -> None:
     pulled: list[int] = []
     assert list(take(counting(1000, pulled), 3)) == [0, 1, 2]
@@ -112,10 +118,12 @@ def test_parse_slice_rejects_malformed_or_backward_slices(text: str) -> None:
         parse_slice(text)
 
 
-BOUND = st.one_of(st.none(), st.integers(-12, 12))
+HUGE = st.sampled_from([sys.maxsize - 1, sys.maxsize, 10**20])
+BOUND = st.one_of(st.none(), st.integers(-12, 12), HUGE, HUGE.map(lambda n: -n))
+STEP = st.one_of(st.none(), st.integers(1, 4), HUGE)
 
 
-@given(n=st.integers(0, 10), start=BOUND, stop=BOUND, step=st.one_of(st.none(), st.integers(1, 4)))
+@given(n=st.integers(0, 10), start=BOUND, stop=BOUND, step=STEP)
 def test_slice_samples_matches_python_list_slicing(
     n: int, start: int | None, stop: int | None, step: int | None
 ) -> None:

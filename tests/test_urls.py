@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from tarkit.errors import OutputError, SourceError, TruncatedError
+from tarkit.errors import OutputError, SourceError, TruncatedError, UsageError
 from tarkit.urls import Sink, display_name, expand_inputs, open_source
 
 
@@ -70,6 +70,17 @@ def test_braces_expand_in_order() -> None:
     assert expand_inputs(["d-{000..002}.tar", "{train,val}.tar", "x.tar"]) == [
         "d-000.tar", "d-001.tar", "d-002.tar", "train.tar", "val.tar", "x.tar",
     ]  # fmt: skip
+
+
+@pytest.mark.parametrize("spec", ["a{b.tar", "a}b.tar", "{a,b"])
+def test_unbalanced_braces_are_a_usage_error_naming_the_input(spec: str) -> None:
+    with pytest.raises(UsageError) as info:
+        expand_inputs(["x.tar", spec])
+    assert str(info.value) == f"{spec}: unbalanced braces (write \\{{ or \\}} for a literal brace)"
+
+
+def test_escaped_braces_are_literal() -> None:
+    assert expand_inputs([r"a\{b.tar"]) == ["a{b.tar"]
 
 
 def test_no_input_means_stdin_and_pipe_commands_keep_their_braces() -> None:

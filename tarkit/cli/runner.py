@@ -70,11 +70,34 @@ def report_skips(tool: str, skips: SkipLog) -> None:
         warn(tool, skips.summary())
 
 
+def _fill_closed_std_streams() -> None:
+    """Hold a closed stdin, stdout or stderr (``<&-``, ``>&-``, ``2>&-``) open on /dev/null.
+
+    Python leaves ``sys.stdin`` or ``sys.stdout`` None then, and a command that needs one
+    fails with ``<stdin>: not open``. The descriptor gets /dev/null opened the other way
+    round (stdin for writing, stdout and stderr for reading), so that no file opened
+    later takes its number while a child process still finds it unusable, as it was. A
+    closed stderr swallows tarkit's messages; the exit status still tells.
+    """
+    for fd, flags in ((0, os.O_WRONLY), (1, os.O_RDONLY), (2, os.O_RDONLY)):
+        try:
+            os.fstat(fd)
+        except OSError:
+            null = os.open(os.devnull, flags)
+            if null != fd:
+                os.dup2(null, fd, inheritable=True)
+                os.close(null)
+            else:
+                os.set_inheritable(fd, True)
+    if sys.stderr is None:
+        sys.stderr = open(os.devnull, "w")  # noqa: SIM115
+
+
 def _quiet_stdout() -> None:
     # Python would report the broken pipe again when it flushes stdout at exit.
     try:
         devnull = os.open(os.devnull, os.O_WRONLY)
-        os.dup2(devnull, sys.stdout.fileno())
+        os.dup2(devnull, 1)
     except OSError:
         pass
 
@@ -102,11 +125,13 @@ def _tune_malloc() -> None:
 def run(tool: str, body: Callable[[], int | None]) -> NoReturn:
     """Run a command's body and exit with the status it earned."""
     signal.signal(signal.SIGTERM, _on_sigterm)
+    _fill_closed_std_streams()
     _tune_malloc()
     debug = bool(os.environ.get("TARKIT_DEBUG"))
     try:
         status = body() or EXIT_OK
-        sys.stdout.flush()
+        if sys.stdout is not None:
+            sys.stdout.flush()
     except BrokenPipeError:
         _quiet_stdout()
         status = EXIT_PIPE
@@ -131,7 +156,8 @@ def run(tool: str, body: Callable[[], int | None]) -> NoReturn:
     sys.stderr.flush()
     # Skip interpreter teardown flushes that could hit a closed pipe again.
     try:
-        sys.stdout.flush()
+        if sys.stdout is not None:
+            sys.stdout.flush()
     except (BrokenPipeError, OSError):
         _quiet_stdout()
     if status == EXIT_PIPE:
@@ -161,6 +187,7 @@ def typer_main(app: object, tool: str) -> NoReturn:
     import click
     import typer.main
 
+    _fill_closed_std_streams()
     plain_typer()
     command = typer.main.get_command(app)  # type: ignore[arg-type]
     try:

@@ -44,12 +44,12 @@ def tar2tsv(
     tool = ctx.command_path
 
     def body() -> int:
-        import sys
-
         from ..pipeline import output_errors, read_samples, take
         from ..samples import parse_field_spec
         from ..tsv import tsv_lines, write_lines
+        from ..urls import stdout_stream
 
+        out = stdout_stream()
         columns = parse_field_spec(fields) if fields is not None else None
         skips = skip_log(tool)
         samples = read_samples(
@@ -59,7 +59,7 @@ def tar2tsv(
         samples = take(samples, count)
         lines = tsv_lines(samples, columns, header=not no_header, key=not no_key)
         with output_errors("-"):
-            write_lines(lines, sys.stdout.buffer)
+            write_lines(lines, out)
         report_skips(tool, skips)
         return 0
 

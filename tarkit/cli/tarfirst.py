@@ -41,12 +41,11 @@ def tarfirst(
     tool = ctx.command_path
 
     def body() -> int:
-        import sys
-
         from ..errors import UsageError
         from ..lookup import first_field
         from ..pipeline import read_samples, write_all
         from ..samples import parse_field_spec
+        from ..urls import stdout_stream
 
         alternatives = None
         if field is not None:
@@ -55,13 +54,14 @@ def tarfirst(
                 raise UsageError(f"-f {field!r}: tarfirst writes one field ('jpg;png' for "
                                  "alternatives)")  # fmt: skip
             alternatives = columns[0]
+        out = stdout_stream()
         skips = skip_log(tool)
         samples = read_samples(
             inputs or [], strict=strict, skips=skips,
             ignore_zeros=ignore_zeros, allow_empty=allow_empty,
         )  # fmt: skip
         found = first_field(samples, alternatives, key)
-        write_all(sys.stdout.buffer, found.data)
+        write_all(out, found.data)
         report_skips(tool, skips)
         return 0
 

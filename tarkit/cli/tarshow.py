@@ -61,11 +61,11 @@ def tarshow(
 
     def body() -> int:
         import shutil
-        import sys
 
         from ..errors import UsageError
         from ..pipeline import output_errors, read_samples, take
         from ..samples import parse_field_spec, select_fields
+        from ..urls import stdout_stream
 
         if grid is not None and images:
             raise UsageError("--grid and --images do not go together")
@@ -85,6 +85,7 @@ def tarshow(
             from ..show import describe
             from ..tsv import write_lines
 
+            out = stdout_stream()
             width = max(1, min(DRAWING_COLUMNS, shutil.get_terminal_size().columns - 2))
             # One string per sample, so a sample is written whole or not at all.
             lines = (
@@ -92,7 +93,7 @@ def tarshow(
                 for sample in take(samples, count)
             )
             with output_errors("-"):
-                write_lines(lines, sys.stdout.buffer)
+                write_lines(lines, out)
         report_skips(tool, skips)
         return 0
 

@@ -445,3 +445,93 @@ def test_tar_t_downstream_lists_exactly_the_whole_samples(tmp_path: Path) -> Non
     assert lines[-1] == "2 0"  # GNU tar itself accepts a stream without its end marker
     assert [line.split()[-1] for line in lines[:-1]] == member_names(BASE[: 2 * SAMPLE])
     assert result.stderr.count("tarcat: error:") == 1
+
+
+def test_unbalanced_braces_in_an_input_name_are_one_line_and_exit_2(tmp_path: Path) -> None:
+    for command in ("tarcat", "tar2tsv"):
+        result = run([command, "a{b.tar"], cwd=tmp_path)
+        assert (result.returncode, result.stdout) == (2, b"")
+        assert result.stderr == (
+            f"{command}: error: a{{b.tar: unbalanced braces (write \\{{ or \\}} for a literal "
+            "brace)\n"
+        )
+
+
+HUGE = "99999999999999999999"  # over sys.maxsize: no stream has that many samples
+
+
+@pytest.mark.parametrize(
+    "args, samples",
+    [
+        (["-c", HUGE], 4),
+        (["--skip", HUGE], 0),
+        (["--slice", f"{HUGE}:"], 0),
+        (["--slice", f"-{HUGE}:"], 4),
+        (["--slice", f":{HUGE}"], 4),
+        (["--slice", f":-{HUGE}"], 0),
+        (["--slice", f"1::{HUGE}"], 1),
+    ],
+)
+def test_numbers_beyond_any_stream_act_as_on_a_long_enough_list(
+    args: list[str], samples: int
+) -> None:
+    result = run(["tarcat", *args], input=BASE)
+    assert (result.returncode, result.stderr) == (0, "")
+    first = 1 if args[-1].startswith("1::") else 0
+    assert result.stdout == BODY[first * SAMPLE : (first + samples) * SAMPLE] + END
+
+
+@pytest.mark.parametrize("command", ["tar2tsv", "tarshow"])
+def test_a_count_beyond_any_stream_means_every_sample(command: str) -> None:
+    every = run([command], input=BASE)
+    result = run([command, "-c", HUGE], input=BASE)
+    assert (result.returncode, result.stderr) == (0, "")
+    assert result.stdout == every.stdout and every.stdout.count(b"0003") == 1
+
+
+PLAN = "__key__,cls\na,1\nb,2\n"
+
+
+@pytest.mark.parametrize(
+    "script, message",
+    [
+        ("tarcat <&-", "tarcat: error: <stdin>: not open"),
+        ("tarsplit -o 's-%06d.tar' <&-", "tarsplit: error: <stdin>: not open"),
+        ("tarsort <&-", "tarsort: error: <stdin>: not open"),
+        ("tar2tsv <&-", "tar2tsv: error: <stdin>: not open"),
+        ("tarkit cat - <&-", "tarkit cat: error: <stdin>: not open"),
+        ("tarcat base.tar >&-", "tarcat: error: <stdout>: not open"),
+        ("tar2tsv base.tar >&-", "tar2tsv: error: <stdout>: not open"),
+        ("tarshow base.tar >&-", "tarshow: error: <stdout>: not open"),
+        ("tarfirst -f cls base.tar >&-", "tarfirst: error: <stdout>: not open"),
+        ("tarindex base.tar >&-", "tarindex: error: <stdout>: not open"),
+        ("tarsort base.tar >&-", "tarsort: error: <stdout>: not open"),
+        ("tarcreate plan.csv >&-", "tarcreate: error: <stdout>: not open"),
+    ],
+)
+def test_a_closed_stdin_or_stdout_is_one_line_and_exit_2(
+    tmp_path: Path, script: str, message: str
+) -> None:
+    (tmp_path / "base.tar").write_bytes(BASE)
+    (tmp_path / "plan.csv").write_text(PLAN)
+    result = run_shell(f"{script}; echo $?", cwd=tmp_path)
+    assert (result.stdout, result.stderr) == (b"2\n", message + "\n")
+    assert sorted(os.listdir(tmp_path)) == ["base.tar", "plan.csv"]
+
+
+def test_a_closed_stdout_is_fine_when_the_output_is_a_file(tmp_path: Path) -> None:
+    (tmp_path / "base.tar").write_bytes(BASE)
+    result = run_shell("tarcat - -o out.tar < base.tar >&-; echo $?", cwd=tmp_path)
+    assert (result.stdout, result.stderr) == (b"0\n", "")
+    assert (tmp_path / "out.tar").read_bytes() == BASE
+
+
+def test_a_closed_stderr_keeps_the_exit_status_of_the_work(tmp_path: Path) -> None:
+    (tmp_path / "base.tar").write_bytes(BASE)
+    (tmp_path / "cut.tar").write_bytes(BASE[:5000])
+    result = run_shell(
+        "tarcat base.tar 2>&- > out.tar; echo $?; tarcat cut.tar 2>&- > /dev/null; echo $?",
+        cwd=tmp_path,
+    )
+    assert (result.stdout, result.stderr) == (b"0\n2\n", "")
+    assert (tmp_path / "out.tar").read_bytes() == BASE
