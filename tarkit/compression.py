@@ -4,6 +4,11 @@ Input: gzip (CRC checked; the stream is read to its end), bzip2, xz and zstd. A 
 cut-short compressed stream raises :class:`~tarkit.errors.CompressionError`.
 Output: ``.gz``/``.tgz``, ``.bz2``, ``.xz``, ``.zst``; gzip headers carry no name and mtime
 0, so compressed output is as reproducible as the tar inside it.
+
+Shard size limits hold on disk for compressed output too: :func:`compressed_bound` is
+the most bytes a stream can take at each compressor's documented worst case, and
+:func:`measure` makes a gzip or zstd stream count every byte written so far, so a writer
+knows the exact size on disk at that point.
 """
 
 from __future__ import annotations
@@ -259,6 +264,78 @@ def open_compressor(stream: BinaryIO, kind: str | None) -> BinaryIO:
     return zstandard.ZstdCompressor(level=3, write_checksum=True).stream_writer(  # type: ignore[return-value]
         stream, closefd=False
     )
+
+
+# Safety margin on top of each documented bound: a few hundred bytes and 1/4096.
+_MARGIN = 256
+
+
+def compressed_bound(kind: str | None, size: int) -> int:
+    """The most bytes ``size`` input bytes can take in a stream tarkit compresses
+    with ``kind``: headers and trailer included, at the compressor's documented worst
+    case (for incompressible data), plus a safety margin.
+
+    gzip: zlib's ``deflateBound`` for its default window and memory level, plus the
+    10-byte header and 8-byte trailer. bzip2: 1% and 600 bytes (libbzip2's manual).
+    xz: 6 bytes per LZMA2 chunk of at least 64 KiB, the stream header and footer, the
+    block header, CRC64 check, padding and index. zstd: ``ZSTD_COMPRESSBOUND`` (which
+    holds the frame header) and the 4-byte checksum.
+
+    >>> compressed_bound(None, 1000), compressed_bound("gzip", 1 << 20)
+    (1000, 1049433)
+    """
+    if kind is None:
+        return size
+    margin = _MARGIN + (size >> 12)
+    if kind == "gzip":
+        return size + (size >> 12) + (size >> 14) + (size >> 25) + 7 + 18 + margin
+    if kind == "bzip2":
+        return size + size // 100 + 600 + margin
+    if kind == "xz":
+        chunks = size // 65536 + 1
+        return size + 6 * chunks + 12 + 12 + 16 + 8 + 3 + 24 + margin
+    if kind == "zstd":
+        small = (131072 - size) >> 11 if size < 131072 else 0
+        return size + (size >> 8) + small + 4 + margin
+    raise ValueError(f"unknown compression {kind!r}")
+
+
+def size_budget(kind: str | None, room: int) -> int:
+    """The most input bytes that surely fit in ``room`` bytes compressed with ``kind``
+    (-1 when not even an empty stream does).
+
+    >>> size_budget(None, 5000), compressed_bound("xz", size_budget("xz", 5000)) <= 5000
+    (5000, True)
+    """
+    if compressed_bound(kind, 0) > room:
+        return -1
+    low, high = 0, room  # the bound never falls below the input size
+    while low < high:
+        middle = (low + high + 1) // 2
+        if compressed_bound(kind, middle) <= room:
+            low = middle
+        else:
+            high = middle - 1
+    return low
+
+
+def measure(stream: BinaryIO, kind: str | None) -> bool:
+    """Push every byte written to ``stream`` so far out of its compressor, so that the
+    bytes below it are the exact compressed size up to here; False when ``kind`` cannot.
+
+    gzip gets a sync flush (an empty stored block, 5 bytes) and zstd ends its current
+    block; both are ordinary stream content every reader takes. bzip2 and xz have no
+    such flush in their one-stream format.
+    """
+    if kind == "gzip":
+        stream.flush()  # GzipFile.flush: Z_SYNC_FLUSH
+        return True
+    if kind == "zstd":
+        import zstandard
+
+        stream.flush(zstandard.FLUSH_BLOCK)  # type: ignore[call-arg]
+        return True
+    return False
 
 
 class _Compressing(io.RawIOBase):

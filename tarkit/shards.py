@@ -2,12 +2,18 @@
 
 Guarantees, for ``tarsplit``, ``tarkit shard`` and library users alike:
 
-- A shard never holds more than ``maxcount`` samples, and its tar stream never exceeds
-  ``maxsize`` bytes, headers, padding and the 1024-byte end-of-archive marker included,
-  unless one sample alone is larger: then that sample sits alone in its shard. For an
-  uncompressed pattern that is the size of the file on disk; for a compressed pattern
-  (``.tar.gz``, ``.tar.zst``…) ``maxsize`` counts the uncompressed tar bytes, since the
-  compressed size is not known until the shard is finished.
+- A shard never holds more than ``maxcount`` samples, and its file never exceeds
+  ``maxsize`` bytes on disk, headers, padding and the 1024-byte end-of-archive marker
+  included, unless one sample alone is larger: then that sample sits alone in its shard.
+  For a compressed pattern the writer adds a sample only if the shard surely stays
+  within ``maxsize``: the bytes on disk when the compressor was last measured, plus the
+  compressor's worst case for the tar bytes written since
+  (:func:`~tarkit.compression.compressed_bound`). gzip and zstd are measured (flushed)
+  whenever that sum would not fit, so their shards fill up to ``maxsize`` on disk; bzip2
+  and xz cannot be flushed mid-stream, so their shards hold the tar bytes that fit at the
+  worst case, and come out smaller by the compression ratio. A finished shard is checked
+  on disk: one over ``maxsize`` with more than one sample raises :class:`OutputError`
+  (a bug) and is not published.
 - A shard file is created only once its first sample arrives: no empty shard is written.
 - Each shard is written under a temporary name in its directory (``.NAME.XXXX.tmp``) and
   renamed when complete; a remote shard (``s3://…``, through fsspec) is written to a local
@@ -37,7 +43,7 @@ import tempfile
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any, BinaryIO
 
-from .compression import compression_for, open_compressor
+from .compression import compression_for, measure, open_compressor, size_budget
 from .errors import OutputError, SourceError, UsageError
 from .manifest import Manifest, ShardInfo, relative_url
 from .samples import Sample
@@ -161,15 +167,34 @@ class _ShardFile:
             raise OutputError(f"{path}: cannot create: {exc.strerror}") from None
         self.raw = _HashingFile(fd)
         self.buffered = io.BufferedWriter(self.raw, buffer_size=_BUFFER)
-        self.stream: BinaryIO = open_compressor(self.buffered, compression_for(path))  # type: ignore[arg-type]
+        self.compression = compression_for(path)
+        self.stream: BinaryIO = open_compressor(self.buffered, self.compression)  # type: ignore[arg-type]
         self.write = self.stream.write
 
-    def commit(self) -> tuple[int, str]:
-        """Finish the file and publish it under its name; return (bytes, sha256)."""
+    def measure(self) -> int | None:
+        """The exact bytes of the file so far, after pushing everything written out of
+        the compressor; None when the compression cannot be flushed mid-stream."""
+        if not measure(self.stream, self.compression):
+            return None
+        self.buffered.flush()
+        return self.raw.size
+
+    def commit(self, limit: int | None = None) -> tuple[int, str]:
+        """Finish the file and publish it under its name; return (bytes, sha256).
+
+        A file of more than ``limit`` bytes is removed and raises :class:`OutputError`.
+        """
         try:
             if self.stream is not self.buffered:
                 self.stream.close()
             self.buffered.flush()
+            if limit is not None and self.raw.size > limit:
+                self.abort()
+                raise OutputError(
+                    f"{self.path}: the shard came out {self.raw.size} bytes on disk, over "
+                    f"the limit of {limit}: a bug in tarkit, please report it; the shard "
+                    "was not written"
+                )
             os.fsync(self.raw.file.fileno())
             self.raw.file.close()
             if not self.remote:
@@ -281,7 +306,10 @@ class ShardWriter:
         self.samples_done = 0
         self._file: _ShardFile | None = None
         self._count = 0
-        self._bytes = 0
+        # Tar bytes written since the compressor was last measured, and how many may
+        # follow them (see the module docstring).
+        self._unmeasured = 0
+        self._budget = 0
         self._closed = False
         if resume:
             self.shards = completed_shards(pattern, start, storage_options)
@@ -325,7 +353,11 @@ class ShardWriter:
             raise UsageError("the shard writer is closed")
         size = len(raw)
         if self._file is not None and (
-            self._count >= self.maxcount or self._bytes + size + 1024 > self.maxsize
+            self._count >= self.maxcount
+            or (
+                self._unmeasured + size + 1024 > self._budget
+                and not self._room_after_measuring(size)
+            )
         ):
             self._finish()
         if self._file is None:
@@ -335,7 +367,22 @@ class ShardWriter:
         except OSError as exc:
             raise OutputError(f"{self._file.path}: write failed: {exc.strerror}") from None  # type: ignore[union-attr]
         self._count += 1
-        self._bytes += size
+        self._unmeasured += size
+
+    def _room_after_measuring(self, size: int) -> bool:
+        """Measure the compressed shard on disk; whether ``size`` more tar bytes then fit."""
+        assert self._file is not None
+        if self._unmeasured == 0:
+            return False
+        try:
+            measured = self._file.measure()
+        except OSError as exc:
+            raise OutputError(f"{self._file.path}: write failed: {exc.strerror}") from None
+        if measured is None:
+            return False
+        self._unmeasured = 0
+        self._budget = size_budget(self._file.compression, self.maxsize - measured)
+        return size + 1024 <= self._budget
 
     def _open(self) -> None:
         if self.maxshards is not None and len(self.shards) >= self.maxshards:
@@ -349,7 +396,8 @@ class ShardWriter:
             shard_name(self.pattern, self.start + len(self.shards)), self.storage_options
         )
         self._count = 0
-        self._bytes = 0
+        self._unmeasured = 0
+        self._budget = size_budget(self._file.compression, self.maxsize)
 
     def _finish(self) -> None:
         shard = self._file
@@ -361,11 +409,12 @@ class ShardWriter:
             self._file = None
             raise OutputError(f"{shard.path}: write failed: {exc.strerror}") from None
         self._file = None
-        size, sha256 = shard.commit()
+        # One sample alone may be larger than maxsize; more than one over it is a bug.
+        size, sha256 = shard.commit(self.maxsize if self._count > 1 else None)
         info = ShardInfo(url=shard.path, samples=self._count, bytes=size, sha256=sha256)
         self.samples_done += self._count
         self._count = 0
-        self._bytes = 0
+        self._unmeasured = 0
         self.shards.append(info)
         if self.on_shard is not None:
             self.on_shard(info)

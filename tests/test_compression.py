@@ -4,13 +4,23 @@ from __future__ import annotations
 
 import gzip
 import io
+import random
 import subprocess
+import zlib
 from pathlib import Path
 
 import pytest
+import zstandard
 from conftest import make_tar
 
-from tarkit.compression import compression_for, open_compressor, open_decompressed, sniff
+from tarkit.compression import (
+    compressed_bound,
+    compression_for,
+    measure,
+    open_compressor,
+    open_decompressed,
+    sniff,
+)
 from tarkit.errors import CompressionError
 from tarkit.pipeline import read_samples
 
@@ -182,3 +192,41 @@ def test_decompressed_stream_reads_at_most_n_and_read_gives_all(kind: str) -> No
     assert 0 < len(first) <= 10
     assert stream.read(0) == b""
     assert len(first + stream.read()) == 3 << 20
+
+
+@pytest.mark.parametrize("kind", sorted(TOOLS))
+@pytest.mark.parametrize("size", [0, 1, 511, 70_000, 600_000])
+def test_compressed_bound_holds_for_random_data(kind: str, size: int) -> None:
+    data = random.Random(size).randbytes(size)
+    compressed, _ = compressed_with_tarkit(kind, data)
+    assert len(compressed) <= compressed_bound(kind, size)
+
+
+@pytest.mark.parametrize("kind", sorted(TOOLS))
+def test_compressed_bound_is_within_two_percent_of_the_input(kind: str) -> None:
+    # A loose bound would make compressed shards needlessly small.
+    size = 10 << 20
+    assert compressed_bound(kind, size) <= size * 1.02
+    assert compressed_bound(kind, 0) <= 1024
+
+
+@pytest.mark.parametrize("kind", ["gzip", "zstd"])
+def test_measure_pushes_every_byte_written_out_of_the_compressor(kind: str) -> None:
+    target = io.BytesIO()
+    writer = open_compressor(target, kind)
+    writer.write(PAYLOAD)
+    assert measure(writer, kind)
+    # What is below the compressor now decompresses to everything written so far.
+    if kind == "gzip":
+        inflated = zlib.decompressobj(-zlib.MAX_WBITS).decompress(target.getvalue()[10:])
+    else:
+        inflated = zstandard.ZstdDecompressor().decompressobj().decompress(target.getvalue())
+    assert inflated == PAYLOAD
+    writer.write(b"more")
+    writer.close()
+    assert decompress(target.getvalue()) == PAYLOAD + b"more"
+
+
+@pytest.mark.parametrize("kind", ["bzip2", "xz", None])
+def test_measure_says_when_a_compression_cannot_be_flushed(kind: str | None) -> None:
+    assert not measure(open_compressor(io.BytesIO(), kind), kind)

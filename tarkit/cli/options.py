@@ -60,9 +60,9 @@ MaxSize = Annotated[
     typer.Option(
         "-s",
         "--maxsize",
-        help="At most this many bytes per shard, headers, padding and end marker included "
-        "(uncompressed tar bytes for compressed shards): 1e9, 500M, 1G, 64K. A single "
-        "larger sample gets a shard of its own.",
+        help="At most this many bytes per shard file on disk, headers, padding and end "
+        "marker included (compressed shards too): 1e9, 500M, 1G, 64K. A single larger "
+        "sample gets a shard of its own.",
     ),
 ]
 ShardPattern = Annotated[

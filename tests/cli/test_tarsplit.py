@@ -5,6 +5,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import random
 import subprocess
 from pathlib import Path
 
@@ -246,3 +247,67 @@ def test_several_inputs_are_split_as_one_stream(tmp_path: Path) -> None:
     assert result.returncode == 0, result.stderr
     keys = [[k for k, _ in samples_of(p.read_bytes())] for p in shards_in(tmp_path, "s-*.tar")]
     assert keys == [["a1", "a2"], ["b1"]]
+
+
+# Per ending, a size of random samples at which two of them take more bytes compressed
+# than their tar bytes (what --maxsize counted before); xz would need ~22 MiB, so it runs
+# at 512 KiB, where it must stay under maxsize all the same.
+RANDOM_SAMPLE = {"tar.gz": 3 << 20, "tar.bz2": 1 << 19, "tar.xz": 1 << 19, "tar.zst": 24 << 20}
+
+
+@pytest.mark.parametrize("ending", sorted(RANDOM_SAMPLE))
+def test_compressed_shards_of_random_data_stay_within_maxsize_on_disk(
+    tmp_path: Path, ending: str
+) -> None:
+    size = RANDOM_SAMPLE[ending]
+    rng = random.Random(size)
+    members = [("a.bin", rng.randbytes(size)), ("b.bin", rng.randbytes(size)),
+               ("c.bin", rng.randbytes(1000))]  # fmt: skip
+    maxsize = 2 * (512 + size) + 1024  # a and b as tar bytes, end marker included
+    out = tmp_path / "out"
+    result = run(["tarsplit", "-s", str(maxsize), "-o", f"{out}/s-%d.{ending}"],
+                 input=make_tar(members))  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    shards = shards_in(out, f"*.{ending}")
+    assert [p.stat().st_size <= maxsize for p in shards] == [True, True]
+    listed = [subprocess.run(["bsdtar", "-tf", str(p)], capture_output=True, check=True).stdout
+              for p in shards]  # fmt: skip
+    assert listed == [b"a.bin\n", b"b.bin\nc.bin\n"]
+
+
+def text_archive(count: int) -> bytes:
+    """Samples of text in words from a small vocabulary: compressible about 4 times."""
+    rng = random.Random(0)
+    words = ["cat", "dog", "runs", "sleeps", "the", "a", "fast", "slow", "house", "garden"]
+    return make_tar(
+        member
+        for i in range(count)
+        for member in ((f"s{i:04d}.cls", str(i % 10).encode()),
+                       (f"s{i:04d}.txt", " ".join(rng.choices(words, k=150)).encode()))
+    )  # fmt: skip
+
+
+@pytest.mark.parametrize("ending", ["tar.gz", "tar.zst"])
+def test_gzip_and_zstd_shards_fill_maxsize_on_disk_and_read_everywhere(
+    tmp_path: Path, ending: str
+) -> None:
+    archive = text_archive(600)
+    out = tmp_path / "out"
+    result = run(["tarsplit", "-s", "32K", "-o", f"{out}/s-%d.{ending}"], input=archive)
+    assert result.returncode == 0, result.stderr
+    shards = shards_in(out, f"*.{ending}")
+    sizes = [p.stat().st_size for p in shards]
+    # Full up to about one sample's worst case below maxsize.
+    assert len(sizes) > 2 and all(0.85 * 32768 < n <= 32768 for n in sizes[:-1]), sizes
+    # The flushes that measure a shard are plain stream content to every reader
+    # (webdataset reads no zstd).
+    back = []
+    for path in shards:
+        samples = samples_of(run(["tarcat", str(path)]).stdout)
+        if ending == "tar.gz":
+            assert webdataset_samples(path) == samples
+        for lister in (["tar", "-tf"], ["bsdtar", "-tf"]):
+            listed = subprocess.run([*lister, str(path)], capture_output=True, check=True)
+            assert len(listed.stdout.splitlines()) == 2 * len(samples)
+        back.extend(samples)
+    assert back == samples_of(archive)
