@@ -19,7 +19,8 @@ anything ``pickle`` takes                 ``pickle pkl pyd``
 ========================================  ==============================================
 
 Any other combination raises :class:`~tarkit.errors.SampleError` naming the key and the
-field. Members are written in sorted field order with tarkit's deterministic headers, so
+field, and so does a value its encoder fails on (a mode ``F`` image as PNG, an object
+array as npy, a lambda as pkl, NaN or infinity in JSON), with the encoder's reason. Members are written in sorted field order with tarkit's deterministic headers, so
 the same dict always gives the same bytes.
 
 >>> raw = encode_sample({"__key__": "a", "cls": 3, "json": {"w": 1}})
@@ -118,50 +119,75 @@ def encode_field(key: str, field: str, value: object, *, quality: int = DEFAULT_
     if isinstance(value, str):
         return value.encode("utf-8")
     ext = extension(field)
+    where = f"sample {key!r}"
+    try:
+        data = _encode_by_extension(ext, value, quality)
+    except SampleError:
+        raise
+    except Exception as exc:  # numpy, Pillow, pickle and torch raise many kinds
+        raise SampleError(
+            f"field {field!r}: cannot encode {type(value).__name__} as {ext}: {_cause(exc)}",
+            source=where,
+        ) from None
+    if isinstance(data, bytes):
+        return data
+    if data is None:
+        raise SampleError(
+            f"field {field!r}: no encoder for {type(value).__name__} values with extension "
+            f"{ext!r} (give bytes or str)",
+            source=where,
+        )
+    raise SampleError(
+        f"field {field!r}: cannot encode {type(value).__name__} as {ext} "
+        f"(expected {data}, bytes or str)",
+        source=where,
+    )
+
+
+def _encode_by_extension(ext: str, value: object, quality: int) -> bytes | str | None:
+    """The bytes of ``value`` for extension ``ext``; else what the extension expects
+    (a description), or None when no encoder handles the extension."""
     if ext in INT_EXTENSIONS:
         if isinstance(value, numbers.Integral) and not isinstance(value, bool):
             return str(int(value)).encode()
-        expected = "an int"
-    elif ext in JSON_EXTENSIONS:
+        return "an int"
+    if ext in JSON_EXTENSIONS:
         try:
-            return json.dumps(
-                value, ensure_ascii=False, separators=(",", ":"), default=_json_default
-            ).encode("utf-8")
-        except (TypeError, ValueError) as exc:
-            raise SampleError(f"field {field!r}: cannot encode as JSON: {exc}",
-                              source=f"sample {key!r}") from None  # fmt: skip
-    elif ext in IMAGE_FORMATS:
+            text = json.dumps(value, ensure_ascii=False, separators=(",", ":"),
+                              allow_nan=False, default=_json_default)  # fmt: skip
+        except ValueError as exc:
+            if "Out of range float" in str(exc):
+                raise ValueError("NaN and infinity are not JSON (use null or a string)") from None
+            raise
+        return text.encode("utf-8")
+    if ext in IMAGE_FORMATS:
         image = _as_image(value)
-        if image is not None:
-            return encode_image(image, ext, quality=quality)
-        expected = "a PIL image, a uint8 numpy array"
-    elif ext == "npy":
-        if type(value).__module__ == "numpy":
-            import numpy
+        if image is None:
+            return "a PIL image, a uint8 numpy array"
+        return encode_image(image, ext, quality=quality)
+    if ext == "npy":
+        if type(value).__module__ != "numpy":
+            return "a numpy array"
+        import numpy
 
-            out = io.BytesIO()
-            numpy.save(out, numpy.asarray(value), allow_pickle=False)
-            return out.getvalue()
-        expected = "a numpy array"
-    elif ext in TORCH_EXTENSIONS:
+        out = io.BytesIO()
+        numpy.save(out, numpy.asarray(value), allow_pickle=False)
+        return out.getvalue()
+    if ext in TORCH_EXTENSIONS:
         import torch
 
         out = io.BytesIO()
         torch.save(value, out)
         return out.getvalue()
-    elif ext in PICKLE_EXTENSIONS:
+    if ext in PICKLE_EXTENSIONS:
         return pickle.dumps(value, protocol=4)
-    else:
-        raise SampleError(
-            f"field {field!r}: no encoder for {type(value).__name__} values with extension "
-            f"{ext!r} (give bytes or str)",
-            source=f"sample {key!r}",
-        )
-    raise SampleError(
-        f"field {field!r}: cannot encode {type(value).__name__} as {ext} "
-        f"(expected {expected}, bytes or str)",
-        source=f"sample {key!r}",
-    )
+    return None
+
+
+def _cause(exc: BaseException) -> str:
+    """``Type: first line of the message``, for an error inside an encoder."""
+    text = str(exc).strip().splitlines()
+    return f"{type(exc).__name__}: {text[0]}" if text else type(exc).__name__
 
 
 def _json_default(value: object) -> object:

@@ -78,12 +78,39 @@ def test_fields_are_written_sorted_with_deterministic_headers() -> None:
         ({"__key__": "k", "cls": "3.5x", "jpg": 3}, "sample 'k': field 'jpg': cannot encode int"),
         ({"__key__": "k", "cls": 2.5}, "field 'cls': cannot encode float as cls"),
         ({"__key__": "k", "xyz": 3}, "no encoder for int values with extension 'xyz'"),
-        ({"__key__": "k", "json": {1, 2}}, "cannot encode as JSON"),
+        ({"__key__": "k", "json": {1, 2}}, "field 'json': cannot encode set as json: TypeError"),
     ],
 )
 def test_bad_samples_are_errors_naming_key_and_field(sample: dict, message: str) -> None:
     with pytest.raises(SampleError, match=message.replace("(", r"\(")):
         encode_sample(sample)
+
+
+@pytest.mark.parametrize(
+    "field,value,cause",
+    [
+        ("npy", np.array([object(), 1], dtype=object), "ValueError: Object arrays cannot be saved"),
+        ("png", Image.new("F", (2, 2)), "OSError: cannot write mode F as PNG"),
+        ("seg.bmp", Image.new("F", (2, 2)), "OSError: cannot write mode F as BMP"),
+        ("pkl", lambda x: x, "PicklingError: Can't pickle"),
+        ("pth", lambda x: x, "PicklingError: Can't pickle"),
+    ],
+)
+def test_a_value_its_encoder_fails_on_is_an_error_naming_key_field_and_cause(
+    field: str, value: object, cause: str
+) -> None:
+    with pytest.raises(SampleError) as caught:
+        encode_sample({"__key__": "train/7", field: value})
+    ext = field.rsplit(".", 1)[-1]
+    prefix = f"sample 'train/7': field '{field}': cannot encode {type(value).__name__} as {ext}: "
+    assert str(caught.value).startswith(prefix + cause)
+    assert "\n" not in str(caught.value)
+
+
+@pytest.mark.parametrize("value", [float("nan"), {"loss": float("inf")}, np.array([-np.inf])])
+def test_nan_and_infinity_are_refused_rather_than_written_as_invalid_json(value: object) -> None:
+    with pytest.raises(SampleError, match="field 'json': .*NaN and infinity are not JSON"):
+        encode_sample({"__key__": "k", "json": value})
 
 
 def test_check_key_accepts_relative_paths_without_dots_in_the_name() -> None:

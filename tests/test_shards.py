@@ -327,6 +327,18 @@ def test_a_bad_sample_dict_is_an_error_naming_key_and_field(tmp_path: Path) -> N
     assert list(tmp_path.iterdir()) == []
 
 
+def test_a_value_the_encoder_fails_on_is_a_sample_error_and_no_shard_appears(
+    tmp_path: Path,
+) -> None:
+    from PIL import Image
+
+    with pytest.raises(SampleError, match=r"sample 'k1': field 'png': .*cannot write mode F"):
+        with ShardWriter(str(tmp_path / "s-%d.tar")) as writer:
+            writer.write({"__key__": "k0", "txt": "fine"})
+            writer.write({"__key__": "k1", "png": Image.new("F", (2, 2))})
+    assert list(tmp_path.iterdir()) == []
+
+
 def test_resume_continues_after_complete_shards_with_identical_bytes(tmp_path: Path) -> None:
     samples = [{"__key__": f"k{i:02d}", "txt": "x" * i} for i in range(11)]
     with ShardWriter(str(tmp_path / "clean" / "s-%d.tar"), maxcount=3) as writer:
