@@ -8,12 +8,13 @@ from __future__ import annotations
 import importlib.util
 import io
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
-from conftest import DATA, make_tar, run, run_shell, webdataset_samples
+from conftest import DATA, ROOT, make_tar, run, run_shell, webdataset_samples
 from test_tario import COMPRESSIONS, END, expected_samples, make_archive
 
 from tarkit.compression import open_decompressed
@@ -288,6 +289,52 @@ def test_tarkit_cat_and_python_m_tarkit_cat_are_tarcat(numbered: Path) -> None:
     assert run(["tarkit", "cat", "-c", "3", str(numbered)]).stdout == want
     module = run([sys.executable, "-m", "tarkit", "cat", "-c", "3", str(numbered)])
     assert (module.returncode, module.stdout) == (0, want)
+
+
+# --- bin/ scripts of the checkout --------------------------------------------------------
+
+PLAIN_PATH = {"PATH": "/usr/bin:/bin"}  # no venv on PATH, as on a fresh shell
+
+
+def test_bin_scripts_are_one_launcher_and_wrappers_that_differ_only_in_the_name() -> None:
+    wrappers = sorted(p for p in (ROOT / "bin").glob("tar*") if p.name != "tarkit")
+    assert len(wrappers) == 9
+    shape = (ROOT / "bin" / "tarcat").read_text().replace("tarcat", "NAME")
+    for path in wrappers:
+        assert path.read_text().replace(path.name, "NAME") == shape
+        assert os.access(path, os.X_OK)
+
+
+@pytest.mark.skipif(
+    not (ROOT / ".venv" / "bin" / "python").exists(), reason="no .venv: bash bin/setup makes it"
+)
+def test_bin_tarcat_runs_from_a_checkout_without_the_venv_on_path(numbered: Path) -> None:
+    installed = run(["tarcat", "--slice", "3:9", str(numbered)])
+    for command in (["bin/tarcat"], ["bin/tarkit", "cat"]):
+        result = run(
+            [str(ROOT / command[0]), *command[1:], "--slice", "3:9", str(numbered)],
+            env=PLAIN_PATH,
+            cwd=numbered.parent,
+        )
+        assert (result.returncode, result.stderr) == (0, "")
+        assert result.stdout == installed.stdout and len(installed.stdout) > 1024
+
+
+def test_bin_scripts_say_to_run_setup_when_dependencies_are_missing(tmp_path: Path) -> None:
+    # A checkout whose .venv python sees no installed packages (-S: no site-packages).
+    shutil.copytree(ROOT / "bin", tmp_path / "bin", symlinks=True)
+    (tmp_path / "tarkit").symlink_to(ROOT / "tarkit")
+    python = tmp_path / ".venv" / "bin" / "python"
+    python.parent.mkdir(parents=True)
+    python.write_text(f'#!/bin/sh\nexec {sys.executable} -S "$@"\n')
+    python.chmod(0o755)
+    for name in ("tarcat", "tarkit"):
+        result = run([str(tmp_path / "bin" / name), "x.tar"], env=PLAIN_PATH)
+        assert (result.returncode, result.stdout) == (2, b"")
+        assert result.stderr == (
+            f"{name}: error: tarkit's dependencies are missing (No module named "
+            "'braceexpand'): run bash bin/setup first\n"
+        )
 
 
 def test_help_names_the_options() -> None:
