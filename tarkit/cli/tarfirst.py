@@ -42,10 +42,10 @@ def tarfirst(
 
     def body() -> int:
         from ..errors import UsageError
-        from ..lookup import first_field
-        from ..pipeline import read_samples, write_all
+        from ..lookup import NotFound, first_field
+        from ..pipeline import output_errors, read_samples, write_all
         from ..samples import parse_field_spec
-        from ..urls import stdout_stream
+        from ..urls import display_name, expand_inputs, stdout_stream
 
         alternatives = None
         if field is not None:
@@ -60,8 +60,16 @@ def tarfirst(
             inputs or [], strict=strict, skips=skips,
             ignore_zeros=ignore_zeros, allow_empty=allow_empty,
         )  # fmt: skip
-        found = first_field(samples, alternatives, key)
-        write_all(out, found.data)
+        try:
+            found = first_field(samples, alternatives, key)
+        except NotFound as exc:
+            # Every input was read to its end: name them, as any other error names its source.
+            names = [display_name(spec) for spec in expand_inputs(inputs or [])]
+            if len(names) > 3:
+                names = [f"{names[0]} … {names[-1]} ({len(names)} inputs)"]
+            raise NotFound(f"{', '.join(names)}: {exc}") from None
+        with output_errors("-"):
+            write_all(out, found.data)
         report_skips(tool, skips)
         return 0
 

@@ -53,18 +53,38 @@ def test_redirected_to_a_file_through_a_pipe(shard: Path, tmp_path: Path) -> Non
 @pytest.mark.parametrize(
     "args, message",
     [
-        (["-f", "txt"], "no sample has a field 'txt' (3 samples read)"),
-        (["--key", "./z"], "no sample has the key './z' (3 samples read)"),
-        (["-f", "jpg", "--key", "./a"], "sample './a' has no field 'jpg'"),
+        (["-f", "txt"], "SHARD: no sample has a field 'txt' (3 samples read)"),
+        (["--key", "./z"], "SHARD: no sample has the key './z' (3 samples read)"),
+        (["-f", "jpg", "--key", "./a"], "SHARD: sample './a' has no field 'jpg'"),
         (["-f", "jpg cls"], "-f 'jpg cls': tarfirst writes one field ('jpg;png' for alternatives)"),
     ],
 )
-def test_nothing_matched_is_exit_2_with_a_message(
+def test_nothing_matched_is_exit_2_with_a_message_naming_the_input(
     shard: Path, args: list[str], message: str
 ) -> None:
     result = run(["tarfirst", *args, str(shard)])
     assert (result.returncode, result.stdout) == (2, b"")
-    assert result.stderr == f"tarfirst: error: {message}\n"
+    assert result.stderr == f"tarfirst: error: {message.replace('SHARD', str(shard))}\n"
+
+
+def test_nothing_matched_in_several_inputs_names_them(shard: Path, tmp_path: Path) -> None:
+    two = run(["tarfirst", "-f", "txt", str(shard), "-"], input=shard.read_bytes())
+    assert (two.returncode, two.stdout) == (2, b"")
+    assert two.stderr == (
+        f"tarfirst: error: {shard}, <stdin>: no sample has a field 'txt' (6 samples read)\n"
+    )
+    for n in range(4):
+        (tmp_path / f"{n}.tar").write_bytes(shard.read_bytes())
+    many = run(["tarfirst", "-f", "txt", "{0..3}.tar"], cwd=tmp_path)
+    assert many.stderr == (
+        "tarfirst: error: 0.tar … 3.tar (4 inputs): no sample has a field 'txt' (12 samples read)\n"
+    )
+
+
+def test_a_full_disk_is_exit_2_with_the_message_of_every_command(shard: Path) -> None:
+    result = run_shell(f"tarfirst -f jpg {shard} > /dev/full")
+    assert result.returncode == 2
+    assert result.stderr == "tarfirst: error: <stdout>: write failed: No space left on device\n"
 
 
 def test_reading_stops_at_the_match(tmp_path: Path) -> None:
