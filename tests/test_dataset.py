@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import datetime
+import functools
 import gzip
 import io
 import os
@@ -22,7 +23,7 @@ import webdataset as wds
 from conftest import DATA
 from PIL import Image
 from shard_server import ShardServer
-from torch.utils.data import DataLoader, get_worker_info
+from torch.utils.data import ChainDataset, DataLoader, get_worker_info
 
 import tarkit
 from tarkit.dataset import CORRUPT, MISSING, TRUNCATED, UNDECODABLE, UNREADABLE, ShardDataset
@@ -31,6 +32,7 @@ from tarkit.manifest import Manifest, ShardInfo
 from tarkit.tario import TarWriter
 
 PEERS = DATA / "peer-shards"
+# Warnings raised in this process; what workers print is tested through a script's stderr.
 pytestmark = pytest.mark.filterwarnings(
     "ignore:This DataLoader will create", "ignore:.* some workers have nothing to read"
 )
@@ -98,6 +100,52 @@ def shards(tmp_path_factory: pytest.TempPathFactory) -> tuple[list[str], str, li
     return paths, manifest, counts
 
 
+# What a user sees of warnings raised in DataLoader workers: the workers' own stderr (a
+# test process's warning filters, copied into forked workers, would hide them).
+WARNINGS_SCRIPT = """
+import sys
+from torch.utils.data import DataLoader
+from tarkit import ShardDataset
+
+paths, manifest = sys.argv[1:-1], sys.argv[-1]
+print("== idle", file=sys.stderr, flush=True)
+for rank in (0, 1):
+    dataset = ShardDataset(paths, rank=rank, world_size=2)
+    for persistent in (False, True):
+        loader = DataLoader(dataset, batch_size=None, num_workers=3, persistent_workers=persistent)
+        for epoch in (0, 1):
+            dataset.set_epoch(epoch)
+            list(loader)
+for name in ("batched twice", "batched once"):
+    print("== " + name, file=sys.stderr, flush=True)
+    dataset = ShardDataset(manifest, batch_size=2)
+    for workers in (2, 0):
+        for epoch in (0, 1):
+            dataset.set_epoch(epoch)
+            if name == "batched twice":
+                list(DataLoader(dataset, num_workers=workers))
+            else:
+                list(DataLoader(dataset, batch_size=None, num_workers=workers))
+"""
+
+
+@pytest.fixture(scope="module")
+def worker_warnings(tmp_path_factory) -> dict[str, str]:
+    """The stderr of WARNINGS_SCRIPT, by section."""
+    paths, manifest = make_shards(tmp_path_factory.mktemp("warnings"), [6, 2])
+    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONWARNINGS", "RANK")}
+    result = subprocess.run(
+        [sys.executable, "-c", WARNINGS_SCRIPT, *paths, manifest],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env=env,
+        check=True,
+    )
+    sections = result.stderr.split("== ")[1:]
+    return dict(section.split("\n", 1) for section in sections)
+
+
 # -- what a sample is ------------------------------------------------------------------
 
 
@@ -135,33 +183,60 @@ def test_map_runs_after_decode_and_batches_are_collated_by_torch(shards):
 # -- exactly once ----------------------------------------------------------------------
 
 
-class FakeWorkerInfo:
-    def __init__(self, worker: int, workers: int) -> None:
-        self.id, self.num_workers = worker, workers
+def tagged(tag: str, sample: dict[str, object]) -> str:
+    return f"{tag}/{sample['__key__']}"
 
 
-def as_worker(monkeypatch, dataset: ShardDataset, worker: int, workers: int) -> list[object]:
-    """What ``dataset`` yields in worker ``worker`` of ``workers`` (without the processes)."""
-    with monkeypatch.context() as patch:
-        patch.setattr(tarkit.dataset, "get_worker_info", lambda: FakeWorkerInfo(worker, workers))
-        return list(dataset)
+@pytest.fixture(scope="module")
+def layouts(tmp_path_factory) -> list[tuple[list[str], str, list[int]]]:
+    """37 sets of shards: set n has n shards of uneven sizes (0 to 7), one of them n samples."""
+    rng = random.Random(37)
+    root = tmp_path_factory.mktemp("layouts")
+    result = []
+    for n in range(1, 38):
+        counts = [rng.randrange(0, 8) for _ in range(n)]
+        counts[rng.randrange(n)] = n
+        paths, manifest = make_shards(root / str(n), counts)
+        result.append((paths, manifest, counts))
+    return result
 
 
-@pytest.mark.parametrize("shard_count", [1, 2, 3, 4, 5, 7, 11, 16, 23, 37])
-def test_ranks_and_workers_together_read_every_sample_once(tmp_path, monkeypatch, shard_count):
-    rng = random.Random(shard_count)
-    counts = [rng.randrange(1, 8) for _ in range(shard_count)]
-    paths, manifest = make_shards(tmp_path, counts)
-    for source in (paths, manifest):
-        for world in (1, 2, 3, 4):
-            for workers in (1, 2, 3):
-                read: Counter[str] = Counter()
+@pytest.mark.parametrize("num_workers", [0, 2, 3])
+def test_real_workers_of_every_rank_deliver_every_sample_once_per_epoch_for_1_to_37_shards(
+    layouts, num_workers
+):
+    # One DataLoader runs them all: each worker iterates every dataset of the chain in
+    # turn, as a worker of that dataset, so worker start-up is paid once.
+    datasets, expected = [], Counter()
+    for paths, manifest, counts in layouts:
+        for source in (paths, manifest):
+            for world in (1, 2, 3):
+                tag = f"{len(counts)} {'manifest' if source == manifest else 'shards'} {world}"
                 for rank in range(world):
-                    dataset = ShardDataset(source, rank=rank, world_size=world, shuffle=5)
-                    dataset.set_epoch(shard_count)
-                    for worker in range(workers):
-                        read.update(keys_of(as_worker(monkeypatch, dataset, worker, workers)))
-                assert read == all_keys(counts), (source, world, workers)
+                    datasets.append(
+                        ShardDataset(
+                            source,
+                            rank=rank,
+                            world_size=world,
+                            shuffle=5 * (len(counts) % 2),
+                            map=functools.partial(tagged, tag),
+                            batch_size=4 if len(counts) % 3 else None,  # batches pass faster
+                        )
+                    )
+                expected.update({f"{tag}/{key}": n for key, n in all_keys(counts).items()})
+    loader = DataLoader(
+        ChainDataset(datasets),
+        batch_size=None,
+        num_workers=num_workers,
+        persistent_workers=num_workers > 0,
+    )
+    for epoch in (0, 1):
+        for dataset in datasets:
+            dataset.set_epoch(epoch)
+        read = Counter(
+            key for item in loader for key in ([item] if isinstance(item, str) else item)
+        )
+        assert read == expected, sorted((read - expected) + (expected - read))[:5]
 
 
 @pytest.mark.parametrize("num_workers", [0, 2, 3])
@@ -189,20 +264,28 @@ def test_ranks_from_rank_and_world_size_variables_split_the_samples(shards, monk
     assert read == all_keys(counts)
 
 
-def test_more_workers_than_shards_warns_once_and_reads_each_sample_once(tmp_path, monkeypatch):
-    paths, manifest = make_shards(tmp_path, [6, 2])
-    with pytest.warns(UserWarning, match="2 shards for 2 ranks x 3 workers") as caught:
-        read = Counter()
-        for rank in (0, 1):
-            dataset = ShardDataset(paths, rank=rank, world_size=2)
-            for worker in range(3):
-                read.update(keys_of(as_worker(monkeypatch, dataset, worker, 3)))
-            for worker in range(3):  # a second epoch does not warn again
-                as_worker(monkeypatch, dataset, worker, 3)
-    assert len(caught) == 2  # once per rank's dataset
-    assert read == all_keys([6, 2])
-    loader = DataLoader(ShardDataset(paths), batch_size=None, num_workers=3)
-    assert Counter(keys_of(loader)) == all_keys([6, 2])
+def test_more_workers_than_shards_read_each_sample_once_per_epoch(tmp_path):
+    paths, _ = make_shards(tmp_path, [6, 2])
+    for persistent in (False, True):
+        datasets = [ShardDataset(paths, rank=rank, world_size=2) for rank in (0, 1)]
+        loaders = [
+            DataLoader(d, batch_size=None, num_workers=3, persistent_workers=persistent)
+            for d in datasets
+        ]
+        for epoch in (0, 1):
+            read: Counter[str] = Counter()
+            for dataset, loader in zip(datasets, loaders, strict=True):
+                dataset.set_epoch(epoch)
+                read.update(keys_of(loader))
+            assert read == all_keys([6, 2])
+
+
+def test_more_workers_than_shards_warns_once_per_dataset_on_stderr(worker_warnings):
+    # Two datasets (ranks 0 and 1 of 2), each read for two epochs by a DataLoader with
+    # three workers started anew and then by one with persistent workers.
+    idle = "UserWarning: tarkit: 2 shards for 2 ranks x 3 workers: some workers have nothing"
+    assert worker_warnings["idle"].count(idle) == 2
+    assert worker_warnings["idle"].count("tarkit:") == 2
 
 
 def test_with_offsets_one_shard_is_split_so_that_every_worker_has_work(tmp_path):
@@ -214,16 +297,17 @@ def test_with_offsets_one_shard_is_split_so_that_every_worker_has_work(tmp_path)
 
 
 @pytest.mark.parametrize("gzip_shards", [False, True])
-def test_pieces_start_mid_shard_by_offset_or_by_skipping(tmp_path, monkeypatch, gzip_shards):
+def test_pieces_start_mid_shard_by_offset_or_by_skipping(tmp_path, gzip_shards):
     paths, manifest = make_shards(tmp_path, [9, 4], gzip_shards=gzip_shards)
     for drop_offsets in (False, True):
         if drop_offsets:
             text = Path(manifest).read_text().replace('"offsets"', '"unused"')
             Path(manifest).write_text(text)
-        read: Counter[str] = Counter()
-        for worker in range(4):
-            read.update(keys_of(as_worker(monkeypatch, ShardDataset(manifest), worker, 4)))
-        assert read == all_keys([9, 4])
+        dataset = ShardDataset(manifest, map=lambda s: (s["__key__"], get_worker_info().id))
+        seen = list(DataLoader(dataset, batch_size=None, num_workers=3))
+        assert Counter(k for k, _ in seen) == all_keys([9, 4])
+        # Worker 1 starts at sample 4 of the first shard, worker 2 at sample 8.
+        assert Counter(w for _, w in seen) == {0: 4, 1: 4, 2: 5}
 
 
 # -- equal batches and len() -----------------------------------------------------------
@@ -288,44 +372,6 @@ def test_len_of_a_dataloader_is_the_batches_it_yields_whether_dataset_or_loader_
                     per_rank[rank].append(batches)
         if equal:
             assert per_rank[0] == per_rank[1] == per_rank[2]
-
-
-# What a user sees of warnings raised in DataLoader workers: the workers' own stderr (a
-# test process's warning filters, copied into forked workers, would hide them).
-WARNINGS_SCRIPT = """
-import sys
-from torch.utils.data import DataLoader
-from tarkit import ShardDataset
-
-paths, manifest = sys.argv[1:-1], sys.argv[-1]
-for name in ("batched twice", "batched once"):
-    print("== " + name, file=sys.stderr, flush=True)
-    dataset = ShardDataset(manifest, batch_size=2)
-    for workers in (2, 0):
-        for epoch in (0, 1):
-            dataset.set_epoch(epoch)
-            if name == "batched twice":
-                list(DataLoader(dataset, num_workers=workers))
-            else:
-                list(DataLoader(dataset, batch_size=None, num_workers=workers))
-"""
-
-
-@pytest.fixture(scope="module")
-def worker_warnings(tmp_path_factory) -> dict[str, str]:
-    """The stderr of WARNINGS_SCRIPT, by section."""
-    paths, manifest = make_shards(tmp_path_factory.mktemp("warnings"), [6, 2])
-    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONWARNINGS", "RANK")}
-    result = subprocess.run(
-        [sys.executable, "-c", WARNINGS_SCRIPT, *paths, manifest],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        env=env,
-        check=True,
-    )
-    sections = result.stderr.split("== ")[1:]
-    return dict(section.split("\n", 1) for section in sections)
 
 
 def test_a_dataloader_batching_the_batches_of_the_dataset_warns_once_per_dataset(
@@ -605,15 +651,12 @@ def test_http_shards_are_read_with_byte_ranges_for_pieces(tmp_path, server):
     assert server.ranges and all(start > 0 for _, start in server.ranges)
 
 
-def test_a_server_that_ignores_ranges_still_gives_each_sample_once(tmp_path, server, monkeypatch):
+def test_a_server_that_ignores_ranges_still_gives_each_sample_once(tmp_path, server):
     paths, manifest = make_shards(tmp_path, [7, 2])
     server.honour_ranges = False
     url = serve(server, paths, manifest)
-    read = Counter()
-    for worker in range(3):
-        dataset = ShardDataset(url, rank=0, world_size=1)
-        read.update(keys_of(as_worker(monkeypatch, dataset, worker, 3)))
-    assert read == all_keys([7, 2]) and not server.ranges
+    loader = DataLoader(ShardDataset(url), batch_size=None, num_workers=3)
+    assert Counter(keys_of(loader)) == all_keys([7, 2]) and not server.ranges
 
 
 def test_cache_downloads_each_shard_once_for_all_workers(tmp_path, server):
