@@ -216,17 +216,28 @@ def _check_fields(key: str, fields: list[str], group: list[Member], source: str)
     """Raise if a field appears twice (case-insensitively, as webdataset lowercases)."""
     if len(fields) == 1 or len({f.lower() for f in fields}) == len(fields):
         return
-    folded: set[str] = set()
+    folded: dict[str, str] = {}
     for field, member in zip(fields, group, strict=True):
-        if field.lower() in folded:
-            raise SampleError(
-                f"field {field!r} appears twice in sample {key!r} "
-                "(fields are compared case-insensitively, as webdataset does)",
-                source=source,
-                offset=member.offset,
-                member=member.name,
+        first = folded.get(field.lower())
+        if first is None:
+            folded[field.lower()] = field
+            continue
+        if first == field:
+            fix = (
+                "a sample has one member per field: remove the extra member, or if two "
+                "samples share this key, give them keys of their own"
             )
-        folded.add(field.lower())
+        else:
+            fix = (
+                f"{first!r} and {field!r} differ only in case, and webdataset lowercases "
+                "field names: rename one of them"
+            )
+        raise SampleError(
+            f"field {field!r} appears twice in sample {key!r} ({fix})",
+            source=source,
+            offset=member.offset,
+            member=member.name,
+        )
 
 
 def _skip(reason: str, member: Member, source: str, strict: bool, skips: SkipLog | None) -> None:

@@ -162,15 +162,26 @@ def test_a_field_twice_in_a_sample_is_an_error_naming_it() -> None:
     with pytest.raises(SampleError) as info:
         samples(archive, source="in.tar")
     assert str(info.value) == (
-        "in.tar: field 'jpg' appears twice in sample 'a' (fields are compared "
-        "case-insensitively, as webdataset does) (byte 2048, member a.jpg)"
+        "in.tar: field 'jpg' appears twice in sample 'a' (a sample has one member per field: "
+        "remove the extra member, or if two samples share this key, give them keys of their "
+        "own) (byte 2048, member a.jpg)"
     )
 
 
-def test_fields_differing_only_in_case_are_duplicates() -> None:
+def test_a_one_letter_field_twice_is_an_error_too() -> None:
+    with pytest.raises(SampleError, match="field 'b' appears twice in sample 'a'"):
+        samples(make_tar([("a.b", b"1"), ("a.b", b"2")]))
+
+
+def test_fields_differing_only_in_case_are_duplicates_and_the_error_says_rename() -> None:
     # webdataset lowercases fields: x.JPG and x.jpg would overwrite each other there.
-    with pytest.raises(SampleError, match="appears twice"):
-        samples(make_tar([("x.JPG", b"1"), ("x.jpg", b"2")]))
+    with pytest.raises(SampleError) as info:
+        samples(make_tar([("x.JPG", b"1"), ("x.jpg", b"2")]), source="in.tar")
+    assert str(info.value) == (
+        "in.tar: field 'jpg' appears twice in sample 'x' ('JPG' and 'jpg' differ only in "
+        "case, and webdataset lowercases field names: rename one of them) "
+        "(byte 1024, member x.jpg)"
+    )
 
 
 def test_a_key_that_comes_back_is_an_error_that_says_to_sort() -> None:
