@@ -405,26 +405,42 @@ def test_order_is_reproducible_and_differs_between_epochs(shards):
     assert len({tuple(order(e)) for e in range(4)}) == 4
 
 
+ORDER_SCRIPT = """
+import sys
+from torch.utils.data import DataLoader
+from tarkit import ShardDataset
+
+dataset = ShardDataset(sys.argv[1:], shuffle=6, seed=2)
+dataset.set_epoch(1)
+print(" ".join(sample["__key__"] for sample in dataset))
+loader = DataLoader(dataset, batch_size=None, num_workers=2)
+print(" ".join(sample["__key__"] for sample in loader))
+"""
+
+
 def test_order_does_not_depend_on_pythonhashseed(shards):
     paths, _, _ = shards
-    code = (
-        "import sys, tarkit; d = tarkit.ShardDataset(sys.argv[1:], shuffle=6, seed=2); "
-        "d.set_epoch(1); print(' '.join(s['__key__'] for s in d))"
-    )
-    runs = {
-        subprocess.run(
-            [sys.executable, "-c", code, *paths],
-            capture_output=True,
+    runs = [
+        subprocess.Popen(
+            [sys.executable, "-c", ORDER_SCRIPT, *paths],
+            stdout=subprocess.PIPE,
             text=True,
-            timeout=60,
             env=dict(os.environ, PYTHONHASHSEED=seed),
-            check=True,
-        ).stdout
-        for seed in ("4242",)
-    }
+        )
+        for seed in ("1", "4242")
+    ]
+    try:
+        outputs = [run.communicate(timeout=60)[0] for run in runs]
+    finally:
+        for run in runs:
+            run.kill()  # only if it is still running
+    assert [run.returncode for run in runs] == [0, 0]
     dataset = ShardDataset(paths, shuffle=6, seed=2)
     dataset.set_epoch(1)
-    assert runs == {" ".join(keys_of(dataset)) + "\n"}
+    alone = " ".join(keys_of(dataset))
+    with_workers = " ".join(keys_of(DataLoader(dataset, batch_size=None, num_workers=2)))
+    assert alone != with_workers  # two workers shuffle their own shares
+    assert outputs == [f"{alone}\n{with_workers}\n"] * 2
 
 
 @pytest.mark.parametrize("persistent", [True, False])
