@@ -14,7 +14,8 @@ Listing happens when the dataset is built (errors then name the path); reading, 
 re-encoding images with an :class:`~tarkit.encoding.ImageTransform`, happens per item, in
 the DataLoader workers. Items are sample dicts of bytes; every dataset is picklable.
 Hidden files (``.name``) are ignored; other files a layout cannot use are listed in
-``skipped``.
+``skipped``. :func:`detect_layout` chooses between the two directory layouts, and refuses
+to guess when both could be meant.
 """
 
 from __future__ import annotations
@@ -81,14 +82,41 @@ def _transform(
     return out
 
 
-def is_image_folder(root: str) -> bool:
-    """Whether ``root`` has ImageFolder layout: only subdirectories at the top, only
-    images below them."""
-    entries = [e for e in os.listdir(root) if not e.startswith(".")]
-    if not entries or not all(os.path.isdir(os.path.join(root, e)) for e in entries):
-        return False
+def _in_a_class(path: str) -> bool:
+    """Whether ``path`` is an image below a class directory (what ImageFolder takes)."""
+    class_name, _, rest = path.partition("/")
+    name = rest[rest.rfind("/") + 1 :]
+    return bool(rest) and "." in name and extension(name) in IMAGE_EXTENSIONS
+
+
+def detect_layout(root: str) -> str:
+    """``"imagefolder"`` or ``"tree"``: how ``--layout auto`` reads the directory ``root``.
+
+    ImageFolder when every file is an image in a class directory (``root/<class>/…``); a
+    plain tree when no class directory holds an image, or when every other file belongs to
+    the sample of an image (``cat/1.jpg`` with ``cat/1.json``). Anything else — class
+    directories of images with a stray file such as ``cat/Thumbs.db`` or a top-level
+    ``labels.csv`` — could be either, and raises :class:`InputError` naming the first
+    stray file: ``--layout`` decides.
+    """
     files = _walk(root)
-    return bool(files) and all(extension(f) in IMAGE_EXTENSIONS for f in files)
+    images = [f for f in files if _in_a_class(f)]
+    if not images:
+        return "tree"
+    others = [f for f in files if not _in_a_class(f)]
+    if not others:
+        return "imagefolder"
+    image_keys = {split_name(f)[0] for f in images}  # type: ignore[index]
+    strays = [f for f in others if (split_name(f) or ("",))[0] not in image_keys]
+    if not strays:
+        return "tree"
+    more = f" (and {len(strays) - 1} more such files)" if len(strays) > 1 else ""
+    raise InputError(
+        f"ambiguous layout: class directories of images, but {strays[0]} is not an image "
+        f"in a class directory{more}: --layout imagefolder skips such files, --layout tree "
+        "shards every file grouped by key",
+        source=root,
+    )
 
 
 class ImageFolder:
@@ -109,10 +137,10 @@ class ImageFolder:
         keys: dict[str, str] = {}
         index_of = {name: i for i, name in enumerate(self.classes)}
         for path in _walk(root):
-            class_name, _, rest = path.partition("/")
-            if not rest or extension(path) not in IMAGE_EXTENSIONS or "." not in rest:
+            if not _in_a_class(path):
                 self.skipped.append(path)
                 continue
+            class_name = path.partition("/")[0]
             stem = path[: path.rfind(".")]
             head, _, name = stem.rpartition("/")
             key = f"{head}/{name.replace('.', '_')}"

@@ -9,7 +9,7 @@ import pytest
 
 from tarkit.encoding import ImageTransform
 from tarkit.errors import InputError, SourceError
-from tarkit.filesets import FileTree, ImageFolder, PlanDataset, is_image_folder
+from tarkit.filesets import FileTree, ImageFolder, PlanDataset, detect_layout
 
 
 def make(root: Path, files: dict[str, bytes]) -> Path:
@@ -36,10 +36,36 @@ def test_image_folder_refuses_two_files_that_make_one_key(tmp_path: Path) -> Non
         ImageFolder(str(root))
 
 
-def test_layout_detection(tmp_path: Path) -> None:
-    assert is_image_folder(str(make(tmp_path / "f", {"c/1.jpg": b"", "d/2.png": b""})))
-    assert not is_image_folder(str(make(tmp_path / "t", {"c/1.jpg": b"", "c/1.cls": b""})))
-    assert not is_image_folder(str(make(tmp_path / "u", {"c/1.jpg": b"", "top.jpg": b""})))
+@pytest.mark.parametrize(
+    "files,layout",
+    [
+        (["c/1.jpg", "d/2.png", "d/x/3.webp"], "imagefolder"),
+        (["1.png", "1.seg.png", "1.json"], "tree"),  # no class directory
+        (["c/1.json", "c/1.txt"], "tree"),  # no image
+        (["c/1.jpg", "c/1.cls", "d/2.png", "d/2.json"], "tree"),  # files of the images' samples
+    ],
+)
+def test_auto_layout_is_imagefolder_or_tree_when_only_one_reading_fits(
+    tmp_path: Path, files: list[str], layout: str
+) -> None:
+    assert detect_layout(str(make(tmp_path, dict.fromkeys(files, b"")))) == layout
+
+
+@pytest.mark.parametrize(
+    "files,stray",
+    [
+        (["cat/1.jpg", "cat/Thumbs.db", "dog/2.jpg"], "cat/Thumbs.db"),
+        (["cat/1.jpg", "dog/2.jpg", "labels.csv"], "labels.csv"),
+        (["cat/1.jpg", "cat/1.json", "cat/LICENSE"], "cat/LICENSE"),
+        (["top.jpg", "cat/1.jpg"], "top.jpg"),
+    ],
+)
+def test_auto_layout_with_a_stray_file_among_class_directories_is_ambiguous(
+    tmp_path: Path, files: list[str], stray: str
+) -> None:
+    root = make(tmp_path, dict.fromkeys(files, b""))
+    with pytest.raises(InputError, match=f"ambiguous layout: .* but {stray} is not an image"):
+        detect_layout(str(root))
 
 
 def test_file_tree_groups_fields_by_key(tmp_path: Path) -> None:

@@ -53,8 +53,10 @@ def shard(
         Layout,
         typer.Option(
             "--layout",
-            help="How to read a directory SOURCE (auto: ImageFolder when "
-            "it has only class subdirectories of images, else tree).",
+            help="How to read a directory SOURCE. auto: ImageFolder when every file is an "
+            "image in a class directory, a tree when no class directory holds an image or "
+            "the other files belong to the images' samples, else an error (exit 2). "
+            "imagefolder skips files that are not images in a class directory (exit 1).",
         ),
     ] = Layout.auto,  # fmt: skip
     delimiter: Annotated[
@@ -138,6 +140,7 @@ def shard(
         from .tarsplit import shard_reporter
 
         transform = ImageTransform(resize, image_format if dataset is None else None, quality)
+        status = 0
         if dataset is not None:
             if resize is not None:
                 raise UsageError("--resize applies to files read from SOURCE; with --dataset, "
@@ -149,7 +152,7 @@ def shard(
         else:
             items = open_files(source, layout.value, transform, delimiter)
             image_ext = "png"
-            _report_skipped(tool, source, getattr(items, "skipped", []), strict)
+            status = _report_skipped(tool, source, items, strict)
         result = shard_dataset(
             items, output, num_workers=workers, shuffle=shuffle, seed=seed, maxcount=maxcount,
             maxsize=maxsize, resume=resume, start=start, manifest=manifest, quality=quality,
@@ -164,7 +167,7 @@ def shard(
 
             shards = "shard" if len(result.shards) == 1 else "shards"
             sys.stderr.write(f"{tool}: {result.samples} samples in {len(result.shards)} {shards}\n")
-        return 0
+        return status
 
     run(tool, body)
 
@@ -174,10 +177,12 @@ def open_files(source: str, layout: str, transform: Any, delimiter: str | None) 
     import os
 
     from ..errors import SourceError
-    from ..filesets import FileTree, ImageFolder, PlanDataset, is_image_folder
+    from ..filesets import FileTree, ImageFolder, PlanDataset, detect_layout
 
     if os.path.isdir(source):
-        if layout == "imagefolder" or (layout == "auto" and is_image_folder(source)):
+        if layout == "auto":
+            layout = detect_layout(source)
+        if layout == "imagefolder":
             return ImageFolder(source, transform)
         return FileTree(source, transform)
     if not os.path.exists(source):
@@ -209,17 +214,31 @@ def load_factory(spec: str, source: str | None) -> Any:
     return factory(source) if source is not None else factory()
 
 
-def _report_skipped(tool: str, source: str, skipped: list[str], strict: bool) -> None:
+def _report_skipped(tool: str, source: str, items: Any, strict: bool) -> int:
+    """Warn about the files the layout leaves out; the exit status they earn.
+
+    A tree skips files without a field (no dot in the name), with a warning, as
+    ``tarcreate --dir`` does (status 0). ImageFolder, only ever chosen by an explicit
+    ``--layout imagefolder`` when there are such files, skips the files that are not
+    images in a class directory: counted, reported, status 1. ``--strict`` makes
+    either an error.
+    """
+    from ..filesets import ImageFolder
+
+    skipped = getattr(items, "skipped", [])
     if not skipped:
-        return
+        return 0
     from ..errors import InputError
 
-    first = skipped[0]
+    image_folder = isinstance(items, ImageFolder)
+    why = "not an image in a class directory" if image_folder else "no dot in the name: no field"
+    count = len(skipped)
+    files = "file" if count == 1 else "files"
     if strict:
-        raise InputError(f"the layout cannot use {first} (and {len(skipped) - 1} more "
-                         "files); --strict makes that an error", source=source)  # fmt: skip
-    more = f" and {len(skipped) - 1} more files" if len(skipped) > 1 else ""
-    warn(tool, f"{source}: skipping {first}{more} (no field, or not an image in ImageFolder)")
+        raise InputError(f"{skipped[0]}: {why} ({count} such {files}); --strict makes that "
+                         "an error", source=source)  # fmt: skip
+    warn(tool, f"{source}: skipping {count} {files} ({why}), the first: {skipped[0]}")
+    return 1 if image_folder else 0
 
 
 def classes_beside(pattern: str) -> str:

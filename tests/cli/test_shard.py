@@ -102,15 +102,63 @@ def test_a_plain_tree_is_grouped_by_key_in_sorted_order(tmp_path: Path) -> None:
     (root / "a.json").write_text("{}")
     (root / "README").write_text("no field")
     out = tmp_path / "out"
-    result = run(["tarkit", "shard", str(root), "-o", str(out / "s-%d.tar")])
+    # b/ alone would be a class directory of images: the layout must be named.
+    result = run(["tarkit", "shard", str(root), "--layout", "tree", "-o", str(out / "s-%d.tar")])
     assert result.returncode == 0, result.stderr
-    assert "skipping README" in result.stderr
+    assert "skipping 1 file (no dot in the name: no field), the first: README" in result.stderr
     assert samples_of((out / "s-0.tar").read_bytes()) == [
         ("a", {"json": b"{}", "txt": b"first"}),
         ("b/x", {"jpg": b"jpeg bytes", "seg.png": b"png bytes"}),
     ]
-    strict = run(["tarkit", "shard", str(root), "--strict", "-o", str(tmp_path / "x-%d.tar")])
+    strict = run(["tarkit", "shard", str(root), "--layout", "tree", "--strict",
+                  "-o", str(tmp_path / "x-%d.tar")])  # fmt: skip
     assert strict.returncode == 2 and "README" in strict.stderr
+
+
+def test_a_stray_file_among_class_directories_is_an_ambiguous_layout_error(
+    tmp_path: Path, image_folder: Path
+) -> None:
+    (image_folder / "dog" / "Thumbs.db").write_bytes(b"windows thumbnails")
+    out = tmp_path / "out"
+    result = run(["tarkit", "shard", str(image_folder), "-o", str(out / "s-%d.tar")])
+    assert result.returncode == 2
+    assert result.stderr == (
+        f"tarkit shard: error: {image_folder}: ambiguous layout: class directories of images, "
+        "but dog/Thumbs.db is not an image in a class directory: --layout imagefolder skips "
+        "such files, --layout tree shards every file grouped by key\n"
+    )
+    assert not out.exists()
+
+
+def test_layout_imagefolder_skips_stray_files_counts_them_and_exits_1(
+    tmp_path: Path, image_folder: Path
+) -> None:
+    (image_folder / "dog" / "Thumbs.db").write_bytes(b"windows thumbnails")
+    (image_folder / "labels.csv").write_text("name,label\n")
+    out = tmp_path / "out"
+    result = run(["tarkit", "shard", str(image_folder), "--layout", "imagefolder",
+                  "-o", str(out / "s-%d.tar")])  # fmt: skip
+    assert result.returncode == 1
+    assert result.stderr == (
+        f"tarkit shard: warning: {image_folder}: skipping 2 files (not an image in a class "
+        "directory), the first: dog/Thumbs.db\n"
+    )
+    samples = samples_of((out / "s-0.tar").read_bytes())
+    assert len(samples) == 16 and all(fields["cls"] for _, fields in samples)
+    assert json.loads((out / "classes.json").read_text()) == ["cat", "dog", "eel"]
+
+
+def test_layout_tree_shards_the_stray_file_as_a_sample_of_its_own(
+    tmp_path: Path, image_folder: Path
+) -> None:
+    (image_folder / "dog" / "Thumbs.db").write_bytes(b"windows thumbnails")
+    out = tmp_path / "out"
+    result = run(["tarkit", "shard", str(image_folder), "--layout", "tree",
+                  "-o", str(out / "s-%d.tar")])  # fmt: skip
+    assert (result.returncode, result.stderr) == (0, "")
+    samples = dict(samples_of((out / "s-0.tar").read_bytes()))
+    assert samples["dog/Thumbs"] == {"db": b"windows thumbnails"}
+    assert len(samples) == 17 and not (out / "classes.json").exists()
 
 
 @pytest.mark.parametrize("ending,sep", [("csv", ","), ("tsv", "\t")])
