@@ -25,6 +25,7 @@ from typing import Any
 
 from .errors import TarkitError
 from .mapshard import ShardResult, ShardTask, run_shard
+from .procmap import ledger_base, record_commands, stop_recording, sweep_ledgers
 
 Ended = tuple[ShardTask, "ShardResult | str"]
 
@@ -69,8 +70,9 @@ def _on_sigterm(signum: int, frame: object) -> None:
 
 
 def _worker_main(
-    conn: multiprocessing.connection.Connection, mapper: Any, environ: dict[str, str]
-) -> None:
+    conn: multiprocessing.connection.Connection, mapper: Any, environ: dict[str, str],
+    ledgers: str | None,
+) -> None:  # fmt: skip
     # A forkserver child has the server's environment: give it the driver's, as now.
     os.environ.clear()
     os.environ.update(environ)
@@ -80,25 +82,31 @@ def _worker_main(
     # Ctrl-C reaches the whole process group; the driver decides and stops the workers.
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     signal.signal(signal.SIGTERM, _on_sigterm)
-    while True:
-        try:
-            task = conn.recv()
-        except (EOFError, OSError):
-            return
-        if task is None:
-            return
-        try:
-            conn.send(run_shard(mapper, task))
-        except (BrokenPipeError, OSError):
-            return
+    # Should this process be killed, the driver finds the commands it ran and their
+    # directories in its ledger (see tarkit.procmap.record_commands).
+    record_commands(ledgers)
+    try:
+        while True:
+            try:
+                task = conn.recv()
+            except (EOFError, OSError):
+                return
+            if task is None:
+                return
+            try:
+                conn.send(run_shard(mapper, task))
+            except (BrokenPipeError, OSError):
+                return
+    finally:
+        stop_recording()
 
 
 class _Worker:
-    def __init__(self, context: Any, mapper: Any) -> None:
+    def __init__(self, context: Any, mapper: Any, ledgers: str | None) -> None:
         self.conn, child = context.Pipe()
         self.process = context.Process(
             target=_worker_main,
-            args=(child, mapper, dict(os.environ)),
+            args=(child, mapper, dict(os.environ), ledgers),
             daemon=True,
             name="tarkit-map-worker",
         )
@@ -127,10 +135,15 @@ def start_method() -> str:
 
 
 class LocalEngine:
-    """A pool of ``workers`` processes on this machine, robust to a worker being killed."""
+    """A pool of ``workers`` processes on this machine, robust to a worker being killed.
+
+    A worker that dies costs its task (reported, for a retry); the shell commands it
+    was running are killed and their directories removed (from its ledger).
+    """
 
     def __init__(self, mapper: Any, workers: int) -> None:
         self.context = multiprocessing.get_context(start_method())
+        self.ledgers = ledger_base()
         self.mapper = mapper
         self.size = max(1, workers)
         self.idle: list[_Worker] = []
@@ -143,7 +156,7 @@ class LocalEngine:
         return len(self.busy)
 
     def submit(self, task: ShardTask) -> None:
-        worker = self.idle.pop() if self.idle else _Worker(self.context, self.mapper)
+        worker = self.idle.pop() if self.idle else _Worker(self.context, self.mapper, self.ledgers)
         try:
             worker.conn.send(task)
         except OSError:  # it died while idle: the next wait() reports it with the task
@@ -175,6 +188,7 @@ class LocalEngine:
             worker.process.join(5)
             pid, exitcode = worker.process.pid, worker.process.exitcode
             worker.stop(kill=True)
+            sweep_ledgers(self.ledgers)  # what its commands left
             ended.append((task, f"its worker process (pid {pid}) {how_it_died(exitcode)}"))
         return ended
 
@@ -184,6 +198,7 @@ class LocalEngine:
         for worker in self.busy:
             worker.stop(kill=True)
         self.idle, self.busy = [], {}
+        sweep_ledgers(self.ledgers)  # of workers that had to be killed
 
 
 # ---------------------------------------------------------------------------------------
@@ -229,7 +244,8 @@ class RayEngine:
                 what = f"the Ray cluster at {where}" if where else "a local Ray"
                 raise EngineError(f"cannot connect to {what}: {exc}") from None
             self.connected_here = True
-        self.task = ray.remote(num_cpus=num_cpus, max_retries=0, retry_exceptions=False)(run_shard)
+        remote = ray.remote(num_cpus=num_cpus, max_retries=0, retry_exceptions=False)
+        self.task = remote(run_shard_on_ray)
         self.mapper_ref = ray.put(mapper)
         self.size = workers
         self.refs: dict[Any, ShardTask] = {}
@@ -272,6 +288,18 @@ class RayEngine:
         self.refs = {}
         if self.connected_here:
             self.ray.shutdown()
+
+
+def run_shard_on_ray(mapper: Any, task: ShardTask) -> ShardResult:
+    """:func:`run_shard` in a Ray worker, which keeps a ledger of its shell commands.
+
+    Ray does not kill what a killed worker started in sessions of their own: each task
+    first sweeps the ledgers of dead workers of its node (their commands are killed,
+    their directories removed).
+    """
+    record_commands()
+    sweep_ledgers()
+    return run_shard(mapper, task)
 
 
 def _ray_failure(exc: BaseException) -> str:

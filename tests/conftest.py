@@ -143,3 +143,19 @@ def sigkill_when(process: subprocess.Popen, ready: Callable[[], bool], timeout: 
     finally:
         process.send_signal(signal.SIGKILL)
         process.wait(timeout=30)
+
+
+def assert_gone(pid: int) -> None:
+    """Wait (at most 10 s) until process ``pid`` has exited; a zombie counts as gone."""
+    import time
+
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline:
+        try:
+            state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+        except FileNotFoundError:
+            return
+        if state in ("Z", "X"):
+            return
+        time.sleep(0.05)
+    raise AssertionError(f"process {pid} still runs")

@@ -5,12 +5,14 @@ from __future__ import annotations
 import io
 import os
 import pickle
+import subprocess
+import sys
 import time
 from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 
 import pytest
-from conftest import make_tar
+from conftest import assert_gone, make_tar
 
 from tarkit.errors import InputError, UsageError
 from tarkit.procmap import (
@@ -20,6 +22,7 @@ from tarkit.procmap import (
     Rejection,
     map_command,
     run_sample,
+    sweep_ledgers,
     unsafe_field_reason,
 )
 from tarkit.samples import Sample, group_samples
@@ -234,20 +237,6 @@ def test_background_processes_of_a_successful_command_are_killed(tmp: Path, tmp_
     assert_gone(int(pids.read_text()))
 
 
-def assert_gone(pid: int) -> None:
-    """The process has exited (it may linger as a zombie until init reaps it)."""
-    deadline = time.monotonic() + 10
-    while time.monotonic() < deadline:
-        try:
-            state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
-        except FileNotFoundError:
-            return
-        if state in ("Z", "X"):
-            return
-        time.sleep(0.05)
-    raise AssertionError(f"process {pid} still runs")
-
-
 @pytest.mark.parametrize(
     "script, problem",
     [
@@ -387,3 +376,40 @@ def test_large_fields_go_in_and_come_out_whole(tmp: Path) -> None:
     samples = samples_from([("a.bin", big)])
     out = run_map(samples, "cat sample.bin sample.bin > sample.twice.bin", tmp)
     assert out[0].get("bin") == big and out[0].get("twice.bin") == big + big
+
+
+LEDGER_CHILD = """
+import sys
+from tarkit.pipeline import read_samples
+from tarkit.procmap import Command, map_command, record_commands
+record_commands(sys.argv[1])
+list(map_command(read_samples([sys.argv[2]]), Command(sys.argv[3])))
+"""
+
+
+def test_sweeping_ledgers_spares_live_processes_and_clears_what_dead_ones_left(
+    tmp_path: Path,
+) -> None:
+    base, pid_file, source = tmp_path / "ledgers", tmp_path / "pid", tmp_path / "in.tar"
+    source.write_bytes(make_tar([("a.txt", b"x")]))
+    command = f"echo $$ > {pid_file}.tmp && mv {pid_file}.tmp {pid_file}; sleep 30"
+    child = subprocess.Popen([sys.executable, "-c", LEDGER_CHILD, str(base), str(source), command])
+    try:
+        deadline = time.monotonic() + 30
+        while not pid_file.exists() and time.monotonic() < deadline:
+            time.sleep(0.02)
+        command_pid = int(pid_file.read_text())
+        (ledger,) = base.iterdir()
+        assert ledger.name.split("-")[1] == str(child.pid)
+        assert sorted(p.name for p in ledger.iterdir() if not p.name.startswith("tarproc-")) == [
+            str(command_pid)
+        ]
+        assert sweep_ledgers(str(base)) == 0  # its process lives
+        assert Path(f"/proc/{command_pid}").exists() and ledger.exists()
+    finally:
+        child.kill()
+        child.wait(timeout=10)
+    assert Path(f"/proc/{command_pid}").exists()  # the command outlives its killed parent
+    assert sweep_ledgers(str(base)) == 1
+    assert_gone(command_pid)
+    assert not base.exists()

@@ -21,10 +21,11 @@ from pathlib import Path
 
 import map_functions as fns
 import pytest
-from conftest import BIN, ROOT, run, samples_of
+from conftest import BIN, ROOT, assert_gone, run, samples_of
 from map_functions import write_inputs
 
 from tarkit.mapping import MapError, map_shards
+from tarkit.procmap import sweep_ledgers
 
 pytest.importorskip("ray")
 pytestmark = pytest.mark.timeout(150)  # each test, the cluster's start-up included
@@ -129,6 +130,7 @@ def cluster(tmp_path_factory: pytest.TempPathFactory):
         yield address, marks
     finally:
         _stop(sessions)
+        sweep_ledgers()  # of the workers just killed that ran commands
         shutil.rmtree(temp, ignore_errors=True)
         if saved_mode is None:
             os.environ.pop("RAY_AUTH_MODE", None)
@@ -227,7 +229,6 @@ def test_a_shard_that_keeps_failing_on_ray_is_reported_after_the_others(
 def test_tarkit_map_command_on_ray_gives_tarproc_bytes_for_each_shard(
     tmp_path: Path, cluster: tuple[str, Path]
 ) -> None:
-    pytest.importorskip("tarkit.procmap")
     inputs = write_inputs(tmp_path / "in", shards=4)
     command = "tr a-z A-Z < sample.txt > sample.up.txt && rm sample.cls"
     started = time.monotonic()
@@ -246,3 +247,32 @@ def test_tarkit_map_command_on_ray_gives_tarproc_bytes_for_each_shard(
             ).stdout  # fmt: skip
         assert (tmp_path / f"out-{s}.tar").read_bytes() == expected
         assert samples_of(expected)[0][1] == {"txt": b"word", "up.txt": b"WORD"}
+
+
+def test_a_ray_worker_killed_mid_command_loses_its_command_not_its_shard(
+    tmp_path: Path, cluster: tuple[str, Path], marks: Path
+) -> None:
+    inputs = write_inputs(tmp_path / "in", shards=2)
+    pids = marks / "pids"
+    # The first attempt at s1-02 records its own and its worker's process ids, kills
+    # that worker and hangs: the retry's task sweeps what the dead worker left.
+    command = (
+        'if [ "$TARKIT_KEY" = s1-02 ] && mkdir "$TARKIT_TEST_MARKS/once" 2>/dev/null; then '
+        f"echo $$ $PPID > {pids}; kill -KILL $PPID; sleep 30; fi; "
+        "tr a-z A-Z < sample.txt > sample.up.txt"
+    )
+    result = run(
+        ["tarkit", "map", "-c", command, inputs, "-o", str(tmp_path / "out-{0..1}.tar"),
+         "--engine", "ray", "--address", cluster[0]],
+        timeout=120,
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    assert "WorkerCrashedError" in result.stderr
+    keys = [
+        key for s in range(2) for key, _ in samples_of((tmp_path / f"out-{s}.tar").read_bytes())
+    ]
+    assert keys == [f"s{s}-{i:02d}" for s in range(2) for i in range(5)]
+    command_pid, worker_pid = map(int, pids.read_text().split())
+    assert_gone(command_pid)
+    ledgers = Path(tempfile.gettempdir()) / f"tarkit-commands-{os.getuid()}"
+    assert not list(ledgers.glob(f"*-{worker_pid}-*"))

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import map_functions as fns
 import pytest
-from conftest import BIN, run, samples_of, webdataset_samples
+from conftest import BIN, assert_gone, run, samples_of, webdataset_samples
 from map_functions import PER_SHARD, SHARDS, write_inputs
 
 TESTS = Path(__file__).resolve().parent.parent
@@ -173,13 +173,7 @@ def test_an_interrupted_run_leaves_only_complete_outputs_and_the_rerun_does_the_
 # ---------------------------------------------------------------------------------------
 # -c: tarproc's per-sample model over many shards
 
-needs_procmap = pytest.mark.skipif(
-    not (Path(__file__).resolve().parents[2] / "tarkit" / "procmap.py").exists(),
-    reason="tarkit.procmap (tarproc) is not there yet",
-)
 
-
-@needs_procmap
 def test_command_gives_the_bytes_tarproc_gives_for_each_shard(tmp_path: Path) -> None:
     inputs = write_inputs(tmp_path / "in")
     command = 'tr a-z A-Z < sample.txt > sample.up.txt && echo "$TARKIT_KEY" > sample.key.txt'
@@ -197,7 +191,6 @@ def test_command_gives_the_bytes_tarproc_gives_for_each_shard(tmp_path: Path) ->
     assert first[1]["up.txt"] == b"WORD" and first[1]["key.txt"] == b"s0-00\n"
 
 
-@needs_procmap
 def test_command_failures_follow_the_on_error_policy(tmp_path: Path) -> None:
     inputs = write_inputs(tmp_path / "in")
     command = 'case "$TARKIT_KEY" in *-01) exit 3;; esac; true'
@@ -220,7 +213,6 @@ def test_command_failures_follow_the_on_error_policy(tmp_path: Path) -> None:
     assert keys_of(outputs(tmp_path / "k")) == ALL_KEYS
 
 
-@needs_procmap
 def test_command_metadata_rows_come_from_sample_meta_json(tmp_path: Path) -> None:
     inputs = write_inputs(tmp_path / "in")
     command = (
@@ -246,7 +238,6 @@ def test_command_metadata_rows_come_from_sample_meta_json(tmp_path: Path) -> Non
     )
 
 
-@needs_procmap
 def test_command_multi_splits_samples_into_parts(tmp_path: Path) -> None:
     inputs = write_inputs(tmp_path / "in", shards=1, per_shard=3)
     command = 'i=0; for w in $(cat sample.txt); do echo -n "$w$i" > sample-$i.txt; i=$((i+1)); done'
@@ -265,3 +256,37 @@ def test_rejects_go_with_skip_or_keep(tmp_path: Path) -> None:
                   str(tmp_path / "r.tsv")])  # fmt: skip
     assert result.returncode == 2
     assert result.stderr == "tarkit map: error: --rejects goes with --on-error skip or keep\n"
+
+
+def test_a_worker_killed_mid_command_loses_its_command_and_directory_not_its_shard(
+    tmp_path: Path, env: dict[str, str]
+) -> None:
+    inputs = write_inputs(tmp_path / "in")
+    tmpdir = tmp_path / "tmpdir"
+    tmpdir.mkdir()
+    env["TMPDIR"] = str(tmpdir)
+    pids = tmp_path / "marks" / "pids"
+    # The first attempt at s1-02 records its own and its worker's process ids, then
+    # hangs; the test kills that worker from outside.
+    command = (
+        'if [ "$TARKIT_KEY" = s1-02 ] && mkdir "$TARKIT_TEST_MARKS/once" 2>/dev/null; then '
+        f"echo $$ $PPID > {pids}.tmp && mv {pids}.tmp {pids}; sleep 30; fi; "
+        "tr a-z A-Z < sample.txt > sample.up.txt"
+    )
+    process = subprocess.Popen(
+        [str(BIN / "tarkit"), "map", "-c", command, inputs, "-o", f"{tmp_path}/out/", "-j", "2"],
+        env=env, stderr=subprocess.PIPE,
+    )  # fmt: skip
+    deadline = time.monotonic() + 30
+    while not pids.exists() and time.monotonic() < deadline:
+        time.sleep(0.02)
+    command_pid, worker_pid = map(int, pids.read_text().split())
+    os.kill(worker_pid, signal.SIGKILL)
+    _, stderr = process.communicate(timeout=30)
+    assert process.returncode == 0, stderr
+    assert f"retrying {tmp_path}/in/in-1.tar: its worker process (pid {worker_pid}) was killed" in (
+        stderr.decode()
+    )
+    assert keys_of(outputs(tmp_path / "out")) == ALL_KEYS
+    assert_gone(command_pid)
+    assert list(tmpdir.iterdir()) == []  # no tarproc-* nor anything else

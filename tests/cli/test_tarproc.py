@@ -15,7 +15,7 @@ import wave
 from pathlib import Path
 
 import pytest
-from conftest import make_tar, run, run_shell, samples_of, tool, webdataset_samples
+from conftest import assert_gone, make_tar, run, run_shell, samples_of, tool, webdataset_samples
 
 from tarkit.errors import InputError
 from tarkit.samples import group_samples
@@ -432,19 +432,6 @@ def test_signal_mid_run_kills_commands_and_leaves_no_temporary_directory(
         assert_gone(int(pid))
     assert not (tmp_path / "out.tar").exists()
     assert not [p for p in tmp_path.iterdir() if p.name.startswith(".out.tar")]
-
-
-def assert_gone(pid: int) -> None:
-    deadline = time.monotonic() + 10
-    while time.monotonic() < deadline:
-        try:
-            state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
-        except FileNotFoundError:
-            return
-        if state in ("Z", "X"):
-            return
-        time.sleep(0.05)
-    raise AssertionError(f"process {pid} still runs")
 
 
 def test_a_closed_output_pipe_is_quiet_and_leaves_no_temporary_directory(
