@@ -173,10 +173,14 @@ def group_samples(
             continue
         if member_key in seen:
             # The input is not sorted: the sample before this member may have members
-            # further on too, so it is not known complete and does not go out.
+            # further on too, so it is not known complete and does not go out. The
+            # earlier sample of this key has gone out without this member: no stream
+            # reader can know a key comes back before it does, so the message says so.
             raise SampleError(
                 f"key {member_key!r} comes back after other keys: members of a sample "
-                "must be adjacent (sort the input: tarsort, or tar --sort=name)",
+                f"must be adjacent, so sample {member_key!r} read earlier lacks this member "
+                "(sort the input: tarsort, or tar --sort=name; if these are two samples, "
+                "give them keys of their own)",
                 source=source,
                 offset=member.offset,
                 member=name,
