@@ -23,7 +23,7 @@ import signal
 import sys
 from typing import Any
 
-from .errors import TarkitError
+from .errors import TarkitError, UsageError
 from .mapshard import ShardResult, ShardTask, run_shard
 from .procmap import ledger_base, record_commands, stop_recording, sweep_ledgers
 
@@ -244,6 +244,12 @@ class RayEngine:
                 what = f"the Ray cluster at {where}" if where else "a local Ray"
                 raise EngineError(f"cannot connect to {what}: {exc}") from None
             self.connected_here = True
+        try:
+            check_cpus(ray.nodes(), num_cpus)
+        except UsageError:
+            if self.connected_here:
+                ray.shutdown()
+            raise
         remote = ray.remote(num_cpus=num_cpus, max_retries=0, retry_exceptions=False)
         self.task = remote(run_shard_on_ray)
         self.mapper_ref = ray.put(mapper)
@@ -288,6 +294,27 @@ class RayEngine:
         self.refs = {}
         if self.connected_here:
             self.ray.shutdown()
+
+
+def check_cpus(nodes: list[dict[str, Any]], num_cpus: float) -> None:
+    """Raise :class:`UsageError` unless a live node of ``nodes`` (``ray.nodes()``) has
+    ``num_cpus`` CPUs: Ray would keep such tasks pending forever, without an error.
+
+    >>> check_cpus([{"Alive": True, "Resources": {"CPU": 2.0}}], 4)
+    Traceback (most recent call last):
+    ...
+    tarkit.errors.UsageError: each shard task asks for 4 CPUs (num_cpus, --num-cpus) but no node of the Ray cluster has that many: the largest has 2 (1 node, 2 CPUs in all)
+    """
+    cpus = [float(n.get("Resources", {}).get("CPU", 0)) for n in nodes if n.get("Alive")]
+    largest = max(cpus, default=0.0)
+    if num_cpus <= largest:
+        return
+    count = "1 node" if len(cpus) == 1 else f"{len(cpus)} nodes"
+    raise UsageError(
+        f"each shard task asks for {num_cpus:g} CPUs (num_cpus, --num-cpus) but no node of "
+        f"the Ray cluster has that many: the largest has {largest:g} ({count}, "
+        f"{sum(cpus):g} CPUs in all)"
+    )
 
 
 def run_shard_on_ray(mapper: Any, task: ShardTask) -> ShardResult:

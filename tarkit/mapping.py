@@ -152,6 +152,8 @@ def map_shards(
         raise UsageError(f"retries must not be negative (got {retries})")
     if workers is not None and workers < 1:
         raise UsageError(f"workers must be at least 1 (got {workers})")
+    if not num_cpus >= 0:
+        raise UsageError(f"num_cpus must not be negative (got {num_cpus})")
     mapper = _as_mapper(fn, engine)
 
     tasks = deque(

@@ -274,6 +274,7 @@ def test_records_say_where_each_output_came_from(tmp_path: Path) -> None:
         ({"metadata": "meta.csv"}, "name it .jsonl"),
         ({"engine": "spark"}, "unknown engine"),
         ({"retries": -1}, "must not be negative"),
+        ({"num_cpus": -1, "engine": "ray"}, "num_cpus must not be negative"),
         ({"fn": lambda s: s}, "cannot be sent to worker processes"),
     ],
 )

@@ -24,6 +24,7 @@ import pytest
 from conftest import BIN, ROOT, assert_gone, run, samples_of
 from map_functions import write_inputs
 
+from tarkit.errors import UsageError
 from tarkit.mapping import MapError, map_shards
 from tarkit.procmap import sweep_ledgers
 
@@ -276,3 +277,26 @@ def test_a_ray_worker_killed_mid_command_loses_its_command_not_its_shard(
     assert_gone(command_pid)
     ledgers = Path(tempfile.gettempdir()) / f"tarkit-commands-{os.getuid()}"
     assert not list(ledgers.glob(f"*-{worker_pid}-*"))
+
+
+def test_num_cpus_one_runs_and_more_than_any_node_has_fails_at_once_saying_so(
+    tmp_path: Path, cluster: tuple[str, Path]
+) -> None:
+    inputs = write_inputs(tmp_path / "in", shards=2)
+    command = ["tarkit", "map", "-c", "true", inputs, "-o", str(tmp_path / "out-{0..1}.tar"),
+               "--engine", "ray", "--address", cluster[0]]  # fmt: skip
+    one = run([*command, "--num-cpus", "1"], timeout=60)
+    assert one.returncode == 0, one.stderr
+    assert "2/2 shards" in one.stderr
+    (tmp_path / "out-0.tar").unlink()
+    # Each node of the cluster has one CPU: Ray would keep the tasks pending forever.
+    two = run([*command, "--num-cpus", "2", "--no-resume"], timeout=60)
+    assert two.returncode == 2
+    assert two.stderr == (
+        "tarkit map: error: each shard task asks for 2 CPUs (num_cpus, --num-cpus) but no "
+        "node of the Ray cluster has that many: the largest has 1 (2 nodes, 2 CPUs in all)\n"
+    )
+    assert not (tmp_path / "out-0.tar").exists()
+    with pytest.raises(UsageError, match="asks for 1.5 CPUs"):
+        map_shards(fns.shout, inputs, str(tmp_path / "o-{0..1}.tar"), engine="ray",
+                   address=cluster[0], num_cpus=1.5)  # fmt: skip
