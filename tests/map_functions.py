@@ -70,6 +70,23 @@ def exit_once(sample: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
     os._exit(1)
 
 
+def hang_once(sample: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
+    """Like :func:`shout`, but the first attempt at a marked sample hangs (30 s).
+
+    A sample is marked when ``<marks>/hang-<key>`` exists; the mark is consumed and the
+    worker's process id written to ``<marks>/hanging`` for the test to kill it.
+    """
+    mark = _marks() / f"hang-{sample['__key__']}"
+    try:
+        mark.unlink()
+    except FileNotFoundError:
+        return shout(sample)
+    (_marks() / "hanging.tmp").write_text(str(os.getpid()))
+    os.replace(_marks() / "hanging.tmp", _marks() / "hanging")
+    time.sleep(30)
+    raise AssertionError("the worker was not killed")
+
+
 def where(sample: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
     """Like :func:`shout`, and the row names the Ray node and the process that ran it."""
     import ray

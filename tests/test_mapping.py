@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
+import threading
+import time
 from pathlib import Path
 
 import map_functions as fns
@@ -179,6 +182,42 @@ def test_a_killed_worker_costs_one_attempt_of_its_shard_and_the_job_completes(
     assert len(fns.rows_of(tmp_path / "meta.jsonl")) == SHARDS * PER_SHARD
     assert result.processed == SHARDS
     assert not [p for p in (tmp_path / "out").iterdir() if ".map-" in p.name]
+
+
+def test_a_worker_killed_from_outside_mid_shard_costs_one_attempt_and_the_job_completes(
+    tmp_path: Path, marks: Path
+) -> None:
+    inputs = write_inputs(tmp_path / "in")
+    (marks / "hang-s2-03").touch()
+    killed: list[int] = []
+
+    def kill_the_hanging_worker() -> None:
+        deadline = time.monotonic() + 30
+        while not (marks / "hanging").exists() and time.monotonic() < deadline:
+            time.sleep(0.02)
+        killed.append(int((marks / "hanging").read_text()))
+        os.kill(killed[0], signal.SIGKILL)
+
+    killer = threading.Thread(target=kill_the_hanging_worker)
+    killer.start()
+    retried: list[str] = []
+    try:
+        result = map_shards(
+            fns.hang_once, inputs, str(tmp_path / "out" / "out-{0..3}.tar"), workers=2,
+            metadata=str(tmp_path / "meta.jsonl"),
+            progress=lambda p: p.event == "retry" and retried.append(p.message or ""),
+        )  # fmt: skip
+    finally:
+        killer.join(timeout=60)
+    assert retried == [
+        f"{tmp_path}/in/in-2.tar: its worker process (pid {killed[0]}) was killed by signal 9 "
+        "(SIGKILL)"
+    ]
+    keys = [f"s{s}-{i:02d}" for s in range(SHARDS) for i in range(PER_SHARD)]
+    outputs = outputs_of(tmp_path / "out")
+    assert [k for p in outputs for k, _ in samples_of(p.read_bytes())] == keys
+    assert [r["key"] for r in fns.rows_of(tmp_path / "meta.jsonl")] == keys
+    assert result.processed == SHARDS
 
 
 def test_a_rerun_maps_only_the_shards_that_are_missing_or_do_not_match(

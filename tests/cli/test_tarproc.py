@@ -176,19 +176,30 @@ def test_multi_parts_become_samples_key_slash_part_in_sorted_order(
 # --- order and parallelism --------------------------------------------------------------
 
 
-def test_four_at_once_keeps_input_order_and_unordered_keeps_every_sample(
-    tmp_path: Path, env: dict[str, str]
-) -> None:
+def test_four_at_once_keeps_input_order(tmp_path: Path, env: dict[str, str]) -> None:
     source = tmp_path / "in.tar"
     source.write_bytes(archive_of(24))
     script = "n=${TARKIT_KEY#s}; sleep 0.0$(( (24 - 10#$n) % 6 )); echo $n > sample.n"
     ordered = run(["tarproc", "-p", "4", "-c", script, str(source)], env=env)
     assert ordered.returncode == 0, ordered.stderr
-    keys = [f"s{i:02d}" for i in range(24)]
-    assert [key for key, _ in samples_of(ordered.stdout)] == keys
-    unordered = run(["tarproc", "-p", "4", "--unordered", "-c", script, str(source)], env=env)
+    assert [key for key, _ in samples_of(ordered.stdout)] == [f"s{i:02d}" for i in range(24)]
+
+
+def test_unordered_writes_samples_in_the_order_they_finish(
+    tmp_path: Path, env: dict[str, str]
+) -> None:
+    # s00 ends only once s01 is finished (reaped: gone from /proc), so s01 comes first.
+    source = tmp_path / "in.tar"
+    source.write_bytes(archive_of(2))
+    pid = tmp_path / "s01.pid"
+    script = f"""case $TARKIT_KEY in
+      s00) for i in $(seq 1000); do [ -s {pid} ] && break; sleep 0.01; done
+           while [ -e /proc/$(cat {pid}) ]; do sleep 0.01; done;;
+      s01) echo $$ > {pid};;
+    esac"""
+    unordered = run(["tarproc", "-p", "2", "--unordered", "-c", script, str(source)], env=env)
     assert unordered.returncode == 0, unordered.stderr
-    assert sorted(key for key, _ in samples_of(unordered.stdout)) == keys
+    assert [key for key, _ in samples_of(unordered.stdout)] == ["s01", "s00"]
 
 
 # --- failures ---------------------------------------------------------------------------
