@@ -296,9 +296,11 @@ def parse_resize(text: str) -> tuple[int, int, str]:
 class ImageTransform:
     """Re-encode image fields: resize (see :func:`parse_resize`) and/or change format.
 
-    :meth:`apply` leaves non-image fields alone, and image fields untouched (bytes
-    as they are) when neither a size nor a format is set. EXIF orientation is applied
-    before resizing, since re-encoding drops the EXIF data.
+    An image field is one whose extension is an image format (``jpg``, ``seg.png``…);
+    its value may be encoded bytes or a PIL image (or a ``uint8`` numpy array). A new
+    format also renames the field (``seg.png`` → ``seg.jpg``). Other fields are left
+    alone, and image fields too when neither a size nor a format is set. EXIF
+    orientation is applied before resizing, since re-encoding drops the EXIF data.
     """
 
     def __init__(self, resize: str | None = None, image_format: str | None = None,
@@ -320,26 +322,59 @@ class ImageTransform:
     def active(self) -> bool:
         return self.size is not None or self.format is not None
 
-    def apply(self, field: str, data: bytes, source: str) -> tuple[str, bytes]:
-        """The (field, bytes) an image field becomes; raise SampleError if undecodable."""
+    def apply(self, field: str, value: object, source: str) -> tuple[str, object]:
+        """The (field, value) an image field becomes; raise SampleError if undecodable.
+
+        Bytes are decoded and re-encoded. A PIL image stays one when only resized (it is
+        encoded with the sample), and is encoded when a format is set. Values of other
+        types, and other fields, come back as they are.
+        """
         ext = extension(field)
         if not self.active or ext not in IMAGE_FORMATS:
-            return field, data
+            return field, value
         from PIL import Image, ImageOps
 
-        try:
-            with Image.open(io.BytesIO(data)) as opened:
-                image = ImageOps.exif_transpose(opened)
-                image.load()
-        except Exception as exc:  # Pillow raises many kinds for bad data
-            raise SampleError(
-                f"field {field!r}: cannot decode the image: {exc}", source=source
-            ) from None
+        if isinstance(value, (bytes, bytearray, memoryview)):
+            try:
+                with Image.open(io.BytesIO(value)) as opened:
+                    image = ImageOps.exif_transpose(opened)
+                    image.load()
+            except Exception as exc:  # Pillow raises many kinds for bad data
+                raise SampleError(
+                    f"field {field!r}: cannot decode the image: {exc}", source=source
+                ) from None
+        else:
+            image = _as_image(value)
+            if image is None:
+                return field, value  # encode_field names the type it cannot take
+            image = ImageOps.exif_transpose(image)
         if self.size is not None:
             image = resize_image(image, *self.size)
+        if self.format is None and not isinstance(value, (bytes, bytearray, memoryview)):
+            return field, image
         new_ext = self.format or ext
         new_field = field[: len(field) - len(ext)] + new_ext
         return new_field, encode_image(image, new_ext, quality=self.quality)
+
+    def sample(self, sample: Mapping[str, Any], source: str) -> dict[str, Any]:
+        """``sample`` with every image field transformed (see :meth:`apply`).
+
+        Raises :class:`SampleError` when a new format makes two fields one
+        (``jpg`` and ``png`` with ``--format png``).
+        """
+        if not self.active:
+            return dict(sample)
+        out: dict[str, Any] = {}
+        seen: set[str] = set()
+        for field, value in sample.items():
+            if not (field.startswith("__") and field.endswith("__")):
+                field, value = self.apply(field, value, source)
+                if field.lower() in seen:
+                    raise SampleError(f"two fields become {field!r} after --format",
+                                      source=f"sample {sample.get('__key__')!r}")  # fmt: skip
+                seen.add(field.lower())
+            out[field] = value
+        return out
 
 
 def resize_image(image: Any, width: int, height: int, mode: str) -> Any:

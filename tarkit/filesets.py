@@ -24,7 +24,7 @@ import os
 from collections.abc import Sequence
 
 from .encoding import IMAGE_FORMATS, ImageTransform, extension
-from .errors import InputError, SampleError, SourceError
+from .errors import InputError, SourceError
 from .plan import PlanRow, read_plan
 from .samples import split_name
 
@@ -67,19 +67,7 @@ def _transform(
     """Apply ``transform`` to the image fields of a sample of bytes."""
     if transform is None or not transform.active:
         return sample
-    out: dict[str, object] = {"__key__": sample["__key__"]}
-    for field, value in sample.items():
-        if field == "__key__":
-            continue
-        if isinstance(value, bytes):
-            field, value = transform.apply(field, value, source)
-        if field.lower() in (f.lower() for f in out):
-            raise SampleError(
-                f"two fields become {field!r} after --format",
-                source=f"sample {sample['__key__']!r}",
-            )
-        out[field] = value
-    return out
+    return transform.sample(sample, source)
 
 
 def _in_a_class(path: str) -> bool:

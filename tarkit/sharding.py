@@ -21,7 +21,7 @@ import traceback
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from typing import Any, TextIO
 
-from .encoding import DEFAULT_QUALITY, encode_sample
+from .encoding import DEFAULT_QUALITY, ImageTransform, encode_sample
 from .errors import InputError, SampleError, TarkitError, UsageError
 from .manifest import Manifest, ShardInfo
 from .shards import DEFAULT_MAXCOUNT, DEFAULT_MAXSIZE, DEFAULT_PATTERN, ShardWriter
@@ -114,12 +114,13 @@ class _Encoder:
     """The per-item work: item → sample dict → raw tar members. Runs in the workers."""
 
     def __init__(self, dataset: Any, to_sample: ToSample | None, mtime: int, quality: int,
-                 image_ext: str) -> None:  # fmt: skip
+                 image_ext: str, transform: ImageTransform) -> None:  # fmt: skip
         self.dataset = dataset
         self.to_sample = to_sample
         self.mtime = mtime
         self.quality = quality
         self.image_ext = image_ext
+        self.transform = transform
 
     def encode(self, index: int, item: Any) -> bytes | _Failure:
         try:
@@ -127,6 +128,8 @@ class _Encoder:
                 sample = self.to_sample(item, index)
             else:
                 sample = default_sample(item, index, image_ext=self.image_ext)
+            if self.transform.active:
+                sample = self.transform.sample(sample, f"item {index}")
             return encode_sample(sample, mtime=self.mtime, quality=self.quality)
         except Exception as exc:
             return _Failure(index, exc)
@@ -202,6 +205,8 @@ def shard_dataset(
     storage_options: Mapping[str, Any] | None = None,
     quality: int = DEFAULT_QUALITY,
     image_ext: str = "png",
+    resize: str | None = None,
+    image_format: str | None = None,
     progress: bool | None = None,
     on_shard: Callable[[ShardInfo], object] | None = None,
 ) -> Manifest:
@@ -217,6 +222,13 @@ def shard_dataset(
     ``quality`` is the JPEG/WebP quality for images encoded by extension. ``progress``
     draws a progress line on stderr (default: when stderr is a terminal).
 
+    ``resize`` (``"256x256^"``, see :func:`~tarkit.encoding.parse_resize`) and
+    ``image_format`` (``"jpg"``, ``"png"``, ``"webp"``…) apply to every image field of
+    every sample, after ``to_sample``: PIL images and encoded image bytes alike, as
+    ``tarkit shard --resize/--format`` do; a new format renames the field (``seg.png`` →
+    ``seg.jpg``). ``image_format`` is also the field of the image in an ``(x, label)``
+    pair (else ``image_ext``).
+
     ``resume=True`` keeps the complete shards of an interrupted run with the same
     arguments, skips the items they hold, and continues: the result is the bytes an
     uninterrupted run writes. An item that fails raises its error (a tarkit error as it
@@ -228,11 +240,14 @@ def shard_dataset(
     map_style = is_map_style(dataset)
     if shuffle and not map_style:
         raise UsageError("shuffle=True needs a map-style dataset (with __len__ and __getitem__)")
+    transform = ImageTransform(resize, image_format, quality)
+    if transform.format is not None:
+        image_ext = transform.format
     writer = ShardWriter(
         pattern, maxcount=maxcount, maxsize=maxsize, start=start, post=post,
         manifest=manifest, on_shard=on_shard, storage_options=storage_options, resume=resume,
     )  # fmt: skip
-    encoder = _Encoder(dataset, to_sample, writer.mtime, quality, image_ext)
+    encoder = _Encoder(dataset, to_sample, writer.mtime, quality, image_ext, transform)
     done = writer.samples_done
     if map_style:
         order = sample_order(len(dataset), shuffle, seed)

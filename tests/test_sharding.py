@@ -118,6 +118,29 @@ def test_a_tarkit_error_in_a_worker_arrives_intact(tmp_path: Path) -> None:
     assert list(tmp_path.iterdir()) == []
 
 
+def test_resize_and_format_reach_pil_images_and_image_bytes_of_dict_items(
+    tmp_path: Path,
+) -> None:
+    encoded = io.BytesIO()
+    Image.new("RGB", (40, 20), (200, 10, 10)).save(encoded, format="PNG")
+    items = [{"__key__": "k", "jpg": Image.new("RGB", (20, 40)), "mask.png": encoded.getvalue(),
+              "txt": "left alone"}]  # fmt: skip
+    shard_dataset(items, str(tmp_path / "s-%d.tar"), resize="10x10!", image_format="webp")
+    [(key, fields)] = samples_of((tmp_path / "s-0.tar").read_bytes())
+    assert sorted(fields) == ["mask.webp", "txt", "webp"]
+    assert fields["txt"] == b"left alone"
+    for field in ("webp", "mask.webp"):
+        image = Image.open(io.BytesIO(fields[field]))
+        assert (image.format, image.size) == ("WEBP", (10, 10))
+
+
+def test_a_format_that_makes_two_fields_one_is_an_error_naming_the_sample(tmp_path: Path) -> None:
+    items = [{"__key__": "k", "jpg": Image.new("RGB", (2, 2)), "png": Image.new("RGB", (2, 2))}]
+    with pytest.raises(SampleError, match="sample 'k': two fields become 'png' after --format"):
+        shard_dataset(items, str(tmp_path / "s-%d.tar"), image_format="png")
+    assert list(tmp_path.iterdir()) == []
+
+
 def test_default_sample_names_fields_by_type() -> None:
     image = Image.new("L", (2, 2))
     assert default_sample((image, 4), 12) == {"__key__": "000000012", "png": image, "cls": 4}

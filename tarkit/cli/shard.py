@@ -82,7 +82,7 @@ def shard(
         typer.Option(
             "--resize",
             help="Resize images: WxH fits inside, WxH! exactly, WxH^ "
-            "covers (keeps the aspect ratio).",
+            "covers (keeps the aspect ratio); with --dataset, every image of every item.",
             show_default=False,
         ),
     ] = None,  # fmt: skip
@@ -90,8 +90,9 @@ def shard(
         Optional[str],
         typer.Option(
             "--format",
-            help="Re-encode images as jpg, png or webp (with "
-            "--dataset: the field for PIL images, default png).",
+            help="Re-encode images as jpg, png or webp; the field takes the new "
+            "extension (with --dataset: every image field, and the image of (x, label) "
+            "pairs, else png).",
             show_default=False,
         ),
     ] = None,  # fmt: skip
@@ -139,25 +140,23 @@ def shard(
         from ..sharding import shard_dataset
         from .tarsplit import shard_reporter
 
-        transform = ImageTransform(resize, image_format if dataset is None else None, quality)
+        # Files read from SOURCE are transformed as they are read; a Dataset's items by
+        # shard_dataset, after they become samples.
+        transform = ImageTransform(resize, image_format, quality)
         status = 0
         if dataset is not None:
-            if resize is not None:
-                raise UsageError("--resize applies to files read from SOURCE; with --dataset, "
-                                 "resize in the dataset")  # fmt: skip
             items = load_factory(dataset, source)
-            image_ext = ImageTransform(None, image_format).format or "png"
         elif source is None:
             raise UsageError("give a SOURCE directory or plan, or --dataset module:function")
         else:
             items = open_files(source, layout.value, transform, delimiter)
-            image_ext = "png"
             status = _report_skipped(tool, source, items, strict)
         result = shard_dataset(
             items, output, num_workers=workers, shuffle=shuffle, seed=seed, maxcount=maxcount,
             maxsize=maxsize, resume=resume, start=start, manifest=manifest, quality=quality,
-            image_ext=image_ext, progress=progress,
-            on_shard=shard_reporter(tool) if verbose else None,
+            resize=resize if dataset is not None else None,
+            image_format=image_format if dataset is not None else None,
+            progress=progress, on_shard=shard_reporter(tool) if verbose else None,
         )  # fmt: skip
         class_names = getattr(items, "classes", None)
         if isinstance(class_names, list):

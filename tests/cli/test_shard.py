@@ -217,6 +217,11 @@ class Squares:
 
 def make(count="42"):
     return Squares(int(count))
+
+
+def dicts():
+    return [{"__key__": f"d{i}", "jpg": Image.new("RGB", (64, 32), (i, 0, 0)),
+             "seg.png": Image.new("L", (64, 32), i), "cls": i} for i in range(3)]
 """
 
 
@@ -229,6 +234,31 @@ def test_dataset_factory_items_become_samples(tmp_path: Path) -> None:
     assert [key for key, _ in samples] == [f"{i:09d}" for i in range(5)]
     assert Image.open(io.BytesIO(samples[3][1]["jpg"])).format == "JPEG"
     assert samples[3][1]["cls"] == b"3"
+
+
+def test_resize_applies_to_the_image_of_dataset_pairs(tmp_path: Path) -> None:
+    (tmp_path / "mydata.py").write_text(DATASET_MODULE)
+    result = run(["tarkit", "shard", "--dataset", "mydata:make", "2", "-o", "out/s-%d.tar",
+                  "--resize", "6x6"], cwd=tmp_path)  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    samples = all_samples(tmp_path / "out")
+    assert [sorted(fields) for _, fields in samples] == [["cls", "png"]] * 2
+    assert Image.open(io.BytesIO(samples[1][1]["png"])).size == (6, 6)
+
+
+def test_resize_and_format_apply_to_every_image_field_of_dataset_dicts(tmp_path: Path) -> None:
+    (tmp_path / "mydata.py").write_text(DATASET_MODULE)
+    result = run(["tarkit", "shard", "--dataset", "mydata:dicts", "-o", "out/s-%d.tar",
+                  "--resize", "16x16", "--format", "webp"], cwd=tmp_path)  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    samples = all_samples(tmp_path / "out")
+    assert [key for key, _ in samples] == ["d0", "d1", "d2"]
+    fields = samples[2][1]
+    assert sorted(fields) == ["cls", "seg.webp", "webp"]
+    for field in ("webp", "seg.webp"):
+        image = Image.open(io.BytesIO(fields[field]))
+        assert (image.format, image.size) == ("WEBP", (16, 8))
+    assert fields["cls"] == b"2"
 
 
 def test_dataset_factory_that_cannot_be_imported_is_a_one_line_error(tmp_path: Path) -> None:
