@@ -197,15 +197,21 @@ class FileTree:
 
 
 class PlanDataset:
-    """The rows of a plan (checked when built), loaded per item."""
+    """The rows of a plan (checked when built), loaded per item; ``key_format`` makes
+    the keys as in :func:`~tarkit.plan.read_plan`."""
 
     def __init__(
         self,
         plan: str | Sequence[PlanRow],
         transform: ImageTransform | None = None,
         delimiter: str | None = None,
+        *,
+        key_format: str | None = None,
     ) -> None:
-        self.rows = read_plan(plan, delimiter) if isinstance(plan, str) else list(plan)
+        if isinstance(plan, str):
+            self.rows = read_plan(plan, delimiter, key_format=key_format)
+        else:
+            self.rows = list(plan)
         self.transform = transform
         self.source = plan if isinstance(plan, str) else "plan"
         self.skipped: list[str] = []

@@ -86,3 +86,12 @@ ManifestOut = Annotated[
 Verbose = Annotated[
     bool, typer.Option("-v", "--verbose", help="Print each finished shard on stderr.")
 ]
+PlanKey = Annotated[
+    Optional[str],
+    typer.Option(
+        "--key",
+        help="Make keys of plan rows from this format: {row} (from 0) and text columns, "
+        "e.g. 'train/{row:06d}' or '{cls}/{row:06d}'. Default: {row:09d}.",
+        show_default=False,
+    ),
+]

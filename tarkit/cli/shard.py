@@ -68,6 +68,7 @@ def shard(
             show_default=False,
         ),
     ] = None,  # fmt: skip
+    key: o.PlanKey = None,
     maxcount: o.MaxCount = 100_000,
     maxsize: o.MaxSize = "1G",
     shuffle: Annotated[
@@ -135,6 +136,8 @@ def shard(
     tool = ctx.command_path
 
     def body() -> int:
+        import os
+
         from ..encoding import ImageTransform
         from ..errors import UsageError
         from ..sharding import shard_dataset
@@ -144,12 +147,14 @@ def shard(
         # shard_dataset, after they become samples.
         transform = ImageTransform(resize, image_format, quality)
         status = 0
+        if key is not None and (dataset is not None or (source and os.path.isdir(source))):
+            raise UsageError("--key makes the keys of plan rows: it takes a .csv/.tsv SOURCE")
         if dataset is not None:
             items = load_factory(dataset, source)
         elif source is None:
             raise UsageError("give a SOURCE directory or plan, or --dataset module:function")
         else:
-            items = open_files(source, layout.value, transform, delimiter)
+            items = open_files(source, layout.value, transform, delimiter, key)
             status = _report_skipped(tool, source, items, strict)
         result = shard_dataset(
             items, output, num_workers=workers, shuffle=shuffle, seed=seed, maxcount=maxcount,
@@ -171,8 +176,10 @@ def shard(
     run(tool, body)
 
 
-def open_files(source: str, layout: str, transform: Any, delimiter: str | None) -> Any:
-    """The dataset for a directory or plan SOURCE."""
+def open_files(
+    source: str, layout: str, transform: Any, delimiter: str | None, key: str | None = None
+) -> Any:
+    """The dataset for a directory or plan SOURCE (``key``: the plan's key format)."""
     import os
 
     from ..errors import SourceError
@@ -186,7 +193,7 @@ def open_files(source: str, layout: str, transform: Any, delimiter: str | None) 
         return FileTree(source, transform)
     if not os.path.exists(source):
         raise SourceError(f"{source}: no such file or directory")
-    return PlanDataset(source, transform, delimiter)
+    return PlanDataset(source, transform, delimiter, key_format=key)
 
 
 def load_factory(spec: str, source: str | None) -> Any:

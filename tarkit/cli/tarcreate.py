@@ -48,15 +48,7 @@ def tarcreate(
             show_default=False,
         ),
     ] = None,
-    key: Annotated[
-        Optional[str],
-        typer.Option(
-            "--key",
-            help="Make keys of plan rows from this format: {row} (from 0) and text columns, "
-            "e.g. 'train/{row:06d}' or '{cls}/{row:06d}'. Default: {row:09d}.",
-            show_default=False,
-        ),
-    ] = None,
+    key: o.PlanKey = None,
     dereference: Annotated[
         bool,
         typer.Option(

@@ -184,6 +184,45 @@ def test_a_plan_with_file_paths_and_text_round_trips(tmp_path: Path, ending: str
     }  # fmt: skip
 
 
+def test_key_makes_the_keys_of_plan_rows_as_in_tarcreate(tmp_path: Path) -> None:
+    (tmp_path / "a.bin").write_bytes(b"a")
+    plan = tmp_path / "plan.csv"
+    plan.write_text("@bin,cls,txt\na.bin,3,one\na.bin,7,two\n")
+    out = tmp_path / "out"
+    result = run(["tarkit", "shard", str(plan), "--key", "train/{cls}/{row:04d}",
+                  "-o", str(out / "s-%d.tar")])  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    assert [key for key, _ in samples_of((out / "s-0.tar").read_bytes())] == [
+        "train/3/0000", "train/7/0001"
+    ]  # fmt: skip
+    created = run(["tarcreate", str(plan), "--key", "train/{cls}/{row:04d}"])
+    assert created.stdout == (out / "s-0.tar").read_bytes()
+
+
+@pytest.mark.parametrize(
+    "plan,key,message",
+    [
+        ("@bin,cls\na.bin,3\n", "{label}/{row}", "--key '{label}/{row}': no text column 'label'"),
+        ("__key__,@bin\nk,a.bin\n", "{row}", "the plan has a __key__ column: leave out --key"),
+        (None, "{row}", "--key makes the keys of plan rows: it takes a .csv/.tsv SOURCE"),
+    ],
+)
+def test_key_that_cannot_apply_is_a_one_line_usage_error(
+    tmp_path: Path, plan: str | None, key: str, message: str
+) -> None:
+    (tmp_path / "a.bin").write_bytes(b"a")
+    source = tmp_path / "plan.csv"
+    if plan is None:
+        source = tmp_path
+    else:
+        source.write_text(plan)
+    result = run(["tarkit", "shard", str(source), "--key", key, "-o", str(tmp_path / "s-%d.tar")])
+    assert result.returncode == 2
+    assert result.stderr.startswith("tarkit shard: error: ") and message in result.stderr
+    assert len(result.stderr.splitlines()) == 1
+    assert not list(tmp_path.glob("s-*"))
+
+
 def test_a_plan_with_a_missing_file_fails_naming_the_line_before_writing(tmp_path: Path) -> None:
     (tmp_path / "a.bin").write_bytes(b"a")
     plan = tmp_path / "plan.csv"
