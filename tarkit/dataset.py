@@ -12,7 +12,9 @@ This is the only module of tarkit that imports torch.
 
 from __future__ import annotations
 
+import contextlib
 import io
+import multiprocessing
 import os
 import random
 import sys
@@ -106,13 +108,23 @@ class _SharedState:
     """Epoch and skip counts in shared memory, seen by the dataset and its worker copies.
 
     Torch shared-memory tensors: forked workers share them, spawned workers get them
-    through torch's pickler, and a plain ``pickle`` copies their values.
+    through torch's pickler, and a plain ``pickle`` copies their values. A lock makes
+    "first" mean first among forked workers (two workers skipping at once would both
+    warn, or mix their examples); spawned workers and copies go without it.
     """
 
     def __init__(self, shards: int) -> None:
         self.numbers = torch.zeros(_HEAD + _ROWS * _COLUMNS, dtype=torch.int64).share_memory_()
         self.shard_reasons = torch.zeros(max(shards, 1), dtype=torch.int8).share_memory_()
         self.examples = torch.zeros((len(REASONS), _EXAMPLE), dtype=torch.uint8).share_memory_()
+        self.lock = _fork_lock()
+
+    def __getstate__(self) -> dict[str, Any]:
+        # Only a forked child can share the lock (inheriting it); pickling it fails.
+        return {**self.__dict__, "lock": None}
+
+    def _locked(self) -> contextlib.AbstractContextManager[Any]:
+        return self.lock if self.lock is not None else contextlib.nullcontext()
 
     def reset(self) -> None:
         self.numbers[_WARNED_SKIP:] = 0
@@ -122,18 +134,27 @@ class _SharedState:
     def add(self, row: int, reason: str, samples: int, shard: int | None, message: str) -> bool:
         """Count a skip; True when it is the first of this dataset (time to warn)."""
         index = REASONS.index(reason)
-        self.numbers[_HEAD + (row % _ROWS) * _COLUMNS + index] += samples
-        if shard is not None and int(self.shard_reasons[shard]) == 0:
-            self.shard_reasons[shard] = index + 1
-        if int(self.examples[index, 0]) == 0:
-            data = message.encode("utf-8", "replace")[: _EXAMPLE - 1] or b"?"
-            self.examples[index, : len(data)] = torch.frombuffer(bytearray(data), dtype=torch.uint8)
-        return self.first(_WARNED_SKIP)
+        with self._locked():
+            self.numbers[_HEAD + (row % _ROWS) * _COLUMNS + index] += samples
+            if shard is not None and int(self.shard_reasons[shard]) == 0:
+                self.shard_reasons[shard] = index + 1
+            if int(self.examples[index, 0]) == 0:
+                data = message.encode("utf-8", "replace")[: _EXAMPLE - 1] or b"?"
+                self.examples[index, : len(data)] = torch.frombuffer(
+                    bytearray(data), dtype=torch.uint8
+                )
+            return self._first(_WARNED_SKIP)
 
     def repeat(self, row: int, samples: int) -> None:
-        self.numbers[_HEAD + (row % _ROWS) * _COLUMNS + len(REASONS)] += samples
+        with self._locked():
+            self.numbers[_HEAD + (row % _ROWS) * _COLUMNS + len(REASONS)] += samples
 
     def first(self, cell: int) -> bool:
+        """Set a flag; True for the one process that set it."""
+        with self._locked():
+            return self._first(cell)
+
+    def _first(self, cell: int) -> bool:
         if int(self.numbers[cell]):
             return False
         self.numbers[cell] = 1
@@ -152,6 +173,14 @@ class _SharedState:
             if raw:
                 result.examples[reason] = raw.decode("utf-8", "replace")
         return result
+
+
+def _fork_lock() -> Any:
+    """A lock for forked children (no resource tracker process), or None without fork."""
+    try:
+        return multiprocessing.get_context("fork").Lock()
+    except ValueError:  # pragma: no cover - Windows
+        return None
 
 
 def distributed_rank() -> tuple[int, int]:
@@ -326,9 +355,7 @@ class ShardDataset(IterableDataset):
     def __iter__(self) -> Iterator[Any]:
         info = get_worker_info()
         worker, workers = (info.id, info.num_workers) if info is not None else (0, 1)
-        rank, world = self.rank_and_world()
-        if worker == 0:  # one worker decides, so that the warning comes once
-            self._warn_if_idle(world, workers)
+        rank, _ = self.rank_and_world()
         return self._epoch(worker, workers, rank)
 
     def _epoch(self, worker: int, workers: int, rank: int) -> Iterator[Any]:
@@ -339,8 +366,10 @@ class ShardDataset(IterableDataset):
         ``len(DataLoader)`` exact.
         """
         loader_batch_size = _loader_batch_size(sys._getframe(1))
-        if loader_batch_size and self.batch_size and worker == 0:
-            self._warn_batched_twice(loader_batch_size)
+        if worker == 0:  # one worker decides, so that a warning comes once
+            if loader_batch_size and self.batch_size:
+                self._warn_batched_twice(loader_batch_size)
+            self._warn_if_idle(workers, loader_batch_size)
         epoch = self.epoch
         pieces = self.pieces(worker, workers, loader_batch_size=loader_batch_size)
         items: Iterator[Any] = self._samples(pieces, worker)
@@ -369,20 +398,26 @@ class ShardDataset(IterableDataset):
                 stacklevel=3,
             )
 
-    def _warn_if_idle(self, world: int, workers: int) -> None:
-        units = len(self.urls) if self.infos is None else sum(i.samples for i in self.infos)
-        if units < world * workers and self._state.first(_WARNED_IDLE):
-            what = "shards" if self.infos is None else "samples"
-            warnings.warn(
-                f"tarkit: {units} {what} for {world} ranks x {workers} workers: some workers "
-                "have nothing to read"
-                + (
-                    ""
-                    if self.infos is not None
-                    else " (a manifest with offsets lets tarkit split shards: tarindex --offsets)"
-                ),
-                stacklevel=3,
-            )
+    def _warn_if_idle(self, workers: int, loader_batch_size: int | None) -> None:
+        """Warn once if a worker of this rank has nothing to read (the same every epoch)."""
+        shares = [
+            self.pieces(w, workers, loader_batch_size=loader_batch_size) for w in range(workers)
+        ]
+        if all(shares) or not self._state.first(_WARNED_IDLE):
+            return
+        _, world = self.rank_and_world()
+        if self.infos is None:
+            what = f"{len(self.urls)} shards"
+            hint = " (a manifest with offsets lets tarkit split shards: tarindex --offsets)"
+        else:
+            what = f"{sum(i.samples for i in self.infos)} samples"
+            batch_size = self.batch_size or loader_batch_size
+            hint = f" (in batches of {batch_size})" if batch_size and batch_size > 1 else ""
+        warnings.warn(
+            f"tarkit: {what} for {world} ranks x {workers} workers: some workers have nothing "
+            f"to read{hint}",
+            stacklevel=3,
+        )
 
     def _samples(self, pieces: list[splitting.Piece], row: int) -> Iterator[dict[str, Any]]:
         for piece in pieces:

@@ -17,6 +17,7 @@ from collections import Counter
 from collections.abc import Iterable, Iterator
 from pathlib import Path
 
+import numpy as np
 import pytest
 import torch
 import webdataset as wds
@@ -116,6 +117,17 @@ for rank in (0, 1):
         for epoch in (0, 1):
             dataset.set_epoch(epoch)
             list(loader)
+print("== idle batches", file=sys.stderr, flush=True)
+for batch_size in (None, 4):  # 8 samples: 3, 3, 2 or 4, 4, 0
+    dataset = ShardDataset(manifest, batch_size=batch_size)
+    for epoch in (0, 1):
+        dataset.set_epoch(epoch)
+        list(DataLoader(dataset, batch_size=None, num_workers=3))
+print("== skipped", file=sys.stderr, flush=True)
+dataset = ShardDataset(paths, to_tuple="jpg", handler="skip")  # no sample has a jpg
+for epoch in (0, 1):
+    dataset.set_epoch(epoch)
+    list(DataLoader(dataset, batch_size=None, num_workers=2))
 for name in ("batched twice", "batched once"):
     print("== " + name, file=sys.stderr, flush=True)
     dataset = ShardDataset(manifest, batch_size=2)
@@ -166,6 +178,41 @@ def test_decode_and_to_tuple_give_what_webdataset_gives():
     assert len(ours) == len(theirs) == 90
     for (image, label), (their_image, their_label) in zip(ours, theirs, strict=True):
         assert (image == their_image).all() and label == their_label
+
+
+def same(ours: object, theirs: object) -> bool:
+    if isinstance(ours, Image.Image):
+        return isinstance(theirs, Image.Image) and ours.tobytes() == theirs.tobytes()
+    if isinstance(ours, (torch.Tensor, np.ndarray)):
+        return type(ours) is type(theirs) and ours.shape == theirs.shape and (ours == theirs).all()
+    return ours == theirs
+
+
+@pytest.mark.parametrize("spec", ["pil", "rgb8", "torchrgb", "l8"])
+def test_image_specs_and_basic_handlers_decode_as_webdataset_does(tmp_path, spec):
+    out = io.BytesIO()
+    png = io.BytesIO()
+    Image.new("RGB", (5, 3), (10, 200, 30)).save(png, "PNG")
+    array = io.BytesIO()
+    np.save(array, np.arange(6, dtype=np.int16).reshape(2, 3))
+    with TarWriter(out) as writer:
+        for i in range(3):
+            writer.add(f"k{i}.jpg", jpeg(i * 70))
+            writer.add(f"k{i}.png", png.getvalue())
+            writer.add(f"k{i}.json", b'{"a": [1, 2], "b": "x"}')
+            writer.add(f"k{i}.npy", array.getvalue())
+            writer.add(f"k{i}.cls", str(i).encode())
+            writer.add(f"k{i}.txt", "caf\u00e9".encode())
+    path = tmp_path / "fields.tar"
+    path.write_bytes(out.getvalue())
+    ours = list(ShardDataset(str(path), decode=spec))
+    theirs = list(wds.WebDataset(str(path), shardshuffle=False).decode(spec))
+    assert len(ours) == len(theirs) == 3
+    for mine, their in zip(ours, theirs, strict=True):
+        assert mine.keys() == their.keys()
+        assert all(same(mine[k], their[k]) for k in mine), spec
+    assert ours[1]["cls"] == 1 and ours[0]["json"] == {"a": [1, 2], "b": "x"}
+    assert ours[0]["txt"] == "caf\u00e9" and ours[0]["npy"].dtype == np.int16
 
 
 def test_map_runs_after_decode_and_batches_are_collated_by_torch(shards):
@@ -286,6 +333,13 @@ def test_more_workers_than_shards_warns_once_per_dataset_on_stderr(worker_warnin
     idle = "UserWarning: tarkit: 2 shards for 2 ranks x 3 workers: some workers have nothing"
     assert worker_warnings["idle"].count(idle) == 2
     assert worker_warnings["idle"].count("tarkit:") == 2
+
+
+def test_a_worker_left_without_a_batch_warns_once_per_dataset_on_stderr(worker_warnings):
+    idle = worker_warnings["idle batches"]
+    message = "tarkit: 8 samples for 1 ranks x 3 workers: some workers have nothing to read"
+    assert idle.count(message + " (in batches of 4)") == 1
+    assert idle.count("tarkit:") == 1
 
 
 def test_with_offsets_one_shard_is_split_so_that_every_worker_has_work(tmp_path):
@@ -500,6 +554,12 @@ def test_corrupt_jpegs_are_skipped_and_counted_over_workers(jpeg_shards):
     assert "s00-002" in skipped.examples[UNDECODABLE] or "s02-001" in skipped.examples[UNDECODABLE]
     dataset.set_epoch(1)
     assert not dataset.skipped
+
+
+def test_skipping_in_two_workers_warns_once_per_epoch_on_stderr(worker_warnings):
+    skipped = worker_warnings["skipped"]
+    assert skipped.count("UserWarning: tarkit: skipping bad input") == 2
+    assert skipped.count("tarkit:") == 2
 
 
 def test_skipping_warns_and_never_sleeps(jpeg_shards, monkeypatch):
