@@ -93,15 +93,24 @@ def test_a_bad_plan_fails_naming_the_line_before_anything_is_written(
     assert piped.returncode == 2 and piped.stdout == b""
 
 
-def test_plan_usage_errors(images: Path) -> None:
+def test_plan_usage_errors_exit_2_with_one_line(images: Path) -> None:
     plan = images / "plan.dat"
     plan.write_text("@jpg\nimages/cat1.jpg\n")
-    assert "pass -d" in run(["tarcreate", str(plan)]).stderr
     csv = images / "plan.csv"
     csv.write_text("__key__,@jpg\nx,images/cat1.jpg\n")
-    assert "leave out --key" in run(["tarcreate", str(csv), "--key", "{row}"]).stderr
-    assert "one of them" in run(["tarcreate"]).stderr
-    assert "one of them" in run(["tarcreate", str(csv), "--dir", str(images)]).stderr
+    either = "give a PLAN file or --dir DIR (one of them)"
+    for args, message in [
+        (
+            [str(plan)],
+            f"{plan}: cannot tell the delimiter from the file name: pass -d ',' or -d tab",
+        ),
+        ([str(csv), "--key", "{row}"], f"{csv}: the plan has a __key__ column: leave out --key"),
+        ([], either),
+        ([str(csv), "--dir", str(images)], either),
+    ]:
+        result = run(["tarcreate", *args])
+        assert (result.returncode, result.stdout) == (2, b""), args
+        assert result.stderr == f"tarcreate: error: {message}\n"
 
 
 @pytest.fixture
@@ -177,9 +186,11 @@ def test_dir_fields_that_differ_only_in_case_are_an_error(tmp_path: Path) -> Non
     (tmp_path / "d" / "x.jpg").write_bytes(b"1")
     (tmp_path / "d" / "x.JPG").write_bytes(b"2")
     result = run(["tarcreate", "--dir", str(tmp_path / "d")])
-    assert result.returncode == 2
-    assert "x.JPG and x.jpg would both be field" in result.stderr or (
-        "x.jpg and x.JPG would both be field" in result.stderr
+    assert (result.returncode, result.stdout) == (2, b"")
+    # Files are taken in sorted byte order: x.JPG comes before x.jpg.
+    assert result.stderr == (
+        f"tarcreate: error: {tmp_path / 'd'}: x.JPG and x.jpg would both be field 'jpg' of "
+        "sample 'x' (fields are compared case-insensitively, as webdataset does)\n"
     )
     missing = run(["tarcreate", "--dir", str(tmp_path / "none")])
     assert missing.stderr == f"tarcreate: error: {tmp_path}/none: no such directory\n"

@@ -21,6 +21,7 @@ import os
 import stat
 import subprocess
 import tarfile
+import time
 from pathlib import Path
 
 import pytest
@@ -195,19 +196,30 @@ def test_tarsort_spills_into_a_private_directory_that_is_removed(tmp_path: Path)
     private.mkdir()
     big = b"".join(member(f"{i:05d}.bin", bytes([i % 251]) * 3000) for i in range(3000)) + END
     (tmp_path / "big.tar").write_bytes(big)
-    watcher = subprocess.Popen(
-        [tool("tarsort"), "-m", "2M", "-r", "big.tar", "-o", "sorted.tar"], cwd=tmp_path,
+    # The input pauses after 6 MB, when at least one 2 MB run has been spilled, until
+    # the spill directory has been looked at.
+    source = ("pipe:head -c 6000000 big.tar; touch paused; "
+              "while [ ! -e go ]; do sleep 0.02; done; tail -c +6000001 big.tar")  # fmt: skip
+    sorting = subprocess.Popen(
+        [tool("tarsort"), "-m", "2M", "-r", source, "-o", "sorted.tar"], cwd=tmp_path,
         env=dict(os.environ, TMPDIR=str(private)), stderr=subprocess.PIPE,
     )  # fmt: skip
-    modes = set()
-    while watcher.poll() is None:
-        for entry in private.iterdir():
-            try:
-                modes.add(stat.S_IMODE(entry.stat().st_mode))
-            except FileNotFoundError:
-                pass
-    assert watcher.returncode == 0, watcher.stderr.read() if watcher.stderr else ""
-    assert modes <= {0o700}  # the spill directory, when caught, was private
+    try:
+        deadline = time.monotonic() + 30
+        while not (tmp_path / "paused").exists() and time.monotonic() < deadline:
+            time.sleep(0.02)
+        spills = list(private.iterdir())
+        while not spills and time.monotonic() < deadline:
+            time.sleep(0.02)
+            spills = list(private.iterdir())
+        seen = [(p.name[:8], p.is_dir(), stat.S_IMODE(p.stat().st_mode)) for p in spills]
+        (tmp_path / "go").touch()
+        _, stderr = sorting.communicate(timeout=60)
+    finally:
+        sorting.kill()
+        sorting.wait()
+    assert sorting.returncode == 0, stderr
+    assert seen == [("tarsort-", True, 0o700)]  # one spill directory, private to the user
     assert sorted(private.iterdir()) == []
     cut = big[: len(big) // 2]
     (tmp_path / "cut.tar").write_bytes(cut)
