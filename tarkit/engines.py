@@ -3,7 +3,9 @@
 Both engines have the same small interface, driven by :mod:`tarkit.mapping`:
 ``room()`` (how many more tasks may be submitted now), ``submit(task)``,
 ``wait(timeout)`` (the tasks that ended: each with its :class:`ShardResult`, or a
-string saying how its worker died), ``running()`` and ``close(cancel)``.
+string saying how its worker died), ``running()``, ``samples_read()`` (input samples
+read so far by the tasks still running, for the progress display) and
+``close(cancel)``.
 
 - :class:`LocalEngine`: worker processes of this machine, started with ``forkserver``
   (``spawn`` where there is none), one task at a time each. A worker that dies (killed,
@@ -15,6 +17,7 @@ string saying how its worker died), ``running()`` and ``close(cancel)``.
 
 from __future__ import annotations
 
+import functools
 import logging
 import multiprocessing
 import multiprocessing.connection
@@ -94,11 +97,15 @@ def _worker_main(
             if task is None:
                 return
             try:
-                conn.send(run_shard(mapper, task))
+                conn.send(run_shard(mapper, task, functools.partial(_tell, conn)))
             except (BrokenPipeError, OSError):
                 return
     finally:
         stop_recording()
+
+
+def _tell(conn: multiprocessing.connection.Connection, samples: int) -> None:
+    conn.send(("samples", samples))  # how far the task is: for the progress display
 
 
 class _Worker:
@@ -148,6 +155,10 @@ class LocalEngine:
         self.size = max(1, workers)
         self.idle: list[_Worker] = []
         self.busy: dict[_Worker, ShardTask] = {}
+        self.read: dict[int, int] = {}  # task index: samples read so far, while it runs
+
+    def samples_read(self) -> int:
+        return sum(self.read.values())
 
     def room(self) -> int:
         return self.size - len(self.busy)
@@ -173,18 +184,19 @@ class LocalEngine:
         ended: list[Ended] = []
         for worker, task in list(self.busy.items()):
             if worker.conn in ready:
-                try:
-                    result = worker.conn.recv()
-                except (EOFError, OSError):
-                    result = None
+                result = self._receive(worker.conn, task)
                 if isinstance(result, ShardResult):
                     del self.busy[worker]
+                    self.read.pop(task.index, None)
                     self.idle.append(worker)
                     ended.append((task, result))
                     continue
+                if result is not None and worker.process.sentinel not in ready:
+                    continue  # it said how far it is, and runs on
             elif worker.process.sentinel not in ready:
                 continue
             del self.busy[worker]
+            self.read.pop(task.index, None)
             worker.process.join(5)
             pid, exitcode = worker.process.pid, worker.process.exitcode
             worker.stop(kill=True)
@@ -192,12 +204,31 @@ class LocalEngine:
             ended.append((task, f"its worker process (pid {pid}) {how_it_died(exitcode)}"))
         return ended
 
+    def _receive(
+        self, conn: multiprocessing.connection.Connection, task: ShardTask
+    ) -> ShardResult | bool | None:
+        """The task's result; True when only progress came; None when the pipe broke."""
+        while True:
+            try:
+                message = conn.recv()
+            except (EOFError, OSError):
+                return None
+            if isinstance(message, ShardResult):
+                return message
+            if isinstance(message, tuple) and message[:1] == ("samples",):
+                self.read[task.index] = message[1]
+            try:
+                if not conn.poll(0):
+                    return True
+            except (EOFError, OSError):
+                return None
+
     def close(self, cancel: bool = False) -> None:
         for worker in self.idle:
             worker.stop()
         for worker in self.busy:
             worker.stop(kill=True)
-        self.idle, self.busy = [], {}
+        self.idle, self.busy, self.read = [], {}, {}
         sweep_ledgers(self.ledgers)  # of workers that had to be killed
 
 
@@ -255,6 +286,9 @@ class RayEngine:
         self.mapper_ref = ray.put(mapper)
         self.size = workers
         self.refs: dict[Any, ShardTask] = {}
+
+    def samples_read(self) -> int:
+        return 0  # Ray tasks report their samples when they end
 
     def room(self) -> int:
         if self.size is None:

@@ -83,6 +83,8 @@ class MapProgress:
     ``event`` is ``tick``, ``done`` (a shard mapped), ``resumed`` (found complete),
     ``retry`` (an attempt failed, ``message`` says why), ``failed`` (no attempts left),
     ``warning`` (a shard was mapped but members were skipped) or ``finished``.
+    ``samples`` counts the input samples of the shards mapped so far; on the local
+    engine, also those read so far by shards still running (reported every half second).
     """
 
     total: int
@@ -168,6 +170,7 @@ def map_shards(
     def report(event: str, shard: str | None = None, message: str | None = None) -> None:
         if progress is not None:
             state.seconds = time.monotonic() - started
+            state.samples = result.samples_in + runner.samples_read()
             state.event, state.shard, state.message = event, shard, message
             progress(state)
 
@@ -245,7 +248,6 @@ def _count(state: MapProgress, result: MapResult, outcome: ShardResult) -> None:
     else:
         result.processed += 1
         result.samples_in += outcome.samples_in
-        state.samples += outcome.samples_in
 
 
 def _expand(spec: str | Sequence[str], what: str) -> list[str]:

@@ -39,6 +39,7 @@ RECORD_FORMAT = "tarkit-map-shard"
 RECORD_VERSION = 1
 _HUGE = 1 << 62
 _CHUNK = 1 << 20
+PROGRESS_EVERY = 0.5  # seconds between a running task's progress reports
 
 Row = dict[str, Any]
 Outputs = list[Any]
@@ -155,8 +156,14 @@ def split_result(result: Any) -> tuple[Outputs, Row | None]:
     return [result], row
 
 
-def run_shard(mapper: Any, task: ShardTask) -> ShardResult:
-    """Run one shard task; never raises for a failure of the shard (see the module doc)."""
+def run_shard(
+    mapper: Any, task: ShardTask, progress: Callable[[int], object] | None = None
+) -> ShardResult:
+    """Run one shard task; never raises for a failure of the shard (see the module doc).
+
+    ``progress`` is called with the number of input samples read so far, at most every
+    :data:`PROGRESS_EVERY` seconds while the shard runs.
+    """
     started = time.monotonic()
     result = ShardResult(task.index, worker=f"{_hostname()}:{os.getpid()}")
     key: str | None = None
@@ -172,7 +179,7 @@ def run_shard(mapper: Any, task: ShardTask) -> ShardResult:
             from .pipeline import read_samples
 
             skips = SkipLog()
-            counted = _Counter(read_samples([task.input], skips=skips))
+            counted = _Counter(read_samples([task.input], skips=skips), progress)
             writer = ShardWriter(staging.pattern, maxcount=_HUGE, maxsize=_HUGE)
             with writer:
                 for outputs, row in mapper.map_shard(iter(counted), task.input):
@@ -212,17 +219,24 @@ def _failure(task: ShardTask, key: str | None, exc: BaseException) -> ShardFailu
 
 
 class _Counter:
-    """Counts the samples drawn from a stream and remembers the last key."""
+    """Counts the samples drawn from a stream, remembers the last key, tells ``progress``."""
 
-    def __init__(self, samples: Iterable[Sample]) -> None:
+    def __init__(
+        self, samples: Iterable[Sample], progress: Callable[[int], object] | None = None
+    ) -> None:
         self.samples = samples
         self.count = 0
         self.key: str | None = None
+        self.progress = progress
 
     def __iter__(self) -> Iterator[Sample]:
+        told = time.monotonic()
         for sample in self.samples:
             self.count += 1
             self.key = sample.key
+            if self.progress is not None and time.monotonic() - told >= PROGRESS_EVERY:
+                self.progress(self.count)
+                told = time.monotonic()
             yield sample
 
 

@@ -220,6 +220,18 @@ def test_a_worker_killed_from_outside_mid_shard_costs_one_attempt_and_the_job_co
     assert result.processed == SHARDS
 
 
+def test_progress_counts_the_samples_of_a_shard_while_it_runs(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    inputs = write_inputs(tmp_path / "in", shards=1, per_shard=8)
+    monkeypatch.setenv("TARKIT_TEST_DELAY", "0.1")
+    seen: list[tuple[str, int, int]] = []
+    map_shards(fns.slow, inputs, str(tmp_path / "out-0.tar"), workers=1,
+               progress=lambda p: seen.append((p.event, p.done, p.samples)))  # fmt: skip
+    assert [s for event, done, s in seen if done == 0 and 0 < s < 8], seen
+    assert seen[-1] == ("finished", 1, 8)
+
+
 def test_a_rerun_maps_only_the_shards_that_are_missing_or_do_not_match(
     tmp_path: Path, marks: Path
 ) -> None:
