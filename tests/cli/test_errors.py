@@ -64,6 +64,11 @@ CASES = {
         r"input ends inside member data \(100 of 1500 bytes\) \(byte 6144, member 0002\.bin\)",
         2 * SAMPLE,  # 0001 is complete: the header of 0002, another key, was read
     ),
+    "cut inside the padding after member data": Case(
+        BASE[: 2 * SAMPLE + 512 + 1500 + 10],
+        r"input ends inside the padding after member data \(byte 6144, member 0002\.bin\)",
+        2 * SAMPLE,
+    ),
     "cut between members without end marker": Case(
         BASE[: 2 * SAMPLE + 2048],
         r"input ends without the end-of-archive marker .*\(byte 8192\)",
