@@ -85,6 +85,10 @@ def _worker_main(
     # Ctrl-C reaches the whole process group; the driver decides and stops the workers.
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     signal.signal(signal.SIGTERM, _on_sigterm)
+    try:
+        conn.send(_STARTED)  # it got this far: importing the main module and fn worked
+    except OSError:
+        return
     # Should this process be killed, the driver finds the commands it ran and their
     # directories in its ledger (see tarkit.procmap.record_commands).
     record_commands(ledgers)
@@ -104,6 +108,9 @@ def _worker_main(
         stop_recording()
 
 
+_STARTED = ("started",)
+
+
 def _tell(conn: multiprocessing.connection.Connection, samples: int) -> None:
     conn.send(("samples", samples))  # how far the task is: for the progress display
 
@@ -119,6 +126,7 @@ class _Worker:
         )
         self.process.start()
         child.close()
+        self.started = False  # it said it got to _worker_main
 
     def stop(self, kill: bool = False) -> None:
         if self.process.is_alive():
@@ -134,6 +142,22 @@ class _Worker:
                 self.process.kill()
                 self.process.join(5)
         self.conn.close()
+
+
+def start_failure_hint() -> str:
+    """Why a worker process may die while starting, before it runs any shard."""
+    main = sys.modules.get("__main__")
+    script = getattr(main, "__file__", None)
+    if script and not script.endswith((f"{os.sep}tarkit", f"tarkit{os.sep}__main__.py")):
+        return (
+            f" while starting, before it ran any shard (its error is on stderr): worker "
+            f"processes import the main module ({os.path.basename(script)}), so a script "
+            'must call map_shards under `if __name__ == "__main__":`'
+        )
+    return (
+        " while starting, before it ran any shard (its error is on stderr): can the "
+        "function's module be imported in a new process?"
+    )
 
 
 def start_method() -> str:
@@ -184,7 +208,7 @@ class LocalEngine:
         ended: list[Ended] = []
         for worker, task in list(self.busy.items()):
             if worker.conn in ready:
-                result = self._receive(worker.conn, task)
+                result = self._receive(worker, task)
                 if isinstance(result, ShardResult):
                     del self.busy[worker]
                     self.read.pop(task.index, None)
@@ -201,13 +225,15 @@ class LocalEngine:
             pid, exitcode = worker.process.pid, worker.process.exitcode
             worker.stop(kill=True)
             sweep_ledgers(self.ledgers)  # what its commands left
-            ended.append((task, f"its worker process (pid {pid}) {how_it_died(exitcode)}"))
+            what = f"its worker process (pid {pid}) {how_it_died(exitcode)}"
+            if not worker.started and exitcode is not None and exitcode > 0:
+                what += start_failure_hint()
+            ended.append((task, what))
         return ended
 
-    def _receive(
-        self, conn: multiprocessing.connection.Connection, task: ShardTask
-    ) -> ShardResult | bool | None:
-        """The task's result; True when only progress came; None when the pipe broke."""
+    def _receive(self, worker: _Worker, task: ShardTask) -> ShardResult | bool | None:
+        """The task's result; True when only news came; None when the pipe broke."""
+        conn = worker.conn
         while True:
             try:
                 message = conn.recv()
@@ -215,7 +241,9 @@ class LocalEngine:
                 return None
             if isinstance(message, ShardResult):
                 return message
-            if isinstance(message, tuple) and message[:1] == ("samples",):
+            if message == _STARTED:
+                worker.started = True
+            elif isinstance(message, tuple) and message[:1] == ("samples",):
                 self.read[task.index] = message[1]
             try:
                 if not conn.poll(0):

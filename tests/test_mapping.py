@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import signal
 import subprocess
+import sys
 import threading
 import time
 from pathlib import Path
@@ -230,6 +231,36 @@ def test_progress_counts_the_samples_of_a_shard_while_it_runs(
                progress=lambda p: seen.append((p.event, p.done, p.samples)))  # fmt: skip
     assert [s for event, done, s in seen if done == 0 and 0 < s < 8], seen
     assert seen[-1] == ("finished", 1, 8)
+
+
+UNGUARDED_SCRIPT = """
+import sys
+from tarkit import MapError, map_shards
+
+def upper(sample):
+    return {"__key__": sample["__key__"], "txt": sample["txt"].upper()}
+
+try:  # no `if __name__ == "__main__":`
+    map_shards(upper, sys.argv[1], sys.argv[2], workers=1, retries=0)
+except MapError as error:
+    print(error)
+"""
+
+
+def test_workers_dying_while_starting_name_the_missing_main_guard(tmp_path: Path) -> None:
+    inputs = write_inputs(tmp_path / "in", shards=1)
+    (tmp_path / "prep.py").write_text(UNGUARDED_SCRIPT)
+    result = subprocess.run(
+        [sys.executable, "prep.py", inputs, "out-0.tar"], cwd=tmp_path, capture_output=True,
+        text=True, timeout=60,
+    )  # fmt: skip
+    assert result.stdout.startswith("1 of 1 shards failed after 1 attempt: ")
+    assert result.stdout.rstrip().endswith(
+        "exited with status 1 while starting, before it ran any shard (its error is on "
+        "stderr): worker processes import the main module (prep.py), so a script must call "
+        'map_shards under `if __name__ == "__main__":`'
+    ), result.stdout
+    assert "if __name__ == '__main__':" in result.stderr  # multiprocessing's own words
 
 
 def test_a_rerun_maps_only_the_shards_that_are_missing_or_do_not_match(
