@@ -11,10 +11,13 @@ Publishing is atomic and ordered so that a finished-looking output is always com
    by :class:`~tarkit.shards.ShardWriter`, which hashes it;
 2. the shard's record (``.NAME.map.json`` beside the output: its manifest entry, the
    input it came from, its metadata rows) is written atomically;
-3. the output is renamed into place (or uploaded: an object appears only whole).
+3. the output is renamed into place (or uploaded: an object appears only whole);
+4. for a remote output, the record is written again with the ETag the store gives the
+   object, if it gives one.
 
 With ``resume``, a task whose output exists and matches its record (sha256 of the file
-for a local output, its size for a remote one) is not redone: its record is returned.
+for a local output; for a remote one its size, and its ETag when recorded) is not
+redone: its record is returned.
 """
 
 from __future__ import annotations
@@ -196,6 +199,9 @@ def run_shard(
             info = staging.finish(writer.shards)
             _write_record(task, info, result.rows, result.rejects)
             staging.publish()
+            etag = staging.etag()
+            if etag is not None:  # a re-run can then tell this object from another
+                _write_record(task, info, result.rows, result.rejects, etag)
         result.info = ShardInfo(task.output, info.samples, info.bytes, info.sha256)
     except SampleFailed as exc:
         result.failure = _failure(task, exc.key, exc.error)
@@ -339,6 +345,16 @@ class _Staging:
         except OSError as exc:
             raise OutputError(f"{self.output}: cannot rename into place: {exc.strerror}") from None
 
+    def etag(self) -> str | None:
+        """The ETag the store gives the uploaded output (None: local, or no ETag)."""
+        if not self.remote:
+            return None
+        fs, path = filesystem(self.output)
+        try:
+            return _etag(fs.info(path))
+        except Exception:  # fsspec back ends raise many kinds: resume checks the size
+            return None
+
     def __enter__(self) -> _Staging:
         return self
 
@@ -371,9 +387,11 @@ def filesystem(url: str) -> tuple[Any, str]:
         raise OutputError(f"{url}: {exc} (pip install 'tarkit[s3]')") from None
 
 
-def _write_record(task: ShardTask, info: ShardInfo, rows: list[Row], rejects: list[str]) -> None:
+def _write_record(
+    task: ShardTask, info: ShardInfo, rows: list[Row], rejects: list[str], etag: str | None = None
+) -> None:
     entry = ShardInfo(os.path.basename(task.output), info.samples, info.bytes, info.sha256)
-    record = {
+    record: dict[str, Any] = {
         "format": RECORD_FORMAT,
         "version": RECORD_VERSION,
         "input": task.input,
@@ -381,6 +399,8 @@ def _write_record(task: ShardTask, info: ShardInfo, rows: list[Row], rejects: li
         "metadata": rows,
         "rejects": rejects,
     }
+    if etag is not None:
+        record["etag"] = etag
     try:
         text = json.dumps(record, ensure_ascii=False, allow_nan=False) + "\n"
     except (TypeError, ValueError) as exc:
@@ -407,14 +427,20 @@ def _read_bytes(location: str) -> bytes | None:
         return None
 
 
+def _etag(info: Mapping[str, Any]) -> str | None:
+    etag = info.get("ETag") or info.get("etag")
+    return str(etag) if etag else None
+
+
 def completed_record(
     output: str, source: str | None = None
 ) -> tuple[ShardInfo, list[Row], list[str]] | None:
     """The entry, metadata rows and rejects of ``output`` if it is complete, else None.
 
     Complete means: its record exists, names ``source`` as its input (when given), and
-    the file matches it (sha256 of a local file, the size of a remote object). A record
-    that does not parse counts as absent.
+    the file matches it: the sha256 of a local file; the size of a remote object, and its
+    ETag when the record has one (the store's ETag after the upload). A record that does
+    not parse counts as absent.
     """
     text = _read_bytes(record_path(output))
     if text is None:
@@ -429,15 +455,20 @@ def completed_record(
         info = ShardInfo(output, int(shard["samples"]), int(shard["bytes"]), shard.get("sha256"))
         rows = list(record.get("metadata") or [])
         rejects = [str(r) for r in record.get("rejects") or []]
+        etag = record.get("etag")
     except (ValueError, KeyError, TypeError):
         return None
     if is_remote(output):
         fs, path = filesystem(output)
         try:
-            size = fs.info(path).get("size")
+            found = fs.info(path)
         except FileNotFoundError:
             return None
-        return (info, rows, rejects) if size == info.bytes else None
+        if found.get("size") != info.bytes:
+            return None
+        if etag is not None and _etag(found) != etag:
+            return None  # another object of the same size
+        return info, rows, rejects
     try:
         size, sha256 = file_digest(local_path(output))
     except FileNotFoundError:

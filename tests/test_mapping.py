@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
@@ -338,7 +339,6 @@ def test_a_function_returning_something_else_than_samples_fails_naming_the_sampl
 
 
 def test_records_say_where_each_output_came_from(tmp_path: Path) -> None:
-    import json
 
     inputs = write_inputs(tmp_path / "in", shards=1)
     map_shards(fns.shout, inputs, [str(tmp_path / "o.tar")])
@@ -438,3 +438,14 @@ def test_s3_inputs_and_outputs_with_resume(tmp_path: Path, s3, marks: Path) -> N
     result = map_shards(fns.shout, f"s3://{bucket}/in/in-{{0..1}}.tar", out, workers=2)
     assert (result.processed, result.resumed) == (1, 1)
     assert {shard for shard, _ in fns.calls(marks)} == {"in-1.tar"}
+
+    # An object replaced by another of the same size differs in ETag: it is redone.
+    record = json.loads(fs.cat_file(f"{bucket}/out/.out-0.tar.map.json"))
+    assert record["etag"] == fs.info(f"{bucket}/out/out-0.tar")["ETag"]
+    expected = (tmp_path / "local-0.tar").read_bytes()
+    fs.pipe_file(f"{bucket}/out/out-0.tar", expected[::-1])
+    (marks / "calls").unlink()
+    result = map_shards(fns.shout, f"s3://{bucket}/in/in-{{0..1}}.tar", out, workers=2)
+    assert (result.processed, result.resumed) == (1, 1)
+    assert {shard for shard, _ in fns.calls(marks)} == {"in-0.tar"}
+    assert fs.cat_file(f"{bucket}/out/out-0.tar") == expected
