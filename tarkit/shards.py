@@ -41,6 +41,7 @@ import shlex
 import subprocess
 import tempfile
 from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass
 from typing import Any, BinaryIO
 
 from .compression import compression_for, measure, open_compressor, size_budget
@@ -246,6 +247,31 @@ def run_post(post: str | Callable[[str], object], path: str) -> None:
         raise OutputError(f"{path}: post command {what}: {command}")
 
 
+@dataclass(frozen=True)
+class Discarded:
+    """The unfinished shard an aborted :class:`ShardWriter` removed: its name, the whole
+    samples it held (in no shard now) and the key of its first one, when known."""
+
+    path: str
+    samples: int
+    first_key: str | None
+
+    def describe(self, samples_before: int) -> str:
+        """One line for the user: what was removed and where to start again.
+
+        >>> Discarded("out/s-2.tar", 3, "k0008").describe(8)
+        'out/s-2.tar: unfinished shard removed with its 3 complete samples (from k0008 on), which are in no shard; the complete shards hold the first 8 samples'
+        """
+        noun = "sample" if self.samples == 1 else "samples"
+        first = f" (from {self.first_key} on)" if self.first_key is not None else ""
+        before = "sample" if samples_before == 1 else "samples"
+        return (
+            f"{self.path}: unfinished shard removed with its {self.samples} complete {noun}"
+            f"{first}, which are in no shard; the complete shards hold the first "
+            f"{samples_before} {before}"
+        )
+
+
 class ShardWriter:
     """Write samples into numbered shards, within count and size limits.
 
@@ -265,7 +291,8 @@ class ShardWriter:
     removed.
 
     As a context manager, leaving with an exception aborts: complete shards stay, the
-    unfinished one's temporary file is removed and no manifest is written.
+    unfinished one's temporary file is removed (:attr:`discarded` describes it) and no
+    manifest is written.
     """
 
     def __init__(
@@ -310,7 +337,9 @@ class ShardWriter:
         # follow them (see the module docstring).
         self._unmeasured = 0
         self._budget = 0
+        self._first_key: str | None = None
         self._closed = False
+        self.discarded: Discarded | None = None
         if resume:
             self.shards = completed_shards(pattern, start, storage_options)
             self.samples_done = sum(s.samples for s in self.shards)
@@ -337,6 +366,8 @@ class ShardWriter:
 
             raw = encode_sample(sample, mtime=self.mtime)
         self.write_raw(raw)
+        if self._count == 1:
+            self._first_key = sample.key if isinstance(sample, Sample) else sample["__key__"]
 
     def write_all(self, samples: Iterable[Sample | Mapping[str, Any]]) -> int:
         """Write every sample of ``samples``; return how many."""
@@ -398,6 +429,7 @@ class ShardWriter:
         self._count = 0
         self._unmeasured = 0
         self._budget = size_budget(self._file.compression, self.maxsize)
+        self._first_key = None
 
     def _finish(self) -> None:
         shard = self._file
@@ -442,10 +474,15 @@ class ShardWriter:
         return Manifest(entries, where)
 
     def abort(self) -> None:
-        """Stop: remove the unfinished shard's temporary file; complete shards stay."""
+        """Stop: remove the unfinished shard's temporary file; complete shards stay.
+
+        :attr:`discarded` then says which shard that was and how many whole samples
+        it held (None when no shard was open).
+        """
         self._closed = True
         if self._file is not None:
             self._file.abort()
+            self.discarded = Discarded(self._file.path, self._count, self._first_key)
             self._file = None
 
     def __enter__(self) -> ShardWriter:

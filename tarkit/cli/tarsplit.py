@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Annotated, Optional
 import typer
 
 from . import options as o
-from .runner import report_skips, run, skip_log, typer_main
+from .runner import report_skips, run, skip_log, typer_main, warn
 
 if TYPE_CHECKING:
     from ..manifest import ShardInfo
@@ -20,7 +20,8 @@ app = typer.Typer(add_completion=False, rich_markup_mode=None)
     help="Cut the samples of all inputs into shards of at most N samples and SIZE bytes.\n\n"
     "Each shard is written under a temporary name and renamed when complete; no empty "
     "shard is ever written. On an input error the complete shards stay, the unfinished "
-    "one is removed, and the exit status is 2.\n\n"
+    "one is removed (a warning names it and the complete samples it held), and the exit "
+    "status is 2.\n\n"
     "Example: tarcat data-*.tar | tarsplit -s 500M -o 'out/train-%06d.tar' "
     "--manifest out/manifest.json",
     no_args_is_help=False,
@@ -59,6 +60,7 @@ def tarsplit(
     tool = ctx.command_path
 
     def body() -> int:
+        from ..errors import InputError, SourceError
         from ..pipeline import read_samples
         from ..shards import ShardWriter
 
@@ -71,8 +73,15 @@ def tarsplit(
             inputs or [], strict=strict, skips=skips,
             ignore_zeros=ignore_zeros, allow_empty=allow_empty,
         )  # fmt: skip
-        with writer:
-            writer.write_all(samples)
+        try:
+            with writer:
+                writer.write_all(samples)
+        except (InputError, SourceError):
+            # The complete samples of the removed shard are lost to this run: say so,
+            # above the error line.
+            if writer.discarded is not None and writer.discarded.samples:
+                warn(tool, writer.discarded.describe(writer.samples_done))
+            raise
         report_skips(tool, skips)
         return 0
 

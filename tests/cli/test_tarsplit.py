@@ -135,12 +135,29 @@ def test_input_error_keeps_complete_shards_removes_the_partial_one_and_exits_2(
         f"cat {source} | tarsplit -c 4 -o '{out}/s-%02d.tar' --manifest {out}/m.json"
     )
     assert result.returncode == 2
-    assert result.stderr.startswith("tarsplit: error: <stdin>: input ends inside")
-    assert "Traceback" not in result.stderr
+    warning, error = result.stderr.splitlines()
+    # s0008 and s0009 were whole, s0010 is cut: the shard holding the two is removed.
+    assert warning == (
+        f"tarsplit: warning: {out}/s-02.tar: unfinished shard removed with its 2 complete "
+        "samples (from s0008 on), which are in no shard; the complete shards hold the first "
+        "8 samples"
+    )
+    assert error.startswith("tarsplit: error: <stdin>: input ends inside member data")
+    assert "member s0010.cls" in error
     names = sorted(p.name for p in out.iterdir())
     assert names == ["s-00.tar", "s-01.tar"]  # no temporary file, no manifest
     for name in names:
         assert len(samples_of((out / name).read_bytes())) == 4
+
+
+def test_input_error_before_any_whole_sample_prints_only_the_error(tmp_path: Path) -> None:
+    archive = archive_of(8)
+    cut = archive.index(b"s0001.cls") - 100  # inside the last member of the first sample
+    result = run(["tarsplit", "-c", "4", "-o", f"{tmp_path}/out/s-%d.tar"], input=archive[:cut])
+    assert result.returncode == 2
+    assert len(result.stderr.splitlines()) == 1
+    assert result.stderr.startswith("tarsplit: error: <stdin>: input ends inside the padding")
+    assert not (tmp_path / "out").exists()
 
 
 def test_sigkill_mid_run_leaves_no_final_named_partial_shard(tmp_path: Path) -> None:
