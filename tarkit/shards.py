@@ -16,9 +16,10 @@ Guarantees, for ``tarsplit``, ``tarkit shard`` and library users alike:
   (a bug) and is not published.
 - A shard file is created only once its first sample arrives: no empty shard is written.
 - Each shard is written under a temporary name in its directory (``.NAME.XXXX.tmp``) and
-  renamed when complete; a remote shard (``s3://…``, through fsspec) is written to a local
-  temporary file and uploaded when complete. An interrupted run never leaves a
-  finished-looking partial shard.
+  renamed when complete; a remote shard (``s3://…``, through fsspec) is staged in a local
+  temporary file (:func:`temp_place`) and uploaded when complete. An interrupted run never
+  leaves a finished-looking partial shard; a SIGKILL can leave the temporary file, which
+  ``resume=True`` removes.
 - Samples read by the reader are copied byte for byte; dicts are encoded by field
   extension with deterministic headers (:mod:`tarkit.encoding`). The same samples and
   limits always give byte-identical shards.
@@ -146,6 +147,25 @@ class _HashingFile(io.RawIOBase):
         return len(data)
 
 
+def temp_place(path: str) -> tuple[str, str]:
+    """(directory, name prefix) of the temporary files of the shard ``path``.
+
+    A local shard's is hidden beside it (``.NAME.``); a remote shard is staged in the
+    temporary directory (``$TMPDIR``, else ``/tmp``) under a name that says whose it is:
+    ``tarkit-upload-`` and 12 hex digits of the URL's sha256, then the shard's name.
+
+    >>> temp_place("out/s-000003.tar")[1]
+    '.s-000003.tar.'
+    >>> temp_place("s3://bucket/data/s-000003.tar")[1]
+    'tarkit-upload-02ded27e47c4-s-000003.tar.'
+    """
+    base = os.path.basename(path.rstrip("/"))
+    if is_remote(path):
+        digest = hashlib.sha256(path.encode("utf-8", "surrogateescape")).hexdigest()[:12]
+        return tempfile.gettempdir(), f"tarkit-upload-{digest}-{base}."
+    return os.path.dirname(os.path.abspath(local_path(path))), f".{base}."
+
+
 class _ShardFile:
     """One shard being written: a temporary file, renamed or uploaded by :meth:`commit`."""
 
@@ -153,17 +173,14 @@ class _ShardFile:
         self.path = path
         self.remote = is_remote(path)
         self.storage_options = storage_options
-        base = os.path.basename(path.rstrip("/"))
-        if self.remote:
-            directory = tempfile.gettempdir()
-        else:
-            directory = os.path.dirname(os.path.abspath(local_path(path)))
+        directory, prefix = temp_place(path)
+        if not self.remote:
             try:
                 os.makedirs(directory, exist_ok=True)
             except OSError as exc:
                 raise OutputError(f"{path}: cannot create its directory: {exc.strerror}") from None
         try:
-            fd, self.temp_path = tempfile.mkstemp(prefix=f".{base}.", suffix=".tmp", dir=directory)
+            fd, self.temp_path = tempfile.mkstemp(prefix=prefix, suffix=".tmp", dir=directory)
         except OSError as exc:
             raise OutputError(f"{path}: cannot create: {exc.strerror}") from None
         self.raw = _HashingFile(fd)
@@ -589,12 +606,10 @@ class _HashingReader(io.RawIOBase):
 
 
 def remove_stale_temp(path: str) -> None:
-    """Remove temporary files an interrupted writer left for the local shard ``path``."""
-    if is_remote(path):
-        return
-    path = local_path(path)
-    directory = os.path.dirname(os.path.abspath(path))
-    prefix = f".{os.path.basename(path)}."
+    """Remove the temporary files an interrupted writer left for the shard ``path``: beside
+    a local shard, or staged in the temporary directory for a remote one
+    (:func:`temp_place`)."""
+    directory, prefix = temp_place(path)
     try:
         names = os.listdir(directory)
     except OSError:

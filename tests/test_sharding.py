@@ -15,6 +15,7 @@ from PIL import Image
 
 from tarkit.errors import InputError, SampleError, UsageError
 from tarkit.sharding import default_sample, shard_dataset
+from tarkit.shards import temp_place
 
 
 class Pictures:
@@ -228,9 +229,39 @@ def test_writing_to_s3_uploads_only_complete_shards_and_resumes(
     local = shard_bytes(tmp_path)
     assert [fs.cat(f"sharding-lib/data/s-{i:02d}.tar") for i in range(3)] == local
     assert b'"samples": 12' in fs.cat("sharding-lib/data/m.json")
-    assert not [n for n in os.listdir(os.environ.get("TMPDIR", "/tmp")) if n.startswith(".s-0")]
+    prefixes = tuple(temp_place(pattern % i)[1] for i in range(3))
+    assert not [n for n in os.listdir(temp_place(pattern)[0]) if n.startswith(prefixes)]
 
     fs.rm("sharding-lib/data/s-02.tar")  # as if the run had stopped before its last shard
     again = shard_dataset(Pictures(12), pattern, maxcount=5, storage_options=options, resume=True)
     assert [s.samples for s in again.shards] == [5, 5, 2]
     assert fs.cat("sharding-lib/data/s-02.tar") == local[2]
+
+
+def test_a_killed_s3_run_leaves_a_named_staging_file_that_resume_removes(
+    tmp_path: Path, s3_server: str, s3_env: dict[str, str]
+) -> None:
+    import s3fs
+
+    fs = s3fs.S3FileSystem(endpoint_url=s3_server)
+    fs.mkdir("staging")
+    script = tmp_path / "job.py"
+    script.write_text(textwrap.dedent(KILLABLE))
+    staging = tmp_path / "tmp"
+    staging.mkdir()
+    env = dict(os.environ, **s3_env, TMPDIR=str(staging))
+    pattern = "s3://staging/d/s-%03d.tar"
+    command = [sys.executable, str(script), pattern]
+    process = subprocess.Popen([*command, "stall"], env=env)
+    sigkill_when(process, lambda: any("-s-002.tar." in n for n in os.listdir(staging)))
+    [left] = os.listdir(staging)
+    assert left.startswith(temp_place("s3://staging/d/s-002.tar")[1]) and left.endswith(".tmp")
+    assert left.startswith("tarkit-upload-")
+
+    resumed = subprocess.run([*command, "go"], env=env, capture_output=True, text=True,
+                             timeout=120)  # fmt: skip
+    assert resumed.returncode == 0, resumed.stderr
+    assert os.listdir(staging) == []
+    assert sorted(fs.ls("staging/d", refresh=True)) == [
+        f"staging/d/{name}" for name in ["m.json", *(f"s-{i:03d}.tar" for i in range(5))]
+    ]
