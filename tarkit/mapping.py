@@ -136,7 +136,8 @@ def map_shards(
     Outputs are written atomically with a record beside each (``.NAME.map.json``:
     its manifest entry and metadata rows). With ``resume``, outputs whose record
     matches the file are kept, not redone. A shard that fails is tried ``retries``
-    more times; when attempts are exhausted the other shards still run, and then
+    more times (not when its input is a local file that tarkit cannot read: that
+    would fail again); when attempts are exhausted the other shards still run, and then
     :class:`MapError` is raised, naming the shards, samples and errors. Only when every
     shard is done are ``metadata`` (rows in input order; ``.jsonl`` or ``.tsv``) and
     ``manifest`` written. ``progress`` is called with a :class:`MapProgress`.
@@ -201,7 +202,7 @@ def map_shards(
                     ))  # fmt: skip
                 failure = outcome.failure
                 assert failure is not None
-                if task.attempt <= retries:
+                if task.attempt <= retries and not failure.final:
                     state.retries += 1
                     report("retry", task.input, str(failure))
                     tasks.append(replace(task, attempt=task.attempt + 1, resume=False))

@@ -61,7 +61,11 @@ class ShardTask:
 
 @dataclass
 class ShardFailure:
-    """Why a shard failed: the sample (key, None before the first one) and the error."""
+    """Why a shard failed: the sample (key, None before the first one) and the error.
+
+    ``final`` marks a failure that another attempt would repeat (a local input file
+    that is corrupt), so it is not retried.
+    """
 
     input: str
     output: str
@@ -69,10 +73,12 @@ class ShardFailure:
     error: str
     traceback: str = ""
     attempts: int = 1
+    final: bool = False
 
     def __str__(self) -> str:
         where = f", sample {self.key!r}" if self.key is not None else ""
-        return f"{self.input}{where}: {self.error}"
+        # An input error names its source already: say the input once.
+        return f"{self.input}{where}: {self.error.removeprefix(f'{self.input}: ')}"
 
 
 @dataclass
@@ -207,11 +213,17 @@ def run_shard(
         result.failure = _failure(task, exc.key, exc.error)
     except (InputError, SourceError) as exc:
         result.failure = _failure(task, None, exc)  # the message says where
+        # A local file reads the same way every time; a remote one may have been cut.
+        result.failure.final = isinstance(exc, InputError) and not _is_remote(task.input)
     except Exception as exc:
         result.failure = _failure(task, key, exc)
     finally:
         result.seconds = time.monotonic() - started
     return result
+
+
+def _is_remote(url: str) -> bool:
+    return "://" in url and not url.startswith("file:") or url.startswith("pipe:")
 
 
 def _failure(task: ShardTask, key: str | None, exc: BaseException) -> ShardFailure:

@@ -248,7 +248,7 @@ class ProgressLine:
         if progress.event == "retry":
             self._line(f"warning: retrying {progress.message}")
         elif progress.event == "failed":
-            self._line(f"error: {progress.message}")
+            self._line(f"failed: {progress.message}")
         elif progress.event == "warning":
             self._line(f"warning: {progress.shard}: {progress.message}")
         if self.quiet or not self.terminal:

@@ -89,6 +89,31 @@ def test_a_failing_shard_exits_2_naming_the_shard_and_the_sample(
     assert sorted(p.name for p in (tmp_path / "out").iterdir()) == [".b.tar.map.json", "b.tar"]
 
 
+def test_a_corrupt_local_input_fails_at_once_with_one_error_line_naming_it_once(
+    tmp_path: Path, env: dict[str, str]
+) -> None:
+    from conftest import make_tar
+
+    cut = tmp_path / "cut.tar"
+    cut.write_bytes(make_tar([("k1.txt", b"ok"), ("k2.txt", b"x" * 900)])[:1536])
+    (tmp_path / "b.tar").write_bytes(make_tar([("k3.txt", b"ok")]))
+    result = run(
+        ["tarkit", "map", "-c", "true", str(cut), str(tmp_path / "b.tar"), "-o",
+         f"{tmp_path}/out/"],
+        env=env,
+    )  # fmt: skip
+    assert result.returncode == 2
+    lines = result.stderr.splitlines()
+    assert not [line for line in lines if "retrying" in line]  # it would fail the same way
+    assert [line for line in lines if ": error: " in line] == [lines[-1]]
+    assert lines[-1] == (
+        f"tarkit map: error: 1 of 2 shards failed after 1 attempt: {cut}: input ends inside "
+        "member data (0 of 900 bytes) (byte 1024, member k2.txt)"
+    )
+    assert f"tarkit map: failed: {cut}: input ends inside member data" in result.stderr
+    assert sorted(p.name for p in (tmp_path / "out").iterdir()) == [".b.tar.map.json", "b.tar"]
+
+
 @pytest.mark.parametrize(
     "args,message",
     [
