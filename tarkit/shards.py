@@ -46,9 +46,9 @@ from dataclasses import dataclass
 from typing import Any, BinaryIO
 
 from .compression import compression_for, measure, open_compressor, size_budget
-from .errors import OutputError, SourceError, UsageError
+from .errors import OutputError, SampleError, SourceError, UsageError
 from .manifest import Manifest, ShardInfo, relative_url
-from .samples import Sample
+from .samples import Sample, same_key_error
 from .tario import END_OF_ARCHIVE, default_mtime
 from .urls import _umask
 
@@ -279,12 +279,12 @@ class Discarded:
         >>> Discarded("out/s-2.tar", 3, "k0008").describe(8)
         'out/s-2.tar: unfinished shard removed with its 3 complete samples (from k0008 on), which are in no shard; the complete shards hold the first 8 samples'
         """
-        noun = "sample" if self.samples == 1 else "samples"
+        noun, verb = ("sample", "is") if self.samples == 1 else ("samples", "are")
         first = f" (from {self.first_key} on)" if self.first_key is not None else ""
         before = "sample" if samples_before == 1 else "samples"
         return (
             f"{self.path}: unfinished shard removed with its {self.samples} complete {noun}"
-            f"{first}, which are in no shard; the complete shards hold the first "
+            f"{first}, which {verb} in no shard; the complete shards hold the first "
             f"{samples_before} {before}"
         )
 
@@ -355,6 +355,7 @@ class ShardWriter:
         self._unmeasured = 0
         self._budget = 0
         self._first_key: str | None = None
+        self._previous: Sample | Mapping[str, Any] | None = None
         self._closed = False
         self.discarded: Discarded | None = None
         if resume:
@@ -373,18 +374,33 @@ class ShardWriter:
         Raises :class:`~tarkit.errors.SampleError` for a dict that cannot be encoded and
         :class:`OutputError` when a shard cannot be written.
         """
+        previous = self._previous
+        key: Any
         if isinstance(sample, Sample):
             members = sample.members
             if not members:
                 return
+            if isinstance(previous, Sample) and previous.key == sample.key:
+                raise same_key_error(previous, sample)
             raw = members[0].raw if len(members) == 1 else b"".join([m.raw for m in members])
+            key = sample.key
         else:
             from .encoding import encode_sample
 
+            key = sample.get("__key__")
+            if previous is not None and key == _key_of(previous):
+                raise SampleError(
+                    f"sample {key!r} follows a sample with the same key, and readers would "
+                    "merge the two: give every sample a key of its own",
+                    source="dataset",
+                )
             raw = encode_sample(sample, mtime=self.mtime)
         self.write_raw(raw)
+        # Adjacent samples with one key merge in every reader, across shards too when
+        # the shards are read in order.
+        self._previous = sample
         if self._count == 1:
-            self._first_key = sample.key if isinstance(sample, Sample) else sample["__key__"]
+            self._first_key = key
 
     def write_all(self, samples: Iterable[Sample | Mapping[str, Any]]) -> int:
         """Write every sample of ``samples``; return how many."""
@@ -620,3 +636,7 @@ def remove_stale_temp(path: str) -> None:
                 os.unlink(os.path.join(directory, name))
             except OSError:
                 pass
+
+
+def _key_of(sample: Sample | Mapping[str, Any]) -> Any:
+    return sample.key if isinstance(sample, Sample) else sample.get("__key__")

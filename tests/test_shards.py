@@ -369,3 +369,16 @@ def test_completed_shards_reads_counts_sizes_and_hashes(tmp_path: Path) -> None:
     found = completed_shards(str(tmp_path / "s-%d.tar"))
     assert [(Path(s.url).name, s.samples, s.bytes) for s in found] == [("s-0.tar", 2, len(archive))]
     assert found[0].sha256 == hashlib.sha256(archive).hexdigest()
+
+
+def test_a_dict_sample_with_the_key_of_the_one_before_is_an_error_and_no_shard_is_left(
+    tmp_path: Path,
+) -> None:
+    pattern = str(tmp_path / "s-%02d.tar")
+    with pytest.raises(SampleError, match="sample 'a' follows a sample with the same key"):
+        with ShardWriter(pattern, maxcount=10) as writer:
+            writer.write({"__key__": "a", "txt": "1"})
+            writer.write({"__key__": "b", "txt": "2"})
+            writer.write({"__key__": "a", "txt": "3"})  # apart from the first: fine
+            writer.write({"__key__": "a", "cls": 4})
+    assert os.listdir(tmp_path) == []

@@ -266,6 +266,26 @@ def test_several_inputs_are_split_as_one_stream(tmp_path: Path) -> None:
     assert keys == [["a1", "a2"], ["b1"]]
 
 
+def test_inputs_whose_keys_meet_at_their_seam_exit_2_instead_of_merging_two_samples(
+    tmp_path: Path,
+) -> None:
+    (tmp_path / "a.tar").write_bytes(make_tar([("k1.txt", b"1"), ("k2.txt", b"2")]))
+    (tmp_path / "c.tar").write_bytes(make_tar([("k2.cls", b"3"), ("k3.txt", b"4")]))
+    result = run(["tarsplit", str(tmp_path / "a.tar"), str(tmp_path / "c.tar"), "-c", "1",
+                  "-o", str(tmp_path / "s-%d.tar")])  # fmt: skip
+    assert result.returncode == 2
+    assert f"sample 'k2' follows a sample with the same key (from {tmp_path}/a.tar)" in (
+        result.stderr
+    )
+    # One sample per shard, yet the two k2 would merge when the shards are read in order.
+    # The shard open at the error (k2 from a.tar) is removed, and the warning says so.
+    assert "s-1.tar: unfinished shard removed with its 1 complete sample (from k2 on)" in (
+        result.stderr
+    )
+    keys = [[k for k, _ in samples_of(p.read_bytes())] for p in shards_in(tmp_path, "s-*.tar")]
+    assert keys == [["k1"]]
+
+
 # Per ending, a size of random samples at which two of them take more bytes compressed
 # than their tar bytes (what --maxsize counted before); xz would need ~22 MiB, so it runs
 # at 512 KiB, where it must stay under maxsize all the same.
