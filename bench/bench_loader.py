@@ -54,6 +54,12 @@ def throughput(urls: list[str], repeat: int) -> dict[str, tuple[float, int]]:
     def loader(workers: int) -> int:
         return _batches(tarkit.loader(urls, BATCH, workers, decode="rgb8", to_tuple="jpg cls"))
 
+    # Training runs many epochs over workers that stay up: the warm-up epoch starts them,
+    # each timed epoch reuses them (no fork, no imports).
+    persistent = tarkit.loader(
+        urls, BATCH, 2, decode="rgb8", to_tuple="jpg cls", persistent_workers=True
+    )
+
     cases: dict[str, Callable[[], int]] = {
         "tarkit, no decoding": lambda: _iterate(tarkit.ShardDataset(urls)),
         "webdataset, no decoding": lambda: webdataset(False),
@@ -61,6 +67,7 @@ def throughput(urls: list[str], repeat: int) -> dict[str, tuple[float, int]]:
         'webdataset, decode("rgb8")': lambda: webdataset(True),
         "tarkit.loader, rgb8, 0 workers": lambda: loader(0),
         "tarkit.loader, rgb8, 2 workers": lambda: loader(2),
+        "tarkit.loader, rgb8, 2 persistent workers, later epochs": lambda: _batches(persistent),
     }
     return {name: _timed(case, repeat) for name, case in cases.items()}
 
@@ -161,12 +168,25 @@ def run(workdir: Path, quick: bool) -> str:
         lines.append(f"| {name} | {count} | {seconds:.3f} | {count / seconds:,.0f} |")
     plain = rate("tarkit, no decoding") / rate("webdataset, no decoding")
     decoded = rate('tarkit, decode("rgb8")') / rate('webdataset, decode("rgb8")')
-    workers = rate("tarkit.loader, rgb8, 2 workers") / rate("tarkit.loader, rgb8, 0 workers")
+    zero = rate("tarkit.loader, rgb8, 0 workers")
+    workers = rate("tarkit.loader, rgb8, 2 workers") / zero
+    steady = rate("tarkit.loader, rgb8, 2 persistent workers, later epochs") / zero
     size_mb = first["size"] / 1e6
     checks = [
         ("no decoding vs webdataset", f"{plain:.2f}×", "≥ 3×", plain >= 3),
         ('decode("rgb8") vs webdataset', f"{decoded:.2f}×", "≥ 1×", decoded >= 1),
-        ("DataLoader 2 workers vs 0, decoding", f"{workers:.2f}×", "≥ 1.7×", workers >= 1.7),
+        (
+            "DataLoader 2 workers vs 0, decoding, one epoch with worker start-up",
+            f"{workers:.2f}×",
+            "≥ 1.7×",
+            workers >= 1.7,
+        ),
+        (
+            "DataLoader 2 workers vs 0, decoding, later epochs (persistent workers)",
+            f"{steady:.2f}×",
+            "≥ 1.7×",
+            steady >= 1.7,
+        ),
         (
             f"first batch, {size_mb:,.0f} MB shard over HTTP, 0 workers",
             f"{first['0 workers']:.3f} s",
@@ -186,7 +206,14 @@ def run(workdir: Path, quick: bool) -> str:
         lines.append(f"| {what} | {measured} | {goal} | {verdict} |")
     lines += [
         "",
-        "The machine has 2 cores shared with other work, so the worker speed-up is bounded "
-        "by what the second core has to spare.",
+        "Why two workers give less than 1.7× here (measured 2026-11-24 with `getrusage` and "
+        "py-spy on this set, 80×80 JPEGs, batches of 64): the main process uses little CPU "
+        "(0.25 s an epoch), but the workers use about 2.95 s of CPU for the 2.3 s the same "
+        "work takes in one process. In a worker, torch's `default_collate` writes each batch "
+        "into new shared memory (`_new_shared`, then page faults), about five times the cost "
+        "of collating in-process, and decoding runs about 20% slower; fresh workers also "
+        "import Pillow's plugins again. The machine itself scales: `tarkit map` with two "
+        "workers runs 1.98× one worker on CPU-bound work (below). Larger images amortize "
+        "the per-batch cost.",
     ]
     return "\n".join(lines)

@@ -172,6 +172,7 @@ def run(workdir: Path, quick: bool) -> str:
     for label, shard in sets.items():
         parts += throughput_table(label, shard, results[label])
     parts += targets_table(results, startup, imports)
+    parts += per_member_table(sets["small"], repeat)
     parts += startup_table(startup, startup_repeat)
     parts += imports_table(imports)
     return "\n".join(parts)
@@ -289,6 +290,55 @@ def targets_table(
                 verdict = "PASS" if ok else "MISS"
         rows.append(f"| {_cell(target.measure)} | {shown} | {bound} | {verdict} |")
     return [*rows, "", "`not measured`: a tool not built yet or a failed run (see above).", ""]
+
+
+def per_member_table(shard: Path, repeat: int) -> list[str]:
+    """Where tarcat's time goes on small members: each stage in this process, per member."""
+    import io
+    import time
+
+    from tarkit.pipeline import write_samples
+    from tarkit.samples import group_samples
+    from tarkit.tario import read_members
+    from tarkit.urls import Sink
+
+    data = shard.read_bytes()
+    members = sum(1 for _ in read_members(io.BytesIO(data)))
+    out = shard.parent / "per-member-out.tar"
+
+    def best(stage: Callable[[], object]) -> float:
+        times = []
+        for _ in range(max(3, repeat)):
+            start = time.perf_counter()
+            stage()
+            times.append(time.perf_counter() - start)
+        return min(times)
+
+    read = best(lambda: sum(1 for _ in read_members(io.BytesIO(data))))
+    grouped = best(lambda: sum(1 for _ in group_samples(read_members(io.BytesIO(data)))))
+    whole = best(
+        lambda: write_samples(group_samples(read_members(io.BytesIO(data))), Sink(str(out)))
+    )
+    out.unlink()
+    rows = [
+        "### Where the time goes on small members",
+        "",
+        f"In this process, best of {max(3, repeat)}, on the small set ({members:,} members, "
+        f"{len(data) / members:,.0f} bytes each on average), start-up excluded:",
+        "",
+        "| stage | µs per member | cumulative ms |",
+        "| --- | ---: | ---: |",
+        f"| read and check headers (`read_members`) | {read / members * 1e6:.2f} | {read * 1e3:.0f} |",
+        f"| group into samples (`group_samples`) | {(grouped - read) / members * 1e6:.2f} | {grouped * 1e3:.0f} |",
+        f"| write to a file (`write_samples`) | {(whole - grouped) / members * 1e6:.2f} | {whole * 1e3:.0f} |",
+        "",
+        "Every member costs a few microseconds of Python (about 35 steps of header checking "
+        "and bookkeeping, none dominant), where `cat` moves a small member in well under "
+        "one: that per-member floor, not I/O, sets `tarcat`'s ratio to `cat` on small "
+        "members. Large members are copied without it, so there `tarcat` matches `cat`.",
+        "",
+    ]
+    return rows
 
 
 def startup_table(startup: dict[str, Result], repeat: int) -> list[str]:

@@ -128,18 +128,19 @@ def _filesystem(url: str, storage_options: Mapping[str, Any] | None) -> tuple[An
 
 
 class _HashingFile(io.RawIOBase):
-    """A raw file that hashes and counts every byte written to it."""
+    """A raw file that counts every byte written to it and, if ``hashing``, hashes them."""
 
-    def __init__(self, fd: int) -> None:
+    def __init__(self, fd: int, hashing: bool = True) -> None:
         self.file = open(fd, "wb", buffering=0)  # noqa: SIM115
-        self.sha256 = hashlib.sha256()
+        self.sha256 = hashlib.sha256() if hashing else None
         self.size = 0
 
     def writable(self) -> bool:
         return True
 
     def write(self, data) -> int:  # type: ignore[no-untyped-def, override]
-        self.sha256.update(data)
+        if self.sha256 is not None:
+            self.sha256.update(data)
         written = self.file.write(data)
         while written < len(data):  # a raw write may be short
             written += self.file.write(memoryview(data)[written:])
@@ -169,7 +170,9 @@ def temp_place(path: str) -> tuple[str, str]:
 class _ShardFile:
     """One shard being written: a temporary file, renamed or uploaded by :meth:`commit`."""
 
-    def __init__(self, path: str, storage_options: Mapping[str, Any] | None) -> None:
+    def __init__(
+        self, path: str, storage_options: Mapping[str, Any] | None, checksum: bool = True
+    ) -> None:
         self.path = path
         self.remote = is_remote(path)
         self.storage_options = storage_options
@@ -183,7 +186,7 @@ class _ShardFile:
             fd, self.temp_path = tempfile.mkstemp(prefix=prefix, suffix=".tmp", dir=directory)
         except OSError as exc:
             raise OutputError(f"{path}: cannot create: {exc.strerror}") from None
-        self.raw = _HashingFile(fd)
+        self.raw = _HashingFile(fd, checksum)
         self.buffered = io.BufferedWriter(self.raw, buffer_size=_BUFFER)
         self.compression = compression_for(path)
         self.stream: BinaryIO = open_compressor(self.buffered, self.compression)  # type: ignore[arg-type]
@@ -197,8 +200,8 @@ class _ShardFile:
         self.buffered.flush()
         return self.raw.size
 
-    def commit(self, limit: int | None = None) -> tuple[int, str]:
-        """Finish the file and publish it under its name; return (bytes, sha256).
+    def commit(self, limit: int | None = None) -> tuple[int, str | None]:
+        """Finish the file and publish it under its name; return (bytes, sha256 or None).
 
         A file of more than ``limit`` bytes is removed and raises :class:`OutputError`.
         """
@@ -230,7 +233,8 @@ class _ShardFile:
                     raise OutputError(f"{self.path}: upload failed: {exc}") from None
             finally:
                 self.abort()
-        return self.raw.size, self.raw.sha256.hexdigest()
+        sha256 = self.raw.sha256
+        return self.raw.size, None if sha256 is None else sha256.hexdigest()
 
     def abort(self) -> None:
         """Remove the temporary file; nothing appears under the shard's name."""
@@ -301,6 +305,9 @@ class ShardWriter:
     bash command with ``{}`` for the path, or a callable); ``on_shard`` is called with
     each finished shard's :class:`ShardInfo` (``url`` is its path). ``manifest`` is a
     path or URL where :meth:`close` writes the manifest of all shards.
+    ``checksums=False`` leaves out the sha256 of each shard (``ShardInfo.sha256`` is
+    None; a manifest then has none): hashing costs about a sixth of copying small
+    samples, for output nobody checks.
 
     ``resume=True`` keeps the complete shards already present from ``start`` on (an
     interrupted run's) and continues after them: ``samples_done`` says how many samples
@@ -326,6 +333,7 @@ class ShardWriter:
         storage_options: Mapping[str, Any] | None = None,
         resume: bool = False,
         mtime: int | None = None,
+        checksums: bool = True,
     ) -> None:
         from .sizes import parse_size
 
@@ -345,6 +353,7 @@ class ShardWriter:
         self.manifest = manifest
         self.on_shard = on_shard
         self.storage_options = storage_options
+        self.checksums = checksums
         self.mtime = default_mtime() if mtime is None else mtime
         self.shards: list[ShardInfo] = []
         self.samples_done = 0
@@ -457,7 +466,9 @@ class ShardWriter:
                 f"{shards} are complete, the rest of the samples was not written"
             )
         self._file = _ShardFile(
-            shard_name(self.pattern, self.start + len(self.shards)), self.storage_options
+            shard_name(self.pattern, self.start + len(self.shards)),
+            self.storage_options,
+            self.checksums,
         )
         self._count = 0
         self._unmeasured = 0

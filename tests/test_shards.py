@@ -382,3 +382,20 @@ def test_a_dict_sample_with_the_key_of_the_one_before_is_an_error_and_no_shard_i
             writer.write({"__key__": "a", "txt": "3"})  # apart from the first: fine
             writer.write({"__key__": "a", "cls": 4})
     assert os.listdir(tmp_path) == []
+
+
+def test_without_checksums_the_shards_are_the_same_bytes_and_carry_no_sha256(
+    tmp_path: Path,
+) -> None:
+    samples = [{"__key__": f"k{i}", "txt": f"sample {i}" * 50} for i in range(30)]
+    infos = {}
+    for checksums in (True, False):
+        directory = tmp_path / str(checksums)
+        with ShardWriter(str(directory / "s-%02d.tar"), maxcount=8, checksums=checksums) as w:
+            w.write_all(samples)
+        infos[checksums] = w.shards
+    assert [s.sha256 for s in infos[False]] == [None] * 4
+    for with_sum in infos[True]:
+        data = Path(with_sum.url).read_bytes()
+        assert with_sum.sha256 == hashlib.sha256(data).hexdigest()
+        assert (tmp_path / "False" / Path(with_sum.url).name).read_bytes() == data

@@ -67,6 +67,7 @@ def tarsplit(
         writer = ShardWriter(
             output, maxcount=maxcount, maxsize=maxsize, maxshards=maxshards, start=start,
             post=post, manifest=manifest, on_shard=shard_reporter(tool) if verbose else None,
+            checksums=manifest is not None,  # only a manifest shows them
         )  # fmt: skip
         skips = skip_log(tool)
         samples = read_samples(
