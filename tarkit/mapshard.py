@@ -213,17 +213,14 @@ def run_shard(
         result.failure = _failure(task, exc.key, exc.error)
     except (InputError, SourceError) as exc:
         result.failure = _failure(task, None, exc)  # the message says where
-        # A local file reads the same way every time; a remote one may have been cut.
-        result.failure.final = isinstance(exc, InputError) and not _is_remote(task.input)
+        # A local file reads the same way every time; a download or a command may not.
+        local = not is_remote(task.input) and not task.input.startswith("pipe:")
+        result.failure.final = isinstance(exc, InputError) and local
     except Exception as exc:
         result.failure = _failure(task, key, exc)
     finally:
         result.seconds = time.monotonic() - started
     return result
-
-
-def _is_remote(url: str) -> bool:
-    return "://" in url and not url.startswith("file:") or url.startswith("pipe:")
 
 
 def _failure(task: ShardTask, key: str | None, exc: BaseException) -> ShardFailure:

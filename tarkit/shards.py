@@ -383,30 +383,28 @@ class ShardWriter:
         Raises :class:`~tarkit.errors.SampleError` for a dict that cannot be encoded and
         :class:`OutputError` when a shard cannot be written.
         """
+        if isinstance(sample, Sample) and not sample.members:
+            return
+        # Adjacent samples with one key merge in every reader, across shards too when
+        # the shards are read in order.
+        key = _key_of(sample)
         previous = self._previous
-        key: Any
+        if previous is not None and key == _key_of(previous):
+            if isinstance(previous, Sample) and isinstance(sample, Sample):
+                raise same_key_error(previous, sample)
+            raise SampleError(
+                f"sample {key!r} follows a sample with the same key, and readers would "
+                "merge the two: give every sample a key of its own",
+                source="dataset",
+            )
         if isinstance(sample, Sample):
             members = sample.members
-            if not members:
-                return
-            if isinstance(previous, Sample) and previous.key == sample.key:
-                raise same_key_error(previous, sample)
             raw = members[0].raw if len(members) == 1 else b"".join([m.raw for m in members])
-            key = sample.key
         else:
             from .encoding import encode_sample
 
-            key = sample.get("__key__")
-            if previous is not None and key == _key_of(previous):
-                raise SampleError(
-                    f"sample {key!r} follows a sample with the same key, and readers would "
-                    "merge the two: give every sample a key of its own",
-                    source="dataset",
-                )
             raw = encode_sample(sample, mtime=self.mtime)
         self.write_raw(raw)
-        # Adjacent samples with one key merge in every reader, across shards too when
-        # the shards are read in order.
         self._previous = sample
         if self._count == 1:
             self._first_key = key

@@ -125,7 +125,6 @@ def _tune_malloc() -> None:
 def run(tool: str, body: Callable[[], int | None]) -> NoReturn:
     """Run a command's body and exit with the status it earned."""
     signal.signal(signal.SIGTERM, _on_sigterm)
-    _fill_closed_std_streams()
     _tune_malloc()
     debug = bool(os.environ.get("TARKIT_DEBUG"))
     try:

@@ -185,6 +185,11 @@ def test_four_at_once_keeps_input_order(tmp_path: Path, env: dict[str, str]) -> 
     assert [key for key, _ in samples_of(ordered.stdout)] == [f"s{i:02d}" for i in range(24)]
 
 
+def wait_for(pid_file: Path) -> str:
+    """Bash that waits (10 s at most) until another sample's command has written its pid."""
+    return f"for i in $(seq 1000); do [ -s {pid_file} ] && break; sleep 0.01; done"
+
+
 def test_unordered_writes_samples_in_the_order_they_finish(
     tmp_path: Path, env: dict[str, str]
 ) -> None:
@@ -193,7 +198,7 @@ def test_unordered_writes_samples_in_the_order_they_finish(
     source.write_bytes(archive_of(2))
     pid = tmp_path / "s01.pid"
     script = f"""case $TARKIT_KEY in
-      s00) for i in $(seq 1000); do [ -s {pid} ] && break; sleep 0.01; done
+      s00) {wait_for(pid)}
            while [ -e /proc/$(cat {pid}) ]; do sleep 0.01; done;;
       s01) echo $$ > {pid};;
     esac"""
@@ -234,11 +239,10 @@ def test_fail_kills_the_command_of_an_earlier_sample_and_exits_2_at_once(
     source = tmp_path / "in.tar"
     source.write_bytes(archive_of(6))
     first, slow = tmp_path / "s00.pid", tmp_path / "s01.pid"
-    wait = "for i in $(seq 1000); do [ -s {} ] && break; sleep 0.01; done"
     script = f"""case $TARKIT_KEY in
       s00) echo $$ > {first};;
       s01) echo $$ > {slow}; sleep 30;;
-      s02) {wait.format(first)}; {wait.format(slow)}
+      s02) {wait_for(first)}; {wait_for(slow)}
            while [ -e /proc/$(cat {first}) ]; do sleep 0.01; done; exit 4;;
     esac"""
     result = run(["tarproc", "-q", "-p", "3", "-c", script, str(source)], env=env, timeout=10)
