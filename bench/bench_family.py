@@ -74,8 +74,8 @@ def run(workdir: Path, quick: bool) -> str:
 
 def _interleaved(source: Path, path: Path) -> tuple[Path, int, int]:
     """Rewrite ``source`` with its members grouped by field; (path, members, samples)."""
-    from tarkit.samples import split_name
-    from tarkit.tario import TarWriter, read_members
+    from tarkit.format.samples import split_name
+    from tarkit.format.tar import TarWriter, read_members
 
     by_field: dict[str, list[bytes]] = {}
     keys = set()
@@ -95,8 +95,8 @@ def _interleaved(source: Path, path: Path) -> tuple[Path, int, int]:
 
 def _listing(archive: Path, path: Path) -> Path:
     """The text list GNU sort sorts: key, field, base64 of the data, one member a line."""
-    from tarkit.samples import split_name
-    from tarkit.tario import read_members
+    from tarkit.format.samples import split_name
+    from tarkit.format.tar import read_members
 
     with open(archive, "rb") as stream, open(path, "wb") as out:
         for member in read_members(stream, str(archive)):

@@ -74,8 +74,8 @@ def throughput(urls: list[str], repeat: int) -> dict[str, tuple[float, int]]:
 
 def big_shard(workdir: Path, size: int) -> Path:
     """A shard of at least ``size`` bytes: the large set's samples repeated under new keys."""
-    from tarkit.samples import group_samples
-    from tarkit.tario import TarWriter, read_members
+    from tarkit.format.samples import group_samples
+    from tarkit.format.tar import TarWriter, read_members
 
     with open(large_shard(workdir), "rb") as stream:
         samples = [s.data() for s in group_samples(read_members(stream))]

@@ -79,7 +79,7 @@ def _local_throughput(workdir: Path, quick: bool) -> tuple[list[str], float | No
 
 
 def _tiny_inputs(workdir: Path) -> list[str]:
-    from tarkit.tario import TarWriter
+    from tarkit.format.tar import TarWriter
 
     directory = workdir / "tiny"
     directory.mkdir(exist_ok=True)
@@ -93,7 +93,7 @@ def _tiny_inputs(workdir: Path) -> list[str]:
 
 
 def _per_shard(engine: str, inputs: list[str], workdir: Path, **options: Any) -> float:
-    from tarkit.mapping import map_shards
+    from tarkit.processing.driver import map_shards
 
     out = workdir / f"tiny-{engine}"
     shutil.rmtree(out, ignore_errors=True)

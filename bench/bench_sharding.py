@@ -118,7 +118,7 @@ def reencode(item: bytes, index: int) -> dict[str, object]:
 
 
 def shard_photos(dataset: Photos, directory: Path, workers: int) -> None:
-    from tarkit.sharding import shard_dataset
+    from tarkit.writing.from_dataset import shard_dataset
 
     shard_dataset(dataset, str(directory / "p-%06d.tar"), num_workers=workers,
                   to_sample=reencode, progress=False)  # fmt: skip

@@ -297,10 +297,10 @@ def per_member_table(shard: Path, repeat: int) -> list[str]:
     import io
     import time
 
-    from tarkit.pipeline import write_samples
-    from tarkit.samples import group_samples
-    from tarkit.tario import read_members
-    from tarkit.urls import Sink
+    from tarkit.format.samples import group_samples
+    from tarkit.format.tar import read_members
+    from tarkit.storage.sources import Sink
+    from tarkit.stream.stages import write_samples
 
     data = shard.read_bytes()
     members = sum(1 for _ in read_members(io.BytesIO(data)))

@@ -121,8 +121,8 @@ def sample_count(path: Path) -> int:
     for count in (SMALL_SAMPLES, SMALL_SAMPLES_QUICK, LARGE_SAMPLES, LARGE_SAMPLES_QUICK):
         if Path(path).name.endswith(f"-{count}.tar"):
             return count
-    from tarkit.samples import group_samples
-    from tarkit.tario import read_members
+    from tarkit.format.samples import group_samples
+    from tarkit.format.tar import read_members
 
     with open(path, "rb") as stream:
         return sum(1 for _ in group_samples(read_members(stream, str(path))))
@@ -194,7 +194,7 @@ def _cached(name: str, make: Callable[[], Iterator[Sample]]) -> Path:
 
 def _write_shard(path: Path, samples: Iterator[Sample]) -> None:
     """Write samples with tarkit's TarWriter under a temporary name, then rename."""
-    from tarkit.tario import TarWriter
+    from tarkit.format.tar import TarWriter
 
     temp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
     try:

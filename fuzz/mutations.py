@@ -50,10 +50,10 @@ from corpus import (  # noqa: E402
 )
 
 from tarkit.cli.runner import one_line  # noqa: E402
-from tarkit.compression import open_decompressed  # noqa: E402
 from tarkit.errors import TarkitError  # noqa: E402
-from tarkit.samples import Sample, group_samples  # noqa: E402
-from tarkit.tario import END_OF_ARCHIVE, read_members  # noqa: E402
+from tarkit.format.compression import open_decompressed  # noqa: E402
+from tarkit.format.samples import Sample, group_samples  # noqa: E402
+from tarkit.format.tar import END_OF_ARCHIVE, read_members  # noqa: E402
 
 BLOCK = 512
 TIME_LIMIT = 2.0  # CPU seconds per case: the seeds read in about a millisecond

@@ -17,21 +17,21 @@ from .errors import (
     TruncatedError,
     UsageError,
 )
-from .pipeline import read_samples, shuffle_samples, slice_samples, take, write_samples
-from .samples import Sample, SkipLog, group_samples, split_name
-from .tario import Member, TarWriter, read_members
+from .format.samples import Sample, SkipLog, group_samples, split_name
+from .format.tar import Member, TarWriter, read_members
+from .stream.stages import read_samples, shuffle_samples, slice_samples, take, write_samples
 
 __version__ = "0.1.0"
 
 # Imported on first use, so ``import tarkit`` does not load torch and the tools start fast.
 _LAZY = {
-    "ShardDataset": "dataset",
-    "ShardLoader": "dataset",
-    "loader": "dataset",
-    "shard_dataset": "sharding",
-    "ShardWriter": "shards",
-    "map_shards": "mapping",
-    "MapError": "mapping",
+    "ShardDataset": "loading.dataset",
+    "ShardLoader": "loading.dataset",
+    "loader": "loading.dataset",
+    "shard_dataset": "writing.from_dataset",
+    "ShardWriter": "writing.shard_writer",
+    "map_shards": "processing.driver",
+    "MapError": "processing.driver",
 }
 
 

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from tarkit.tario import TarWriter
+from tarkit.format.tar import TarWriter
 
 BIN = Path(sys.executable).parent
 ROOT = Path(__file__).resolve().parent.parent
@@ -63,8 +63,8 @@ def make_tar(members: Iterable[tuple[str, bytes]]) -> bytes:
 
 def samples_of(archive: bytes) -> list[tuple[str, dict[str, bytes]]]:
     """(key, {field: data}) for every sample, as tarkit reads it."""
-    from tarkit.samples import group_samples
-    from tarkit.tario import read_members
+    from tarkit.format.samples import group_samples
+    from tarkit.format.tar import read_members
 
     return [(s.key, s.data()) for s in group_samples(read_members(io.BytesIO(archive)))]
 

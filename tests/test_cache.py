@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 from shard_server import ShardServer
 
-from tarkit.cache import ShardCache, cache_name
 from tarkit.errors import SourceError
+from tarkit.storage.cache import ShardCache, cache_name
 
 
 @pytest.fixture

@@ -13,7 +13,8 @@ import pytest
 import zstandard
 from conftest import make_tar
 
-from tarkit.compression import (
+from tarkit.errors import CompressionError
+from tarkit.format.compression import (
     compressed_bound,
     compression_for,
     measure,
@@ -21,8 +22,7 @@ from tarkit.compression import (
     open_decompressed,
     sniff,
 )
-from tarkit.errors import CompressionError
-from tarkit.pipeline import read_samples
+from tarkit.stream.stages import read_samples
 
 TOOLS = {"gzip": ["gzip", "-c"], "bzip2": ["bzip2", "-c"], "xz": ["xz", "-c"],
          "zstd": ["zstd", "-q", "-c"]}  # fmt: skip

@@ -8,11 +8,11 @@ from pathlib import Path
 import pytest
 from conftest import samples_of
 
-from tarkit.creating import list_tree, plan_members, tree_members, write_members
 from tarkit.errors import InputError, SourceError
-from tarkit.plan import read_plan
-from tarkit.samples import SkipLog
-from tarkit.urls import Sink
+from tarkit.format.samples import SkipLog
+from tarkit.storage.sources import Sink
+from tarkit.writing.files import list_tree, plan_members, tree_members, write_members
+from tarkit.writing.plan import read_plan
 
 
 def test_plan_members_are_sorted_fields_with_text_as_utf8(tmp_path: Path) -> None:

@@ -27,10 +27,17 @@ from shard_server import ShardServer
 from torch.utils.data import ChainDataset, DataLoader, get_worker_info
 
 import tarkit
-from tarkit.dataset import CORRUPT, MISSING, TRUNCATED, UNDECODABLE, UNREADABLE, ShardDataset
 from tarkit.errors import InputError, SourceError, TruncatedError, UsageError
-from tarkit.manifest import Manifest, ShardInfo
-from tarkit.tario import TarWriter
+from tarkit.format.manifest import Manifest, ShardInfo
+from tarkit.format.tar import TarWriter
+from tarkit.loading.dataset import (
+    CORRUPT,
+    MISSING,
+    TRUNCATED,
+    UNDECODABLE,
+    UNREADABLE,
+    ShardDataset,
+)
 
 PEERS = DATA / "peer-shards"
 # Warnings raised in this process; what workers print is tested through a script's stderr.

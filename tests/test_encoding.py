@@ -14,7 +14,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from PIL import Image
 
-from tarkit.encoding import (
+from tarkit.errors import SampleError, UsageError
+from tarkit.format.encoding import (
     ImageTransform,
     check_key,
     encode_field,
@@ -22,8 +23,7 @@ from tarkit.encoding import (
     encode_sample,
     parse_resize,
 )
-from tarkit.errors import SampleError, UsageError
-from tarkit.tario import encode_member
+from tarkit.format.tar import encode_member
 
 
 def decode(sample: dict[str, object]) -> dict[str, bytes]:

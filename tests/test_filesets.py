@@ -7,9 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from tarkit.encoding import ImageTransform
 from tarkit.errors import InputError, SourceError
-from tarkit.filesets import FileTree, ImageFolder, PlanDataset, detect_layout
+from tarkit.format.encoding import ImageTransform
+from tarkit.writing.file_datasets import FileTree, ImageFolder, PlanDataset, detect_layout
 
 
 def make(root: Path, files: dict[str, bytes]) -> Path:

@@ -9,7 +9,7 @@ import pytest
 from conftest import make_tar
 
 from tarkit.errors import SampleError, UsageError
-from tarkit.index import index_shard, index_shards
+from tarkit.writing.index import index_shard, index_shards
 
 
 def test_entry_of_a_shard_with_offsets(tmp_path: Path) -> None:

@@ -12,9 +12,9 @@ import pytest
 from conftest import make_tar
 
 from tarkit.errors import InputError, UsageError
-from tarkit.mixing import combine_inputs, interleave, mix, parse_weights, read_ahead
-from tarkit.samples import Sample, SkipLog
-from tarkit.tario import Member
+from tarkit.format.samples import Sample, SkipLog
+from tarkit.format.tar import Member
+from tarkit.stream.mixing import combine_inputs, interleave, mix, parse_weights, read_ahead
 
 
 def samples(name: str, count: int, fail: bool = False, delay: float = 0) -> Iterator[Sample]:

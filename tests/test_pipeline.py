@@ -14,7 +14,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from tarkit.errors import OutputError, SampleError, TruncatedError, UsageError
-from tarkit.pipeline import (
+from tarkit.storage.sources import Sink
+from tarkit.stream.stages import (
     output_errors,
     parse_slice,
     read_samples,
@@ -23,7 +24,6 @@ from tarkit.pipeline import (
     take,
     write_samples,
 )
-from tarkit.urls import Sink
 
 
 def shard(tmp_path: Path, name: str, keys: range) -> Path:

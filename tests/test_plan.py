@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from tarkit.errors import InputError, SourceError, UsageError
-from tarkit.plan import plan_delimiter, read_plan
+from tarkit.writing.plan import plan_delimiter, read_plan
 
 
 def test_rows_give_keys_text_and_file_fields_relative_to_the_plan(tmp_path: Path) -> None:

@@ -15,7 +15,9 @@ import pytest
 from conftest import assert_gone, make_tar
 
 from tarkit.errors import InputError, UsageError
-from tarkit.procmap import (
+from tarkit.format.samples import Sample, group_samples
+from tarkit.format.tar import TarWriter, read_members
+from tarkit.processing.commands import (
     Command,
     CommandFailed,
     ProcReport,
@@ -25,8 +27,6 @@ from tarkit.procmap import (
     sweep_ledgers,
     unsafe_field_reason,
 )
-from tarkit.samples import Sample, group_samples
-from tarkit.tario import TarWriter, read_members
 
 
 def samples_from(members: list[tuple[str, bytes]]) -> list[Sample]:
@@ -380,8 +380,8 @@ def test_large_fields_go_in_and_come_out_whole(tmp: Path) -> None:
 
 LEDGER_CHILD = """
 import sys
-from tarkit.pipeline import read_samples
-from tarkit.procmap import Command, map_command, record_commands
+from tarkit.stream.stages import read_samples
+from tarkit.processing.commands import Command, map_command, record_commands
 record_commands(sys.argv[1])
 list(map_command(read_samples([sys.argv[2]]), Command(sys.argv[3])))
 """

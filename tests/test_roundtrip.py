@@ -13,9 +13,9 @@ from conftest import webdataset_samples
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from tarkit.pipeline import write_samples
-from tarkit.samples import group_samples
-from tarkit.tario import TarWriter, read_members
+from tarkit.format.samples import group_samples
+from tarkit.format.tar import TarWriter, read_members
+from tarkit.stream.stages import write_samples
 
 BOUNDARY_SIZES = [0, 1, 100, 511, 512, 513, 1023, 1024, 1025, 4095, 4096, 4097]
 LETTERS = "abcXYZ019-_ é日本"

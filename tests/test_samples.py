@@ -13,7 +13,7 @@ from test_tario import END, header, member
 from webdataset.tariterators import base_plus_ext
 
 from tarkit.errors import SampleError, TruncatedError
-from tarkit.samples import (
+from tarkit.format.samples import (
     NO_FIELD,
     SkipLog,
     group_samples,
@@ -21,7 +21,7 @@ from tarkit.samples import (
     select_fields,
     split_name,
 )
-from tarkit.tario import Member, read_members
+from tarkit.format.tar import Member, read_members
 
 
 def samples(archive: bytes, **kw) -> list[tuple[str, dict[str, bytes]]]:

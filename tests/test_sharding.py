@@ -14,8 +14,8 @@ from conftest import samples_of, sigkill_when, webdataset_samples
 from PIL import Image
 
 from tarkit.errors import InputError, SampleError, UsageError
-from tarkit.sharding import default_sample, shard_dataset
-from tarkit.shards import temp_place
+from tarkit.writing.from_dataset import default_sample, shard_dataset
+from tarkit.writing.shard_writer import temp_place
 
 
 class Pictures:
@@ -169,7 +169,7 @@ def test_progress_line_is_drawn_only_when_asked_or_on_a_terminal(
 KILLABLE = """
 import sys, time
 from PIL import Image
-from tarkit.sharding import shard_dataset
+from tarkit.writing.from_dataset import shard_dataset
 
 class Slow:
     def __len__(self):

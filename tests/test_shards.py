@@ -15,18 +15,18 @@ from conftest import make_tar, samples_of
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from tarkit.compression import compression_for, open_compressor, open_decompressed
-from tarkit.encoding import encode_sample
 from tarkit.errors import OutputError, SampleError, UsageError
-from tarkit.samples import group_samples
-from tarkit.shards import (
+from tarkit.format.compression import compression_for, open_compressor, open_decompressed
+from tarkit.format.encoding import encode_sample
+from tarkit.format.samples import group_samples
+from tarkit.format.tar import member_size_on_disk, read_members
+from tarkit.writing.shard_writer import (
     ShardWriter,
     _ShardFile,
     check_pattern,
     completed_shards,
     shard_name,
 )
-from tarkit.tario import member_size_on_disk, read_members
 
 
 def read_samples_raw(archive: bytes) -> list[bytes]:

@@ -12,8 +12,9 @@ from conftest import make_tar
 from PIL import Image
 
 from tarkit.errors import OutputError, TruncatedError
-from tarkit.samples import group_samples
-from tarkit.show import (
+from tarkit.format.samples import group_samples
+from tarkit.format.tar import read_members
+from tarkit.stream.show import (
     CAPTION,
     GAP,
     TILE,
@@ -25,7 +26,6 @@ from tarkit.show import (
     open_image,
     preview,
 )
-from tarkit.tario import read_members
 
 COLOURS = [
     (255, 0, 0), (0, 255, 0), (0, 0, 255), (255, 255, 0), (255, 0, 255), (0, 255, 255),

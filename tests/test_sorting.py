@@ -13,8 +13,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from tarkit.errors import SampleError, UsageError
-from tarkit.samples import SkipLog, group_samples
-from tarkit.sorting import (
+from tarkit.format.samples import SkipLog, group_samples
+from tarkit.format.tar import TarWriter, read_members
+from tarkit.stream.sorting import (
     ITEM_OVERHEAD,
     SortOrder,
     _item_size,
@@ -22,7 +23,6 @@ from tarkit.sorting import (
     _member_items,
     sort_samples,
 )
-from tarkit.tario import TarWriter, read_members
 
 
 def write(path: Path, members: list[tuple[str, bytes]]) -> str:

@@ -9,7 +9,7 @@ from collections import Counter
 
 import pytest
 
-from tarkit.splitting import (
+from tarkit.loading.splitting import (
     Piece,
     epoch_pieces,
     range_pieces,
@@ -161,7 +161,7 @@ def test_shard_order_is_the_same_in_every_run_and_differs_between_epochs():
 
 
 def test_stable_seed_does_not_depend_on_pythonhashseed():
-    code = "from tarkit.splitting import stable_seed; print(stable_seed(1, 'x', 2))"
+    code = "from tarkit.loading.splitting import stable_seed; print(stable_seed(1, 'x', 2))"
     values = {
         subprocess.run(
             [sys.executable, "-c", code],

@@ -18,10 +18,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from tarkit import tario
 from tarkit.errors import HeaderError, InputError, SampleError, TruncatedError
-from tarkit.samples import group_samples, split_name
-from tarkit.tario import (
+from tarkit.format import tar as tario
+from tarkit.format.samples import group_samples, split_name
+from tarkit.format.tar import (
     DEFAULT_MTIME,
     DIRECTORY,
     FIFO,
@@ -289,7 +289,7 @@ def test_ustar_prefix_field_joins_the_name(archive_dir: Path) -> None:
 def test_compressed_real_archive_reads_like_uncompressed(
     archive_dir: Path, kind: str, compression: str
 ) -> None:
-    from tarkit.pipeline import read_samples
+    from tarkit.stream.stages import read_samples
 
     plain = make_archive(archive_dir, kind)
     packed = make_archive(archive_dir, kind, compression)
@@ -714,7 +714,7 @@ def test_written_archive_lists_cleanly_in_bsdtar(tmp_path: Path) -> None:
 
 WRITE_SCRIPT = """
 import sys
-from tarkit.tario import TarWriter
+from tarkit.format.tar import TarWriter
 with TarWriter(sys.stdout.buffer) as writer:
     writer.add("a/x.jpg", b"jpeg" * 300)
     writer.add("日本/" + "n" * 120 + ".cls", b"7")
@@ -747,7 +747,7 @@ def test_writer_output_is_identical_across_processes_and_follows_source_date_epo
     mode=st.sampled_from([0o444, 0o644, 0o755]),
 )
 def test_header_template_gives_the_bytes_of_the_general_builder(name, size, mtime, mode) -> None:
-    from tarkit.tario import _ustar_block
+    from tarkit.format.tar import _ustar_block
 
     assert tario.make_header(name, size, mtime=mtime, mode=mode) == _ustar_block(
         name.encode(), size, mtime, mode, b"0", b""

@@ -13,10 +13,10 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from tarkit.errors import TruncatedError
-from tarkit.pipeline import read_samples
-from tarkit.samples import group_samples, parse_field_spec
-from tarkit.tario import read_members
-from tarkit.tsv import as_text, cell, escape, tsv_lines, write_lines
+from tarkit.format.samples import group_samples, parse_field_spec
+from tarkit.format.tar import read_members
+from tarkit.stream.stages import read_samples
+from tarkit.stream.tsv import as_text, cell, escape, tsv_lines, write_lines
 
 
 def unescape(text: str) -> str:

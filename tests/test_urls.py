@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from tarkit.errors import OutputError, SourceError, TruncatedError, UsageError
-from tarkit.urls import Sink, display_name, expand_inputs, open_source
+from tarkit.storage.sources import Sink, display_name, expand_inputs, open_source
 
 
 class Server:

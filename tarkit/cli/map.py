@@ -157,7 +157,7 @@ def map_command(
 
     def body() -> int:
         from ..errors import UsageError
-        from ..mapping import MapError, map_shards
+        from ..processing.driver import MapError, map_shards
 
         if (command is None) == (fn is None):
             raise UsageError("give either -c COMMAND or --fn package.module:function")
@@ -166,7 +166,7 @@ def map_command(
                 raise UsageError("-p, --on-error, --rejects, --timeout and --multi go with -c")
             mapper: Any = load_function(fn)
         else:
-            from ..mapcommand import METADATA_FIELD, ShellCommand
+            from ..processing.mappers import METADATA_FIELD, ShellCommand
 
             if rejects is not None and on_error == "fail":
                 raise UsageError("--rejects goes with --on-error skip or keep")
@@ -175,7 +175,7 @@ def map_command(
                 parallel=samples_at_once, on_error=on_error, timeout=timeout, multi=multi,
                 quiet=quiet, metadata_field=METADATA_FIELD if metadata else None,
             )  # fmt: skip
-        from ..urls import expand_inputs
+        from ..storage.sources import expand_inputs
 
         display = ProgressLine(tool, quiet)
         try:
@@ -192,7 +192,7 @@ def map_command(
         finally:
             display.close()
         if rejects is not None:
-            from ..mapshard import write_text
+            from ..processing.shard_task import write_text
 
             write_text(rejects, "".join(line + "\n" for line in result.rejects))
         if result.rejects:

@@ -17,7 +17,7 @@ from collections.abc import Callable
 from typing import NoReturn
 
 from ..errors import TarkitError
-from ..samples import SkipLog
+from ..format.samples import SkipLog
 
 EXIT_OK, EXIT_SKIPPED, EXIT_ERROR = 0, 1, 2
 EXIT_INTERRUPTED, EXIT_PIPE, EXIT_TERMINATED = 130, 141, 143

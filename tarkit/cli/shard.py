@@ -138,9 +138,9 @@ def shard(
     def body() -> int:
         import os
 
-        from ..encoding import ImageTransform
         from ..errors import UsageError
-        from ..sharding import shard_dataset
+        from ..format.encoding import ImageTransform
+        from ..writing.from_dataset import shard_dataset
         from .tarsplit import shard_reporter
 
         # Files read from SOURCE are transformed as they are read; a Dataset's items by
@@ -183,7 +183,7 @@ def open_files(
     import os
 
     from ..errors import SourceError
-    from ..filesets import FileTree, ImageFolder, PlanDataset, detect_layout
+    from ..writing.file_datasets import FileTree, ImageFolder, PlanDataset, detect_layout
 
     if os.path.isdir(source):
         if layout == "auto":
@@ -229,7 +229,7 @@ def _report_skipped(tool: str, source: str, items: Any, strict: bool) -> int:
     images in a class directory: counted, reported, status 1. ``--strict`` makes
     either an error.
     """
-    from ..filesets import ImageFolder
+    from ..writing.file_datasets import ImageFolder
 
     skipped = getattr(items, "skipped", [])
     if not skipped:
@@ -263,7 +263,7 @@ def save_classes(names: list[str], location: str) -> None:
     """Save the class list (index order) as JSON, atomically."""
     import json
 
-    from ..shards import publish
+    from ..writing.shard_writer import publish
 
     publish(location, (json.dumps(names, ensure_ascii=False, indent=1) + "\n").encode("utf-8"))
 

@@ -44,10 +44,10 @@ def tar2tsv(
     tool = ctx.command_path
 
     def body() -> int:
-        from ..pipeline import output_errors, read_samples, take
-        from ..samples import parse_field_spec
-        from ..tsv import tsv_lines, write_lines
-        from ..urls import stdout_stream
+        from ..format.samples import parse_field_spec
+        from ..storage.sources import stdout_stream
+        from ..stream.stages import output_errors, read_samples, take
+        from ..stream.tsv import tsv_lines, write_lines
 
         out = stdout_stream()
         columns = parse_field_spec(fields) if fields is not None else None

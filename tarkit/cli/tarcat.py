@@ -72,10 +72,10 @@ def tarcat(
     tool = ctx.command_path
 
     def body() -> int:
-        from ..mixing import combine_inputs
-        from ..pipeline import shuffle_samples, slice_samples, take, write_samples
-        from ..samples import parse_field_spec, select_fields
-        from ..urls import Sink
+        from ..format.samples import parse_field_spec, select_fields
+        from ..storage.sources import Sink
+        from ..stream.mixing import combine_inputs
+        from ..stream.stages import shuffle_samples, slice_samples, take, write_samples
 
         if skip < 0:
             from ..errors import UsageError

@@ -70,10 +70,10 @@ def tarcreate(
     tool = ctx.command_path
 
     def body() -> int:
-        from ..creating import list_tree, plan_members, tree_members, write_members
         from ..errors import UsageError
-        from ..plan import read_plan
-        from ..urls import Sink
+        from ..storage.sources import Sink
+        from ..writing.files import list_tree, plan_members, tree_members, write_members
+        from ..writing.plan import read_plan
 
         if (plan is None) == (directory is None):
             raise UsageError("give a PLAN file or --dir DIR (one of them)")

@@ -42,10 +42,10 @@ def tarfirst(
 
     def body() -> int:
         from ..errors import UsageError
-        from ..lookup import NotFound, first_field
-        from ..pipeline import output_errors, read_samples, write_all
-        from ..samples import parse_field_spec
-        from ..urls import display_name, expand_inputs, stdout_stream
+        from ..format.samples import parse_field_spec
+        from ..storage.sources import display_name, expand_inputs, stdout_stream
+        from ..stream.lookup import NotFound, first_field
+        from ..stream.stages import output_errors, read_samples, write_all
 
         alternatives = None
         if field is not None:

@@ -52,9 +52,9 @@ def tarindex(
     tool = ctx.command_path
 
     def body() -> int:
-        from ..index import index_shards, manifest_bytes
-        from ..pipeline import output_errors, write_all
-        from ..urls import Sink
+        from ..storage.sources import Sink
+        from ..stream.stages import output_errors, write_all
+        from ..writing.index import index_shards, manifest_bytes
 
         skips = skip_log(tool)
         manifest = index_shards(
@@ -62,7 +62,7 @@ def tarindex(
         )
         data = manifest_bytes(manifest)
         if output is not None and "://" in output:
-            from ..shards import publish
+            from ..writing.shard_writer import publish
 
             publish(output, data)
         else:

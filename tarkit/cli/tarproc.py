@@ -93,9 +93,9 @@ def tarproc(
 
     def body() -> int:
         from ..errors import UsageError
-        from ..pipeline import read_samples, write_samples
-        from ..procmap import ON_ERROR, Command, ProcReport, Rejection, map_command
-        from ..urls import Sink
+        from ..processing.commands import ON_ERROR, Command, ProcReport, Rejection, map_command
+        from ..storage.sources import Sink
+        from ..stream.stages import read_samples, write_samples
 
         if on_error not in ON_ERROR:
             raise UsageError(f"--on-error must be one of {', '.join(ON_ERROR)} (got {on_error!r})")

@@ -6,7 +6,7 @@ from typing import Annotated, Optional
 
 import typer
 
-from ..show import IMAGE_EXTENSIONS
+from ..stream.show import IMAGE_EXTENSIONS
 from . import options as o
 from .runner import report_skips, run, skip_log, typer_main
 
@@ -63,9 +63,9 @@ def tarshow(
         import shutil
 
         from ..errors import UsageError
-        from ..pipeline import output_errors, read_samples, take
-        from ..samples import parse_field_spec, select_fields
-        from ..urls import stdout_stream
+        from ..format.samples import parse_field_spec, select_fields
+        from ..storage.sources import stdout_stream
+        from ..stream.stages import output_errors, read_samples, take
 
         if grid is not None and images:
             raise UsageError("--grid and --images do not go together")
@@ -78,12 +78,12 @@ def tarshow(
             spec = parse_field_spec(fields)
             samples = (select_fields(s, spec) for s in samples)
         if grid is not None:
-            from ..show import grid as write_grid
+            from ..stream.show import grid as write_grid
 
             write_grid(take(samples, GRID_COUNT if count is None else count), grid)
         else:
-            from ..show import describe
-            from ..tsv import write_lines
+            from ..stream.show import describe
+            from ..stream.tsv import write_lines
 
             out = stdout_stream()
             width = max(1, min(DRAWING_COLUMNS, shutil.get_terminal_size().columns - 2))

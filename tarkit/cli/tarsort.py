@@ -70,10 +70,10 @@ def tarsort(
 
     def body() -> int:
         from ..errors import UsageError
-        from ..pipeline import close_iterator, write_samples
         from ..sizes import parse_size
-        from ..sorting import SortOrder, sort_samples
-        from ..urls import Sink
+        from ..storage.sources import Sink
+        from ..stream.sorting import SortOrder, sort_samples
+        from ..stream.stages import close_iterator, write_samples
 
         if seed is not None and not shuffle:
             raise UsageError("--seed needs --shuffle")

@@ -11,7 +11,7 @@ from . import options as o
 from .runner import report_skips, run, skip_log, typer_main, warn
 
 if TYPE_CHECKING:
-    from ..manifest import ShardInfo
+    from ..format.manifest import ShardInfo
 
 app = typer.Typer(add_completion=False, rich_markup_mode=None)
 
@@ -61,8 +61,8 @@ def tarsplit(
 
     def body() -> int:
         from ..errors import InputError, SourceError
-        from ..pipeline import read_samples
-        from ..shards import ShardWriter
+        from ..stream.stages import read_samples
+        from ..writing.shard_writer import ShardWriter
 
         writer = ShardWriter(
             output, maxcount=maxcount, maxsize=maxsize, maxshards=maxshards, start=start,

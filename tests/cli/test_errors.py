@@ -24,8 +24,8 @@ from conftest import make_tar, run, run_shell, tool
 from test_tario import END, extension, header, member
 from test_urls import Server, http_server  # noqa: F401  (fixture)
 
-from tarkit.samples import group_samples
-from tarkit.tario import read_members
+from tarkit.format.samples import group_samples
+from tarkit.format.tar import read_members
 
 SAMPLE = 3072  # each sample: a 1500-byte .bin (2048 bytes on disk) and a .cls (1024)
 BASE = make_tar(

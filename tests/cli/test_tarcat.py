@@ -17,9 +17,9 @@ import pytest
 from conftest import DATA, ROOT, make_tar, run, run_shell, webdataset_samples
 from test_tario import COMPRESSIONS, END, expected_samples, make_archive
 
-from tarkit.compression import open_decompressed
-from tarkit.samples import group_samples
-from tarkit.tario import FILE, read_members
+from tarkit.format.compression import open_decompressed
+from tarkit.format.samples import group_samples
+from tarkit.format.tar import FILE, read_members
 
 PEER_SHARDS = sorted(
     p for p in (DATA / "peer-shards").iterdir() if ".tar" in p.name or p.suffix == ".tgz"

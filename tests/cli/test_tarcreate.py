@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 from conftest import run, run_shell, webdataset_samples
 
-from tarkit.samples import group_samples
-from tarkit.tario import read_members
+from tarkit.format.samples import group_samples
+from tarkit.format.tar import read_members
 
 
 def samples_of(data: bytes) -> list[tuple[str, dict[str, bytes]]]:

@@ -1,5 +1,5 @@
 """tarindex through real pipes: counts checked against GNU tar, the manifest read back by
-tarkit.manifest.load and used to read samples at their offsets."""
+tarkit.format.manifest.load and used to read samples at their offsets."""
 
 from __future__ import annotations
 
@@ -13,9 +13,9 @@ from pathlib import Path
 import pytest
 from conftest import make_tar, run, run_shell
 
-from tarkit.manifest import load
-from tarkit.samples import group_samples
-from tarkit.tario import read_members
+from tarkit.format.manifest import load
+from tarkit.format.samples import group_samples
+from tarkit.format.tar import read_members
 
 
 @pytest.fixture(scope="module")

@@ -18,8 +18,8 @@ import pytest
 from conftest import assert_gone, make_tar, run, run_shell, samples_of, tool, webdataset_samples
 
 from tarkit.errors import InputError
-from tarkit.samples import group_samples
-from tarkit.tario import read_members
+from tarkit.format.samples import group_samples
+from tarkit.format.tar import read_members
 
 
 def archive_of(count: int, fields: tuple[str, ...] = ("txt", "cls")) -> bytes:

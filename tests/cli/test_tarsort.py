@@ -15,8 +15,8 @@ from pathlib import Path
 import pytest
 from conftest import make_tar, run, run_shell, tool, webdataset_samples
 
-from tarkit.samples import group_samples
-from tarkit.tario import read_members
+from tarkit.format.samples import group_samples
+from tarkit.format.tar import read_members
 
 FIELDS = ("cls", "jpg", "txt")
 

@@ -25,8 +25,8 @@ sys.path[:0] = [str(HERE), str(HERE.parent)]
 
 from corpus import Case, cases  # noqa: E402
 
-from tarkit.samples import group_samples  # noqa: E402
-from tarkit.tario import END_OF_ARCHIVE, read_members  # noqa: E402
+from tarkit.format.samples import group_samples  # noqa: E402
+from tarkit.format.tar import END_OF_ARCHIVE, read_members  # noqa: E402
 
 BIN = Path(sys.executable).parent
 

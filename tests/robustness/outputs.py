@@ -11,8 +11,8 @@ from conftest import run_shell
 from corpus import END, Expected
 
 from tarkit.errors import TruncatedError
-from tarkit.samples import Sample, group_samples
-from tarkit.tario import Member, read_members
+from tarkit.format.samples import Sample, group_samples
+from tarkit.format.tar import Member, read_members
 
 
 def as_expected(samples: Sequence[Sample]) -> list[Expected]:

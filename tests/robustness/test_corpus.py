@@ -4,7 +4,7 @@ Each command runs as a console script through real pipes; what it writes is read
 (by tarkit's reader and GNU ``tar -t``) and must be exactly the case's samples, whole:
 on success with the end-of-archive marker, on failure without it. Its stderr holds no
 traceback and at most one ``error:`` line, whose message the case names. The commands
-are rows of :data:`COMMANDS`; the loader, :class:`~tarkit.dataset.ShardDataset`, runs in
+are rows of :data:`COMMANDS`; the loader, :class:`~tarkit.loading.dataset.ShardDataset`, runs in
 this process under ``handler="raise"`` and ``handler="skip"``.
 """
 
@@ -27,8 +27,8 @@ from outputs import archive_samples, as_expected, check_stderr, shell, to_sample
 
 from tarkit.cli.runner import one_line
 from tarkit.errors import InputError, SourceError
-from tarkit.samples import Sample, group_samples
-from tarkit.tario import read_members
+from tarkit.format.samples import Sample, group_samples
+from tarkit.format.tar import read_members
 
 CASES = cases()
 # Cases whose expected behaviour tarkit does not have yet, reported to the lead with the
@@ -111,7 +111,7 @@ def run_tarsplit(directory: Path, case: Case, want: Want) -> Outcome:
 
 def run_tar2tsv(directory: Path, case: Case, want: Want) -> Outcome:
     """``cat case.tar | tar2tsv``: one whole line per sample that came out."""
-    from tarkit.tsv import tsv_lines
+    from tarkit.stream.tsv import tsv_lines
 
     args = " ".join(case.args)
     statuses = shell(directory, f"cat case.tar | tar2tsv {args} 2>err >out.tsv")
@@ -128,7 +128,7 @@ def run_tar2tsv(directory: Path, case: Case, want: Want) -> Outcome:
 
 def run_tarshow(directory: Path, case: Case, want: Want) -> Outcome:
     """``tarshow case.tar``: the key and field lines of exactly the case's samples."""
-    from tarkit.show import describe
+    from tarkit.stream.show import describe
 
     args = " ".join(case.args)
     statuses = shell(directory, f"tarshow {args} case.tar 2>err >out.txt")
@@ -327,8 +327,8 @@ def test_command_gives_exactly_the_wanted_output_status_and_stderr(
 
 @pytest.mark.parametrize("case", [param(c, "library") for c in CASES])
 def test_library_reader_gives_exactly_the_cases_samples(case: Case) -> None:
-    from tarkit.compression import open_decompressed
-    from tarkit.samples import SkipLog
+    from tarkit.format.compression import open_decompressed
+    from tarkit.format.samples import SkipLog
 
     skips = SkipLog()
     stream = open_decompressed(io.BytesIO(case.data), "case.tar")  # type: ignore[arg-type]
@@ -363,7 +363,7 @@ def loader_samples(items: list[dict[str, object]]) -> list[tuple[str, dict[str, 
 
 @pytest.mark.parametrize("case", [param(c, "loader") for c in LOADER_CASES])
 def test_loader_raises_after_exactly_the_cases_samples(tmp_path: Path, case: Case) -> None:
-    from tarkit.dataset import ShardDataset
+    from tarkit.loading.dataset import ShardDataset
 
     path = tmp_path / "case.tar"
     path.write_bytes(case.data)
@@ -382,7 +382,7 @@ def test_loader_raises_after_exactly_the_cases_samples(tmp_path: Path, case: Cas
 def test_loader_skip_gives_the_same_samples_and_counts_the_bad_shard(
     tmp_path: Path, case: Case
 ) -> None:
-    from tarkit.dataset import ShardDataset
+    from tarkit.loading.dataset import ShardDataset
 
     path = tmp_path / "case.tar"
     path.write_bytes(case.data)

@@ -124,9 +124,9 @@ def test_tarcat_on_a_mutant_exits_0_with_a_clean_archive_or_2_with_whole_samples
 
 def skipped(data: bytes) -> list[str]:
     """Members the commands skip with a warning when reading ``data``."""
-    from tarkit.compression import open_decompressed
-    from tarkit.samples import SkipLog, group_samples
-    from tarkit.tario import read_members
+    from tarkit.format.compression import open_decompressed
+    from tarkit.format.samples import SkipLog, group_samples
+    from tarkit.format.tar import read_members
 
     skips = SkipLog()
     stream = open_decompressed(io.BytesIO(data), "case")  # type: ignore[arg-type]

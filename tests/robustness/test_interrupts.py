@@ -177,7 +177,7 @@ def test_tarsplit_interrupted_leaves_only_whole_shards_and_a_rerun_completes(
 
 WRITER = """
 import sys, time
-from tarkit.shards import ShardWriter
+from tarkit.writing.shard_writer import ShardWriter
 pattern, resume, delay = sys.argv[1], sys.argv[2] == "resume", float(sys.argv[3])
 with ShardWriter(pattern, maxcount={per_shard}, resume=resume) as writer:
     for i in range(writer.samples_done, {samples}):
@@ -188,7 +188,7 @@ with ShardWriter(pattern, maxcount={per_shard}, resume=resume) as writer:
 
 SHARD_DATASET = """
 import sys, time
-from tarkit.sharding import shard_dataset
+from tarkit.writing.from_dataset import shard_dataset
 pattern, resume, delay = sys.argv[1], sys.argv[2] == "resume", float(sys.argv[3])
 
 class Slow:
@@ -245,7 +245,7 @@ def slow_upper(sample):
 MAP_DRIVER = """
 import sys
 sys.path.insert(0, ".")
-from tarkit.mapping import map_shards
+from tarkit.processing.driver import map_shards
 import mapfn
 
 if __name__ == "__main__":  # workers start by forkserver or spawn

@@ -28,8 +28,8 @@ import pytest
 from conftest import tool
 from corpus import END, header, member
 
-from tarkit.samples import group_samples
-from tarkit.tario import read_members
+from tarkit.format.samples import group_samples
+from tarkit.format.tar import read_members
 
 
 def hostile_archive(outside: Path) -> bytes:

@@ -30,8 +30,8 @@ from corpus import MTIME, Expected
 from outputs import archive_samples, as_expected, check_stderr, shell
 
 from tarkit.errors import InputError, TruncatedError
-from tarkit.samples import group_samples
-from tarkit.tario import read_members
+from tarkit.format.samples import group_samples
+from tarkit.format.tar import read_members
 
 BLOCK = 512
 SUBSAMPLE_SEED = 20240917  # which cuts tarcat sees
@@ -205,7 +205,7 @@ def test_library_reader_gives_all_or_a_whole_sample_prefix_at_every_cut(kind: st
 def test_loader_raises_or_skips_with_a_whole_sample_prefix_at_every_cut(
     tmp_path: Path, kind: str
 ) -> None:
-    from tarkit.dataset import ShardDataset
+    from tarkit.loading.dataset import ShardDataset
 
     shard = reference_shard(kind)
     path = tmp_path / "cut.tar"

@@ -4,8 +4,8 @@ A cell holds a field's bytes as UTF-8 text with tab, newline, carriage return an
 backslash escaped as ``\t \n \r \\``; bytes that are not text are written as
 ``<N bytes>``; a missing field is an empty cell.
 
->>> from tarkit.samples import parse_field_spec
->>> from tarkit.tario import Member
+>>> from tarkit.format.samples import parse_field_spec
+>>> from tarkit.format.tar import Member
 >>> def sample(key, **fields):
 ...     members = [Member(f"{key}.{f}", "file", len(d), 0, d, 0) for f, d in fields.items()]
 ...     return Sample(key, list(fields), members, "-")
@@ -23,7 +23,7 @@ import re
 from collections.abc import Iterable, Iterator
 from typing import BinaryIO
 
-from .samples import Sample
+from ..format.samples import Sample
 
 # Control characters other than tab, newline and carriage return mark binary data.
 _BINARY = re.compile(r"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f]")
@@ -108,7 +108,7 @@ def tsv_lines(
 ) -> Iterator[str]:
     """Yield the TSV lines (each ending in a newline) for ``samples``.
 
-    ``columns`` is a parsed field spec (:func:`~tarkit.samples.parse_field_spec`): each
+    ``columns`` is a parsed field spec (:func:`~tarkit.format.samples.parse_field_spec`): each
     column lists alternatives, the first one present fills the cell. None means the
     fields of the first sample, in archive order. The header names ``__key__`` and each
     column as written in the spec (``jpg;png``). With no column and no key, a sample

@@ -28,7 +28,7 @@ from collections.abc import Iterator
 from operator import itemgetter
 from typing import Any, BinaryIO
 
-from .errors import HeaderError, InputError, TruncatedError
+from ..errors import HeaderError, InputError, TruncatedError
 
 BLOCK = 512
 ZERO_BLOCK = bytes(BLOCK)

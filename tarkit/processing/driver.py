@@ -2,7 +2,7 @@
 
 Each input shard becomes one output shard: the function maps every sample of it to
 zero, one or several output samples, and may return a metadata row per sample. One
-task per shard (:mod:`tarkit.mapshard`) runs on an engine (:mod:`tarkit.engines`).
+task per shard (:mod:`tarkit.processing.shard_task`) runs on an engine (:mod:`tarkit.processing.engines`).
 """
 
 from __future__ import annotations
@@ -15,9 +15,9 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from .errors import TarkitError, UsageError
-from .manifest import Manifest, ShardInfo, relative_url
-from .mapshard import (
+from ..errors import TarkitError, UsageError
+from ..format.manifest import Manifest, ShardInfo, relative_url
+from .shard_task import (
     Row,
     SampleMapper,
     ShardFailure,
@@ -124,9 +124,9 @@ def map_shards(
     of equal length; ``outputs`` may also be a directory ending in ``/``, where outputs
     keep the inputs' file names. ``fn(sample)`` gets a dict with ``__key__``,
     ``__url__`` and the bytes of each field, and returns a sample dict (values encoded
-    by field extension, as :class:`~tarkit.shards.ShardWriter` does), a list of them,
+    by field extension, as :class:`~tarkit.writing.shard_writer.ShardWriter` does), a list of them,
     None, or ``(samples, metadata_row)``. ``fn`` may also be a shard mapper (an object with
-    ``map_shard(samples, source)``, like :class:`tarkit.mapcommand.ShellCommand`).
+    ``map_shard(samples, source)``, like :class:`tarkit.processing.mappers.ShellCommand`).
     In worker processes ``fn`` must be importable: a module-level function.
 
     ``engine`` is ``"local"`` (``workers`` processes, default one per core) or
@@ -230,7 +230,7 @@ def map_shards(
     if metadata is not None:
         write_text(metadata, format_metadata(rows, metadata_format(metadata)))
     if manifest is not None:
-        from .shards import save_manifest
+        from ..writing.shard_writer import save_manifest
 
         entries = [
             ShardInfo(relative_url(manifest, s.url), s.samples, s.bytes, s.sha256)

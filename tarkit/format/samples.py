@@ -15,8 +15,8 @@ from __future__ import annotations
 import re
 from collections.abc import Callable, Iterable, Iterator
 
-from .errors import InputError, SampleError
-from .tario import DIRECTORY, FILE, Member
+from ..errors import InputError, SampleError
+from .tar import DIRECTORY, FILE, Member
 
 # webdataset skips these metadata members without a word; so do we.
 _META = re.compile(r"__[^/]*__($|/)")

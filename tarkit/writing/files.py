@@ -1,6 +1,6 @@
 """Creating a shard from files: the rows of a plan, or a directory tree.
 
-Members are written with :meth:`~tarkit.tario.TarWriter.add`'s deterministic headers
+Members are written with :meth:`~tarkit.format.tar.TarWriter.add`'s deterministic headers
 (mode 0444, uid/gid 0, mtime ``SOURCE_DATE_EPOCH`` or 2000-01-01), the fields of a sample
 sorted by name, so the same plan or tree always gives the same bytes.
 
@@ -27,12 +27,12 @@ import stat
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 
-from .errors import InputError, SourceError
-from .pipeline import output_errors
+from ..errors import InputError, SourceError
+from ..format.samples import SkipLog, split_name
+from ..format.tar import TarWriter
+from ..storage.sources import Sink
+from ..stream.stages import output_errors
 from .plan import PlanRow
-from .samples import SkipLog, split_name
-from .tario import TarWriter
-from .urls import Sink
 
 NO_FIELD_FILE = "file without a field (no dot in the file name)"
 METADATA_FILE = "file below a webdataset metadata directory (__name__), which readers skip"

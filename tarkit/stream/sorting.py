@@ -2,7 +2,7 @@
 
 :func:`sort_samples` reads every member of every input (it does not rely on members of a
 sample being adjacent, so it repairs archives made without ``tar --sort=name``), gives
-each member its key with :func:`~tarkit.samples.split_name`, and sorts:
+each member its key with :func:`~tarkit.format.samples.split_name`, and sorts:
 
 1. **Members by key.** All members of a key come together, in the order they were read;
    they form one sample. Two members of one key with the same field (compared
@@ -40,11 +40,11 @@ from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import BinaryIO, Union
 
-from .compression import open_decompressed
-from .errors import OutputError, SampleError, UsageError
-from .samples import _META, NO_FIELD, Sample, SkipLog, _skip, split_name
-from .tario import DIRECTORY, FILE, Member, read_members
-from .urls import expand_inputs, open_source
+from ..errors import OutputError, SampleError, UsageError
+from ..format.compression import open_decompressed
+from ..format.samples import _META, NO_FIELD, Sample, SkipLog, _skip, split_name
+from ..format.tar import DIRECTORY, FILE, Member, read_members
+from ..storage.sources import expand_inputs, open_source
 
 DEFAULT_MEMORY = 256 << 20
 MIN_MEMORY = 1 << 20
@@ -124,7 +124,7 @@ def sort_samples(
 
     Members are regrouped by key across all inputs, so interleaved members form whole
     samples. Members that are not sample data are skipped (counted in ``skips``) or,
-    with ``strict``, raise, as :func:`~tarkit.samples.group_samples` does. Every input
+    with ``strict``, raise, as :func:`~tarkit.format.samples.group_samples` does. Every input
     is read to its end before the first sample is yielded. See the module docstring for
     the order, the errors and the memory used.
     """

@@ -1,6 +1,6 @@
 """Combining inputs into one stream of samples: in order, round robin, or mixed by weight.
 
-- :func:`read_ahead`: the inputs in order, as :func:`~tarkit.pipeline.read_samples`
+- :func:`read_ahead`: the inputs in order, as :func:`~tarkit.stream.stages.read_samples`
   gives them, but up to N inputs are read at once by threads into bounded buffers.
 - :func:`interleave`: one sample from each input in turn; an input that ends drops out.
 - :func:`mix`: each sample drawn from an input chosen at random in proportion to its
@@ -28,10 +28,10 @@ from collections import deque
 from collections.abc import Iterator, Sequence
 from typing import TypeVar
 
-from .errors import UsageError
-from .pipeline import close_iterator, read_samples, source_samples
-from .samples import Sample, SkipLog
-from .urls import Source, expand_inputs, open_source
+from ..errors import UsageError
+from ..format.samples import Sample, SkipLog
+from ..storage.sources import Source, expand_inputs, open_source
+from .stages import close_iterator, read_samples, source_samples
 
 T = TypeVar("T")
 READ_AHEAD_BYTES = 16 << 20  # per input read ahead by -p; at least one sample is always taken
@@ -199,7 +199,7 @@ def read_ahead(specs: Sequence[str], parallel: int, limit: int = READ_AHEAD_BYTE
                **options: object) -> Iterator[Sample]:  # fmt: skip
     """The samples of each input in ``specs`` in order, with up to ``parallel`` being read.
 
-    ``options`` go to :func:`~tarkit.pipeline.source_samples`. Input ``k + parallel``
+    ``options`` go to :func:`~tarkit.stream.stages.source_samples`. Input ``k + parallel``
     starts when input ``k`` is done. Each thread holds at most ``limit`` bytes of samples
     (or one sample) ahead of the consumer. An error in an input is raised after all of
     its samples before the error, when the consumer reaches it; errors of later inputs

@@ -17,7 +17,7 @@ import io
 import zlib
 from typing import BinaryIO
 
-from .errors import CompressionError
+from ..errors import CompressionError
 
 _MAGICS = (
     (b"\x1f\x8b", "gzip"),

@@ -20,8 +20,8 @@ import math
 from collections.abc import Iterable
 from typing import TYPE_CHECKING, cast
 
-from .errors import OutputError
-from .samples import Sample
+from ..errors import OutputError
+from ..format.samples import Sample
 from .tsv import as_text, escape
 
 if TYPE_CHECKING:
@@ -225,8 +225,8 @@ def grid(samples: Iterable[Sample], path: str) -> int:
     """
     from PIL import Image, ImageDraw, ImageFont, ImageOps
 
-    from .pipeline import output_errors
-    from .urls import Sink
+    from ..storage.sources import Sink
+    from .stages import output_errors
 
     tiles: list[tuple[str, Image.Image | None]] = []
     for sample in samples:

@@ -27,7 +27,7 @@ import os
 import posixpath
 from dataclasses import dataclass, field
 
-from .errors import InputError, OutputError, SourceError
+from ..errors import InputError, OutputError, SourceError
 
 FORMAT = "tarkit-manifest"
 VERSION = 1
@@ -176,8 +176,8 @@ def parse(text: str, location: str | None = None) -> Manifest:
 
 
 def load(location: str) -> Manifest:
-    """Read a manifest from a path or URL (anything :func:`tarkit.urls.open_source` opens)."""
-    from .urls import open_source
+    """Read a manifest from a path or URL (anything :func:`tarkit.storage.sources.open_source` opens)."""
+    from ..storage.sources import open_source
 
     with open_source(location) as source:
         try:

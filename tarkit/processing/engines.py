@@ -1,6 +1,6 @@
 """Where the shard tasks of :func:`tarkit.map_shards` run: local processes or a Ray cluster.
 
-Both engines have the same small interface, driven by :mod:`tarkit.mapping`:
+Both engines have the same small interface, driven by :mod:`tarkit.processing.driver`:
 ``room()`` (how many more tasks may be submitted now), ``submit(task)``,
 ``wait(timeout)`` (the tasks that ended: each with its :class:`ShardResult`, or a
 string saying how its worker died), ``running()``, ``samples_read()`` (input samples
@@ -26,9 +26,9 @@ import signal
 import sys
 from typing import Any
 
-from .errors import TarkitError, UsageError
-from .mapshard import ShardResult, ShardTask, run_shard
-from .procmap import ledger_base, record_commands, stop_recording, sweep_ledgers
+from ..errors import TarkitError, UsageError
+from .commands import ledger_base, record_commands, stop_recording, sweep_ledgers
+from .shard_task import ShardResult, ShardTask, run_shard
 
 Ended = tuple[ShardTask, "ShardResult | str"]
 
@@ -90,7 +90,7 @@ def _worker_main(
     except OSError:
         return
     # Should this process be killed, the driver finds the commands it ran and their
-    # directories in its ledger (see tarkit.procmap.record_commands).
+    # directories in its ledger (see tarkit.processing.commands.record_commands).
     record_commands(ledgers)
     try:
         while True:

@@ -17,11 +17,11 @@ from collections.abc import Iterable, Iterator, Sequence
 from time import monotonic
 from typing import BinaryIO, TypeVar
 
-from .compression import open_decompressed
-from .errors import OutputError, UsageError
-from .samples import Sample, SkipLog, group_samples, same_key_error
-from .tario import TarWriter, read_members
-from .urls import Sink, Source, expand_inputs, open_source
+from ..errors import OutputError, UsageError
+from ..format.compression import open_decompressed
+from ..format.samples import Sample, SkipLog, group_samples, same_key_error
+from ..format.tar import TarWriter, read_members
+from ..storage.sources import Sink, Source, expand_inputs, open_source
 
 T = TypeVar("T")
 WRITE_CHUNK = 1 << 20

@@ -2,7 +2,7 @@
 
 The per-item work — loading, transforming, encoding every field to bytes and building the
 tar members — runs in ``DataLoader`` worker processes (``num_workers``); the main process
-only appends finished samples to a :class:`~tarkit.shards.ShardWriter`. The output order
+only appends finished samples to a :class:`~tarkit.writing.shard_writer.ShardWriter`. The output order
 is the index order (or a seeded permutation with ``shuffle=True``) whatever the number of
 workers, and encoding is deterministic, so the shards are byte-identical for 0, 1 or 8
 workers and from one run to the next. ``resume=True`` continues an interrupted run after
@@ -21,10 +21,10 @@ import traceback
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from typing import Any, TextIO
 
-from .encoding import DEFAULT_QUALITY, ImageTransform, encode_sample
-from .errors import InputError, SampleError, TarkitError, UsageError
-from .manifest import Manifest, ShardInfo
-from .shards import DEFAULT_MAXCOUNT, DEFAULT_MAXSIZE, DEFAULT_PATTERN, ShardWriter
+from ..errors import InputError, SampleError, TarkitError, UsageError
+from ..format.encoding import DEFAULT_QUALITY, ImageTransform, encode_sample
+from ..format.manifest import Manifest, ShardInfo
+from .shard_writer import DEFAULT_MAXCOUNT, DEFAULT_MAXSIZE, DEFAULT_PATTERN, ShardWriter
 
 ToSample = Callable[[Any, int], Mapping[str, Any]]
 CHUNK = 8  # items per worker task: fewer, larger messages between processes
@@ -213,7 +213,7 @@ def shard_dataset(
     """Write every item of ``dataset`` into shards named by ``pattern``; return the manifest.
 
     ``to_sample(item, index)`` turns an item into a sample dict (``__key__`` and fields
-    encoded by extension, see :mod:`tarkit.encoding`); without it,
+    encoded by extension, see :mod:`tarkit.format.encoding`); without it,
     :func:`default_sample` is used. For a map-style dataset the items are loaded and
     encoded in ``num_workers`` DataLoader worker processes (0: in this process); an
     iterable is read in this process, and ``to_sample`` and encoding run in
@@ -222,7 +222,7 @@ def shard_dataset(
     ``quality`` is the JPEG/WebP quality for images encoded by extension. ``progress``
     draws a progress line on stderr (default: when stderr is a terminal).
 
-    ``resize`` (``"256x256^"``, see :func:`~tarkit.encoding.parse_resize`) and
+    ``resize`` (``"256x256^"``, see :func:`~tarkit.format.encoding.parse_resize`) and
     ``image_format`` (``"jpg"``, ``"png"``, ``"webp"``…) apply to every image field of
     every sample, after ``to_sample``: PIL images and encoded image bytes alike, as
     ``tarkit shard --resize/--format`` do; a new format renames the field (``seg.png`` →

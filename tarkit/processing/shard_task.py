@@ -8,7 +8,7 @@ Publishing is atomic and ordered so that a finished-looking output is always com
 
 1. the output is written under a hidden staging directory beside it
    (``.NAME.map-XXXX.tmp/``, or a local temporary directory for an ``s3://`` output)
-   by :class:`~tarkit.shards.ShardWriter`, which hashes it;
+   by :class:`~tarkit.writing.shard_writer.ShardWriter`, which hashes it;
 2. the shard's record (``.NAME.map.json`` beside the output: its manifest entry, the
    input it came from, its metadata rows) is written atomically;
 3. the output is renamed into place (or uploaded: an object appears only whole);
@@ -33,10 +33,10 @@ from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from .errors import InputError, OutputError, SampleError, SourceError, TarkitError
-from .manifest import ShardInfo
-from .samples import Sample, SkipLog
-from .shards import ShardWriter, is_remote, local_path, publish
+from ..errors import InputError, OutputError, SampleError, SourceError, TarkitError
+from ..format.manifest import ShardInfo
+from ..format.samples import Sample, SkipLog
+from ..writing.shard_writer import ShardWriter, is_remote, local_path, publish
 
 RECORD_FORMAT = "tarkit-map-shard"
 RECORD_VERSION = 1
@@ -185,7 +185,7 @@ def run_shard(
                 return result
         remove_stale_staging(task.output)
         with _Staging(task.output) as staging:
-            from .pipeline import read_samples
+            from ..stream.stages import read_samples
 
             skips = SkipLog()
             counted = _Counter(read_samples([task.input], skips=skips), progress)
@@ -329,8 +329,8 @@ class _Staging:
         """The staged file's entry; an output without samples is an empty archive."""
         if shards:
             return shards[0]
-        from .compression import compression_for, open_compressor
-        from .tario import END_OF_ARCHIVE
+        from ..format.compression import compression_for, open_compressor
+        from ..format.tar import END_OF_ARCHIVE
 
         with open(self.staged, "wb") as file:
             stream = open_compressor(file, compression_for(self.output))  # type: ignore[arg-type]

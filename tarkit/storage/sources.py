@@ -25,7 +25,7 @@ import tempfile
 from collections.abc import Sequence
 from typing import BinaryIO
 
-from .errors import InputError, OutputError, SourceError, UsageError
+from ..errors import InputError, OutputError, SourceError, UsageError
 
 PIPE_BUFFER = 1 << 20
 _F_SETPIPE_SZ = 1031
@@ -284,7 +284,7 @@ class Sink:
     """
 
     def __init__(self, spec: str | None) -> None:
-        from .compression import compression_for, open_compressor
+        from ..format.compression import compression_for, open_compressor
 
         self.spec = spec if spec not in (None, "-") else "-"
         self.temp_path: str | None = None

@@ -8,10 +8,10 @@
 - :class:`FileTree`: every file of a tree, grouped by key (the path up to the first dot
   of the file name), in sorted key order: ``a/x.jpg`` and ``a/x.seg.png`` form sample
   ``a/x`` with fields ``jpg`` and ``seg.png``.
-- :class:`PlanDataset`: the rows of a CSV/TSV plan (:mod:`tarkit.plan`).
+- :class:`PlanDataset`: the rows of a CSV/TSV plan (:mod:`tarkit.writing.plan`).
 
 Listing happens when the dataset is built (errors then name the path); reading, and
-re-encoding images with an :class:`~tarkit.encoding.ImageTransform`, happens per item, in
+re-encoding images with an :class:`~tarkit.format.encoding.ImageTransform`, happens per item, in
 the DataLoader workers. Items are sample dicts of bytes; every dataset is picklable.
 Hidden files (``.name``) are ignored; other files a layout cannot use are listed in
 ``skipped``. :func:`detect_layout` chooses between the two directory layouts, and refuses
@@ -23,10 +23,10 @@ from __future__ import annotations
 import os
 from collections.abc import Sequence
 
-from .encoding import IMAGE_FORMATS, ImageTransform, extension
-from .errors import InputError, SourceError
+from ..errors import InputError, SourceError
+from ..format.encoding import IMAGE_FORMATS, ImageTransform, extension
+from ..format.samples import split_name
 from .plan import PlanRow, read_plan
-from .samples import split_name
 
 IMAGE_EXTENSIONS = frozenset(IMAGE_FORMATS)
 
@@ -198,7 +198,7 @@ class FileTree:
 
 class PlanDataset:
     """The rows of a plan (checked when built), loaded per item; ``key_format`` makes
-    the keys as in :func:`~tarkit.plan.read_plan`."""
+    the keys as in :func:`~tarkit.writing.plan.read_plan`."""
 
     def __init__(
         self,

@@ -25,7 +25,7 @@ the same dict always gives the same bytes.
 
 >>> raw = encode_sample({"__key__": "a", "cls": 3, "json": {"w": 1}})
 >>> import io
->>> from tarkit.tario import read_members
+>>> from tarkit.format.tar import read_members
 >>> [(m.name, m.data) for m in read_members(io.BytesIO(raw + bytes(1024)))]
 [('a.cls', b'3'), ('a.json', b'{"w":1}')]
 """
@@ -39,8 +39,8 @@ import pickle
 from collections.abc import Mapping
 from typing import Any
 
-from .errors import SampleError
-from .tario import default_mtime, encode_member
+from ..errors import SampleError
+from .tar import default_mtime, encode_member
 
 INT_EXTENSIONS = frozenset({"cls", "cls2", "class", "count", "index", "inx", "id"})
 JSON_EXTENSIONS = frozenset({"json", "jsn"})
@@ -281,7 +281,7 @@ def parse_resize(text: str) -> tuple[int, int, str]:
     >>> parse_resize("224x224"), parse_resize("64x48!"), parse_resize("256x256^")
     ((224, 224, 'fit'), (64, 48, 'exact'), (256, 256, 'cover'))
     """
-    from .errors import UsageError
+    from ..errors import UsageError
 
     mode = {"!": "exact", "^": "cover"}.get(text[-1:], "fit")
     body = text[:-1] if mode != "fit" else text
@@ -305,7 +305,7 @@ class ImageTransform:
 
     def __init__(self, resize: str | None = None, image_format: str | None = None,
                  quality: int = DEFAULT_QUALITY) -> None:  # fmt: skip
-        from .errors import UsageError
+        from ..errors import UsageError
 
         self.size = parse_resize(resize) if resize else None
         if image_format is not None:

@@ -1,6 +1,6 @@
 """A shell command as the map of :func:`tarkit.map_shards`: tarproc's model, shard by shard.
 
-:class:`ShellCommand` runs :func:`tarkit.procmap.map_command` on the samples of each
+:class:`ShellCommand` runs :func:`tarkit.processing.commands.map_command` on the samples of each
 shard, so that every output shard holds exactly the bytes ``tarproc -c CMD`` writes for
 that shard: same temporary directories, same ``--on-error`` policies, same ``--multi``.
 
@@ -15,10 +15,10 @@ import json
 from collections.abc import Iterator
 from typing import Any
 
-from .errors import TarkitError, UsageError
-from .mapshard import Outputs, Row, SampleFailed
-from .procmap import ON_ERROR, Command, CommandFailed, Rejection, map_command
-from .samples import Sample
+from ..errors import TarkitError, UsageError
+from ..format.samples import Sample
+from .commands import ON_ERROR, Command, CommandFailed, Rejection, map_command
+from .shard_task import Outputs, Row, SampleFailed
 
 METADATA_FIELD = "meta.json"
 

@@ -48,9 +48,9 @@ from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Union
 
-from .errors import InputError, TarkitError, UsageError
-from .samples import Sample
-from .tario import FILE, Member, default_mtime, encode_member
+from ..errors import InputError, TarkitError, UsageError
+from ..format.samples import Sample
+from ..format.tar import FILE, Member, default_mtime, encode_member
 
 ON_ERROR = ("fail", "skip", "keep")
 # Samples handed to the pool per worker: enough to keep every worker busy while the
@@ -112,7 +112,7 @@ class Rejection:
         >>> Rejection("a\tb", "exit 1", "no such file").line()
         'a\\tb\texit 1\tno such file'
         """
-        from .tsv import escape
+        from ..stream.tsv import escape
 
         return f"{escape(self.key)}\t{escape(self.status)}\t{escape(self.reason)}"
 
@@ -810,7 +810,7 @@ def _finish(
     A Ctrl-C or SIGTERM (any BaseException that is not an Exception) arriving
     meanwhile is held back until the cleanup is done.
     """
-    from .pipeline import close_iterator
+    from ..stream.stages import close_iterator
 
     interrupted: BaseException | None = None
     jobs = list(running.values())

@@ -31,8 +31,8 @@ import urllib.parse
 import weakref
 from typing import BinaryIO
 
-from .sizes import parse_size
-from .urls import PIPE_BUFFER, Source, open_source
+from ..sizes import parse_size
+from .sources import PIPE_BUFFER, Source, open_source
 
 _DIRECTORY_LOCK = ".lock"
 _PART = ".part-"
@@ -65,7 +65,7 @@ class ShardCache:
     """A directory of cached shards holding at most ``max_bytes`` (None: no bound).
 
     ``max_bytes`` may be a size such as ``"20G"``. :meth:`open` returns a
-    :class:`~tarkit.urls.Source`-like object for a shard URL.
+    :class:`~tarkit.storage.sources.Source`-like object for a shard URL.
     """
 
     def __init__(self, directory: str, max_bytes: int | str | None = None) -> None:
@@ -201,7 +201,7 @@ class Download:
     The thread reads the URL at network speed whatever the reader does, and holds the
     shard's lock until the file is published or given up, so a process waiting for the
     shard never waits on another process's consumer (two DDP ranks on one machine that
-    share a shard cannot deadlock). Same protocol as :class:`~tarkit.urls.Source`: read
+    share a shard cannot deadlock). Same protocol as :class:`~tarkit.storage.sources.Source`: read
     ``stream``, then :meth:`close`. Closing early lets the download finish in the
     background; leaving a ``with`` block with an exception abandons it. When the cache
     has no room for the shard, the reader takes the rest straight from the URL.

@@ -8,7 +8,7 @@ Guarantees, for ``tarsplit``, ``tarkit shard`` and library users alike:
   For a compressed pattern the writer adds a sample only if the shard surely stays
   within ``maxsize``: the bytes on disk when the compressor was last measured, plus the
   compressor's worst case for the tar bytes written since
-  (:func:`~tarkit.compression.compressed_bound`). gzip and zstd are measured (flushed)
+  (:func:`~tarkit.format.compression.compressed_bound`). gzip and zstd are measured (flushed)
   whenever that sum would not fit, so their shards fill up to ``maxsize`` on disk; bzip2
   and xz cannot be flushed mid-stream, so their shards hold the tar bytes that fit at the
   worst case, and come out smaller by the compression ratio. A finished shard is checked
@@ -21,7 +21,7 @@ Guarantees, for ``tarsplit``, ``tarkit shard`` and library users alike:
   leaves a finished-looking partial shard; a SIGKILL can leave the temporary file, which
   ``resume=True`` removes.
 - Samples read by the reader are copied byte for byte; dicts are encoded by field
-  extension with deterministic headers (:mod:`tarkit.encoding`). The same samples and
+  extension with deterministic headers (:mod:`tarkit.format.encoding`). The same samples and
   limits always give byte-identical shards.
 
 >>> import os, tempfile
@@ -45,12 +45,12 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any, BinaryIO
 
-from .compression import compression_for, measure, open_compressor, size_budget
-from .errors import OutputError, SampleError, SourceError, UsageError
-from .manifest import Manifest, ShardInfo, relative_url
-from .samples import Sample, same_key_error
-from .tario import END_OF_ARCHIVE, default_mtime
-from .urls import _umask
+from ..errors import OutputError, SampleError, SourceError, UsageError
+from ..format.compression import compression_for, measure, open_compressor, size_budget
+from ..format.manifest import Manifest, ShardInfo, relative_url
+from ..format.samples import Sample, same_key_error
+from ..format.tar import END_OF_ARCHIVE, default_mtime
+from ..storage.sources import _umask
 
 DEFAULT_PATTERN = "shard-%06d.tar"
 DEFAULT_MAXCOUNT = 100_000
@@ -335,7 +335,7 @@ class ShardWriter:
         mtime: int | None = None,
         checksums: bool = True,
     ) -> None:
-        from .sizes import parse_size
+        from ..sizes import parse_size
 
         check_pattern(pattern)
         if maxcount < 1:
@@ -401,7 +401,7 @@ class ShardWriter:
             members = sample.members
             raw = members[0].raw if len(members) == 1 else b"".join([m.raw for m in members])
         else:
-            from .encoding import encode_sample
+            from ..format.encoding import encode_sample
 
             raw = encode_sample(sample, mtime=self.mtime)
         self.write_raw(raw)
@@ -571,9 +571,9 @@ def completed_shards(
     cleanly raises :class:`~tarkit.errors.InputError` (shards appear only when complete,
     so that means something else wrote it).
     """
-    from .compression import open_decompressed
-    from .samples import group_samples
-    from .tario import read_members
+    from ..format.compression import open_decompressed
+    from ..format.samples import group_samples
+    from ..format.tar import read_members
 
     found: list[ShardInfo] = []
     fs = None

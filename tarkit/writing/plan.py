@@ -25,8 +25,8 @@ import csv
 import os
 from dataclasses import dataclass
 
-from .encoding import check_key
-from .errors import InputError, SampleError, SourceError, UsageError
+from ..errors import InputError, SampleError, SourceError, UsageError
+from ..format.encoding import check_key
 
 KEY_COLUMN = "__key__"
 

@@ -5,7 +5,7 @@ shards, or pieces of them, one after another) and hands the samples, as webdatas
 dicts (``__key__``, ``__url__`` and the fields, lowercased, as bytes), to webdataset's
 own pipeline stages: ``wds.shuffle``, ``wds.decode`` (its image specs and basic
 handlers), ``wds.to_tuple``, ``wds.map`` and ``wds.batched``. Which shards a worker
-reads is :mod:`tarkit.splitting`; remote shards can go through a :mod:`tarkit.cache`.
+reads is :mod:`tarkit.loading.splitting`; remote shards can go through a :mod:`tarkit.storage.cache`.
 
 This is the only module of tarkit that imports torch.
 """
@@ -28,15 +28,15 @@ import torch
 import webdataset as wds
 from torch.utils.data import DataLoader, IterableDataset, default_collate, get_worker_info
 
+from ..errors import CompressionError, InputError, SourceError, TruncatedError, UsageError
+from ..format.compression import compression_for, open_decompressed, sniff
+from ..format.manifest import Manifest, ShardInfo
+from ..format.manifest import load as load_manifest
+from ..format.samples import group_samples, split_name
+from ..format.tar import read_members
+from ..storage.cache import ShardCache, is_remote
+from ..storage.sources import expand_inputs, open_source, open_source_at
 from . import splitting
-from .cache import ShardCache, is_remote
-from .compression import compression_for, open_decompressed, sniff
-from .errors import CompressionError, InputError, SourceError, TruncatedError, UsageError
-from .manifest import Manifest, ShardInfo
-from .manifest import load as load_manifest
-from .samples import group_samples, split_name
-from .tario import read_members
-from .urls import expand_inputs, open_source, open_source_at
 
 # Why samples or shards were skipped under handler="skip". The first four are about
 # shards (the rest of the shard, or of the worker's piece of it, is skipped).
@@ -212,7 +212,7 @@ class ShardDataset(IterableDataset):
     :class:`~tarkit.errors.InputError` or :class:`~tarkit.errors.SourceError` naming
     shard, key and cause; ``"skip"`` skips it, warns once and counts it in
     :attr:`skipped`. ``equal_batches`` (needs a manifest) makes every rank yield the same
-    number of samples and batches. ``cache_dir``/``cache_size``: see :mod:`tarkit.cache`.
+    number of samples and batches. ``cache_dir``/``cache_size``: see :mod:`tarkit.storage.cache`.
     ``rank``/``world_size`` override the detected ones.
     """
 

@@ -1,7 +1,7 @@
 """Finding one field: the first sample that has it (and the given key), as ``tarfirst`` does.
 
->>> from tarkit.samples import Sample
->>> from tarkit.tario import Member
+>>> from tarkit.format.samples import Sample
+>>> from tarkit.format.tar import Member
 >>> def sample(key, *fields):
 ...     members = [Member(f"{key}.{f}", "file", 0, 0, b"", 0) for f in fields]
 ...     return Sample(key, list(fields), members, "-")
@@ -15,9 +15,9 @@ from __future__ import annotations
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 
-from .errors import TarkitError
-from .pipeline import close_iterator
-from .samples import Sample
+from ..errors import TarkitError
+from ..format.samples import Sample
+from .stages import close_iterator
 
 
 class NotFound(TarkitError):

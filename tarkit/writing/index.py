@@ -3,7 +3,7 @@
 :func:`index_shard` counts a shard's samples (by the same rules the loader reads them
 with), its stored bytes and their SHA-256, and optionally each sample's key and byte
 offset in the uncompressed tar stream; :func:`index_shards` makes the
-:class:`~tarkit.manifest.Manifest` of many. The format is :mod:`tarkit.manifest`'s.
+:class:`~tarkit.format.manifest.Manifest` of many. The format is :mod:`tarkit.format.manifest`'s.
 """
 
 from __future__ import annotations
@@ -11,13 +11,13 @@ from __future__ import annotations
 import re
 from collections.abc import Sequence
 
-from .compression import open_decompressed
-from .errors import UsageError
-from .manifest import Manifest, ShardInfo, relative_url
-from .samples import SkipLog, group_samples
-from .shards import _BUFFER, _HashingReader
-from .tario import read_members
-from .urls import expand_inputs, open_source
+from ..errors import UsageError
+from ..format.compression import open_decompressed
+from ..format.manifest import Manifest, ShardInfo, relative_url
+from ..format.samples import SkipLog, group_samples
+from ..format.tar import read_members
+from ..storage.sources import expand_inputs, open_source
+from .shard_writer import _BUFFER, _HashingReader
 
 _SURROGATE = re.compile("[\ud800-\udfff]")
 
@@ -60,7 +60,7 @@ def index_shard(
 
     ``bytes`` and ``sha256`` are those of the stored (possibly compressed) bytes; with
     ``offsets``, ``keys`` and ``offsets`` list every sample. Members are skipped or
-    refused as by :func:`~tarkit.samples.group_samples`. Raises
+    refused as by :func:`~tarkit.format.samples.group_samples`. Raises
     :class:`~tarkit.errors.TarkitError` for a shard that does not read cleanly.
     """
     if spec == "-":
