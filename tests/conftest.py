@@ -10,6 +10,7 @@ from collections.abc import Callable, Iterable
 from pathlib import Path
 
 import pytest
+from shard_server import Server
 
 from tarkit.format.tar import TarWriter
 
@@ -89,6 +90,20 @@ def small_archive() -> bytes:
         for i in range(10)
         for field in ("cls", "jpg", "json")
     )
+
+
+@pytest.fixture(scope="session")
+def archive_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A directory shared by the session for real archives made by GNU tar and bsdtar."""
+    return tmp_path_factory.mktemp("archives")
+
+
+@pytest.fixture
+def http_server() -> Iterable[Server]:
+    """A plain HTTP server on 127.0.0.1 (:class:`shard_server.Server`)."""
+    server = Server()
+    yield server
+    server.stop()
 
 
 S3_ENV = {

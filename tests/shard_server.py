@@ -5,6 +5,10 @@
 event before sending the rest. ``truncate[path] = n`` sends only ``n`` bytes of a body
 while announcing its full length. ``honour_ranges = False`` answers range requests with
 the whole file, as some servers do.
+
+``Server`` (the ``http_server`` fixture of conftest) is the plain one: it serves ``files`` (path →
+bytes) and, under ``/cut/<path>``, sends a full Content-Length but closes the connection
+halfway.
 """
 
 from __future__ import annotations
@@ -73,5 +77,37 @@ class ShardServer:
     def stop(self) -> None:
         for _, event in self.gates.values():
             event.set()
+        self.httpd.shutdown()
+        self.httpd.server_close()
+
+
+class Server:
+    def __init__(self) -> None:
+        self.files: dict[str, bytes] = {}
+        server = self
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            def do_GET(self) -> None:  # noqa: N802
+                cut = self.path.startswith("/cut/")
+                data = server.files.get(self.path[4:] if cut else self.path)
+                if data is None:
+                    self.send_error(404, "Not Found")
+                    return
+                self.send_response(200)
+                self.send_header("Content-Length", str(len(data)))
+                self.end_headers()
+                self.wfile.write(data[: len(data) // 2] if cut else data)
+                self.wfile.flush()
+                self.close_connection = True
+
+            def log_message(self, *args: object) -> None:
+                pass
+
+        self.httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.url = f"http://127.0.0.1:{self.httpd.server_address[1]}"
+        self.thread = threading.Thread(target=self.httpd.serve_forever, daemon=True)
+        self.thread.start()
+
+    def stop(self) -> None:
         self.httpd.shutdown()
         self.httpd.server_close()

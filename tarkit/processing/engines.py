@@ -27,6 +27,7 @@ import sys
 from typing import Any
 
 from ..errors import TarkitError, UsageError
+from ..storage.sources import describe_exit
 from .commands import ledger_base, record_commands, stop_recording, sweep_ledgers
 from .shard_task import ShardResult, ShardTask, run_shard
 
@@ -43,25 +44,6 @@ def default_workers() -> int:
         return len(os.sched_getaffinity(0))
     except (AttributeError, OSError):
         return os.cpu_count() or 1
-
-
-def how_it_died(exitcode: int | None) -> str:
-    """Words for a process exit code.
-
-    >>> how_it_died(-9)
-    'was killed by signal 9 (SIGKILL)'
-    >>> how_it_died(3)
-    'exited with status 3'
-    """
-    if exitcode is None:
-        return "stopped answering"
-    if exitcode < 0:
-        try:
-            name = signal.Signals(-exitcode).name
-        except ValueError:
-            name = "?"
-        return f"was killed by signal {-exitcode} ({name})"
-    return f"exited with status {exitcode}"
 
 
 # ---------------------------------------------------------------------------------------
@@ -225,7 +207,7 @@ class LocalEngine:
             pid, exitcode = worker.process.pid, worker.process.exitcode
             worker.stop(kill=True)
             sweep_ledgers(self.ledgers)  # what its commands left
-            what = f"its worker process (pid {pid}) {how_it_died(exitcode)}"
+            what = f"its worker process (pid {pid}) {describe_exit(exitcode)}"
             if not worker.started and exitcode is not None and exitcode > 0:
                 what += start_failure_hint()
             ended.append((task, what))

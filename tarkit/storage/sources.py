@@ -104,7 +104,7 @@ class Source:
             # After an early stop any status is fine: the command was cut off on
             # purpose (SIGPIPE gives 141; curl, for one, exits 23 instead).
             return
-        raise SourceError(f"{self.name}: command {_how_it_ended(status)}")
+        raise SourceError(f"{self.name}: command {describe_exit(status)}")
 
     def __enter__(self) -> Source:
         return self
@@ -121,14 +121,30 @@ class Source:
                 status = 0
             if status not in (0, 141, -signal.SIGPIPE):
                 self.close(early=True)
-                raise SourceError(f"{self.name}: command {_how_it_ended(status)}") from None
+                raise SourceError(f"{self.name}: command {describe_exit(status)}") from None
         # On an error the command may still be writing: do not wait for all of it.
         self.close(early=exc_type is not None)
 
 
-def _how_it_ended(status: int) -> str:
+def describe_exit(status: int | None) -> str:
+    """How a process ended, in words: the one wording of every tarkit message.
+
+    ``status`` is a ``returncode`` (negative: killed by that signal); None means the
+    process stopped answering without an exit status.
+
+    >>> describe_exit(-9)
+    'was killed by signal 9 (SIGKILL)'
+    >>> describe_exit(3)
+    'exited with status 3'
+    """
+    if status is None:
+        return "stopped answering"
     if status < 0:
-        return f"was killed by signal {-status}"
+        try:
+            name = signal.Signals(-status).name
+        except ValueError:
+            name = "?"
+        return f"was killed by signal {-status} ({name})"
     return f"exited with status {status}"
 
 

@@ -50,7 +50,7 @@ from ..format.compression import compression_for, measure, open_compressor, size
 from ..format.manifest import Manifest, ShardInfo, relative_url
 from ..format.samples import Sample, same_key_error
 from ..format.tar import END_OF_ARCHIVE, default_mtime
-from ..storage.sources import _umask
+from ..storage.sources import _umask, describe_exit
 
 DEFAULT_PATTERN = "shard-%06d.tar"
 DEFAULT_MAXCOUNT = 100_000
@@ -264,8 +264,7 @@ def run_post(post: str | Callable[[str], object], path: str) -> None:
     except OSError as exc:
         raise OutputError(f"{path}: cannot run the post command: {exc.strerror}") from None
     if status != 0:
-        what = f"was killed by signal {-status}" if status < 0 else f"exited with status {status}"
-        raise OutputError(f"{path}: post command {what}: {command}")
+        raise OutputError(f"{path}: post command {describe_exit(status)}: {command}")
 
 
 @dataclass(frozen=True)

@@ -21,8 +21,8 @@ from pathlib import Path
 
 import pytest
 from conftest import make_tar, run, run_shell, tool
-from test_tario import END, extension, header, member
-from test_urls import Server, http_server  # noqa: F401  (fixture)
+from shard_server import Server
+from tarfiles import END, extension, header, member
 
 from tarkit.format.samples import group_samples
 from tarkit.format.tar import read_members

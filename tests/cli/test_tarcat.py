@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 from conftest import DATA, ROOT, make_tar, run, run_shell, webdataset_samples
-from test_tario import COMPRESSIONS, END, expected_samples, make_archive
+from tarfiles import COMPRESSIONS, END, expected_samples, make_archive
 
 from tarkit.format.compression import open_decompressed
 from tarkit.format.samples import group_samples

@@ -176,7 +176,7 @@ def expected_keys(name: str, streamed: list[str]) -> list[str]:
 
 @pytest.mark.parametrize("ending, what", [
     ("exit 3", "command exited with status 3"),
-    ("kill -9 $$", "command was killed by signal 9"),
+    ("kill -9 $$", "command was killed by signal 9 \\(SIGKILL\\)"),
 ])  # fmt: skip
 @pytest.mark.parametrize("name", sorted(PIPE_TOOLS))
 def test_pipe_source_failing_midway_is_exit_2_with_whole_samples(

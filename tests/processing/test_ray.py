@@ -31,7 +31,7 @@ from tarkit.processing.driver import MapError, map_shards
 pytest.importorskip("ray")
 pytestmark = pytest.mark.timeout(150)  # each test, the cluster's start-up included
 
-HERE = Path(__file__).resolve().parent
+HERE = Path(__file__).resolve().parent.parent  # tests/, where map_functions is
 START_TIMEOUT = 90
 
 

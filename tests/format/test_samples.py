@@ -9,7 +9,7 @@ import pytest
 from conftest import make_tar
 from hypothesis import given
 from hypothesis import strategies as st
-from test_tario import END, header, member
+from tarfiles import END, header, member
 from webdataset.tariterators import base_plus_ext
 
 from tarkit.errors import SampleError, TruncatedError

@@ -1,61 +1,16 @@
-"""Sources and sinks: braces, files, pipe: commands, HTTP on 127.0.0.1, atomic outputs.
-
-``http_server`` is shared with the command tests: it serves ``files`` (path → bytes) and,
-under ``/cut/<path>``, sends a full Content-Length but closes the connection halfway.
-"""
+"""Sources and sinks: braces, files, pipe: commands, HTTP on 127.0.0.1, atomic outputs."""
 
 from __future__ import annotations
 
-import http.server
 import os
 import stat
-import threading
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from shard_server import Server
 
 from tarkit.errors import OutputError, SourceError, TruncatedError, UsageError
 from tarkit.storage.sources import Sink, display_name, expand_inputs, open_source
-
-
-class Server:
-    def __init__(self) -> None:
-        self.files: dict[str, bytes] = {}
-        server = self
-
-        class Handler(http.server.BaseHTTPRequestHandler):
-            def do_GET(self) -> None:  # noqa: N802
-                cut = self.path.startswith("/cut/")
-                data = server.files.get(self.path[4:] if cut else self.path)
-                if data is None:
-                    self.send_error(404, "Not Found")
-                    return
-                self.send_response(200)
-                self.send_header("Content-Length", str(len(data)))
-                self.end_headers()
-                self.wfile.write(data[: len(data) // 2] if cut else data)
-                self.wfile.flush()
-                self.close_connection = True
-
-            def log_message(self, *args: object) -> None:
-                pass
-
-        self.httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.url = f"http://127.0.0.1:{self.httpd.server_address[1]}"
-        self.thread = threading.Thread(target=self.httpd.serve_forever, daemon=True)
-        self.thread.start()
-
-    def stop(self) -> None:
-        self.httpd.shutdown()
-        self.httpd.server_close()
-
-
-@pytest.fixture
-def http_server() -> Iterator[Server]:
-    server = Server()
-    yield server
-    server.stop()
 
 
 def read_source(spec: str) -> bytes:
@@ -113,7 +68,7 @@ def test_pipe_command_output_is_read_and_its_success_accepted() -> None:
     "command, message",
     [
         ("exit 3", "command exited with status 3"),
-        ("kill -TERM $$", "command was killed by signal 15"),
+        ("kill -TERM $$", "command was killed by signal 15 (SIGTERM)"),
     ],
 )
 def test_pipe_command_failing_at_the_end_is_a_source_error(command: str, message: str) -> None:

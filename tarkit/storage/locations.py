@@ -1,0 +1,202 @@
+"""Locations: every kind of place tarkit reads from or writes to, told apart in one place.
+
+A location is what a user writes where tarkit takes an input or an output:
+
+=========  ===============================================  ===============================
+kind       written as                                       read and written through
+=========  ===============================================  ===============================
+``stdio``  ``-``                                            stdin, stdout
+``file``   a path, ``file:PATH`` or ``file://PATH``         the local file system
+``pipe``   ``pipe:CMD``                                     a shell command's stdout (input)
+``http``   ``http://…``, ``https://…``                      HTTP GET (input)
+``fsspec`` any other ``scheme://…`` (``s3://``, ``gs://``…)  fsspec
+=========  ===============================================  ===============================
+
+Nothing else in tarkit looks at the text of a location to tell its kind: it asks
+:func:`location` (or :func:`is_remote`), so every caller agrees.
+
+>>> location("s3://b/x.tar").kind, location("pipe:cat x.tar").kind, location("-").kind
+('fsspec', 'pipe', 'stdio')
+>>> location("file:data/x.tar").path, location("https://h/x.tar").remote
+('data/x.tar', True)
+>>> expand_inputs(["data-{000..002}.tar"])
+['data-000.tar', 'data-001.tar', 'data-002.tar']
+"""
+
+from __future__ import annotations
+
+import os
+import posixpath
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from ..errors import UsageError
+
+STDIO, FILE, PIPE, HTTP, FSSPEC = "stdio", "file", "pipe", "http", "fsspec"
+
+
+@dataclass(frozen=True)
+class Location:
+    """A parsed location: ``spec`` as written, its ``kind`` and its ``path``.
+
+    ``path`` is the local path of a file (without ``file:``), the command of a pipe, the
+    URL itself for http and fsspec, and ``-`` for stdio.
+    """
+
+    spec: str
+    kind: str
+    path: str
+
+    @property
+    def remote(self) -> bool:
+        """Fetched over a network (http, fsspec): worth caching, and worth retrying."""
+        return self.kind in (HTTP, FSSPEC)
+
+    @property
+    def is_file(self) -> bool:
+        """A path of the local file system."""
+        return self.kind == FILE
+
+    @property
+    def name(self) -> str:
+        """How messages name it: ``<stdin>`` for ``-``, else as written."""
+        return "<stdin>" if self.kind == STDIO else self.spec
+
+    @property
+    def basename(self) -> str:
+        """The last component of a path or URL (a pipe's or stdin's whole spec)."""
+        if self.kind in (FILE, HTTP, FSSPEC):
+            return posixpath.basename(self.path.rstrip("/")) or self.path
+        return self.spec
+
+    def sibling(self, name: str) -> str:
+        """The location of a file called ``name`` in the same directory (or URL prefix).
+
+        >>> location("out/x-000.tar").sibling(".x-000.tar.map.json")
+        'out/.x-000.tar.map.json'
+        >>> location("s3://b/d/s-%d.tar").sibling("classes.json")
+        's3://b/d/classes.json'
+        >>> location("x.tar").sibling("classes.json")
+        'classes.json'
+        """
+        head, slash, _ = self.spec.rpartition("/")
+        return f"{head}/{name}" if slash else name
+
+    def identity(self) -> str:
+        """What two specs for the same place share: a file's absolute path, else the spec.
+
+        >>> location("file:/d/x.tar").identity() == location("/d/x.tar").identity()
+        True
+        """
+        return os.path.abspath(self.path) if self.kind == FILE else self.spec
+
+
+def location(spec: str) -> Location:
+    """Parse ``spec`` (see the module docstring for the kinds).
+
+    >>> location("file:///data/x.tar").path
+    '/data/x.tar'
+    """
+    if spec == "-":
+        return Location(spec, STDIO, "-")
+    if spec.startswith("pipe:"):
+        return Location(spec, PIPE, spec[5:])
+    if spec.startswith("file://"):
+        return Location(spec, FILE, spec[7:])
+    if spec.startswith("file:"):
+        return Location(spec, FILE, spec[5:])
+    if spec.startswith(("http://", "https://")):
+        return Location(spec, HTTP, spec)
+    if "://" in spec:
+        return Location(spec, FSSPEC, spec)
+    return Location(spec, FILE, spec)
+
+
+def is_remote(spec: str) -> bool:
+    """Whether ``spec`` is fetched over a network (http, https, fsspec URLs).
+
+    >>> is_remote("s3://b/x.tar"), is_remote("/data/x.tar"), is_remote("pipe:curl -s http://h/x")
+    (True, False, False)
+    """
+    return location(spec).remote
+
+
+def display_name(spec: str) -> str:
+    """How messages name an input: ``<stdin>`` for ``-``."""
+    return location(spec).name
+
+
+def expand_inputs(specs: Sequence[str]) -> list[str]:
+    """Brace-expand every input; no input at all means stdin.
+
+    A ``pipe:`` command keeps its braces (the shell has its own). Raises
+    :class:`~tarkit.errors.UsageError` for unbalanced braces (``a{b``).
+
+    >>> expand_inputs([])
+    ['-']
+    """
+    from braceexpand import braceexpand
+
+    expanded: list[str] = []
+    for spec in specs:
+        if location(spec).kind == PIPE:
+            expanded.append(spec)
+            continue
+        try:
+            expanded.extend(braceexpand(spec))
+        except ValueError:  # braceexpand's UnbalancedBracesError
+            raise UsageError(
+                f"{spec}: unbalanced braces (write \\{{ or \\}} for a literal brace)"
+            ) from None
+    return expanded or ["-"]
+
+
+def relative_url(manifest: str | None, shard: str) -> str:
+    """How a manifest at ``manifest`` names the shard at ``shard``.
+
+    A local shard beside or below a local manifest is named relative to it; a remote one
+    below a remote manifest's "directory" likewise; anything else as given (a local
+    shard elsewhere by its absolute path). The inverse of :func:`resolve_url`.
+
+    >>> relative_url("out/manifest.json", "out/shard-000000.tar")
+    'shard-000000.tar'
+    >>> relative_url("m.json", "s3://bucket/x.tar")
+    's3://bucket/x.tar'
+    >>> relative_url("s3://bucket/d/m.json", "s3://bucket/d/x.tar")
+    'x.tar'
+    >>> relative_url("m.json", "pipe:cat x.tar")
+    'pipe:cat x.tar'
+    """
+    target, base = location(shard), location(manifest) if manifest is not None else None
+    if target.kind not in (FILE, HTTP, FSSPEC) or base is None:
+        return shard
+    if target.remote or base.remote:
+        prefix = posixpath.dirname(base.spec) + "/"
+        if base.remote and target.remote and shard.startswith(prefix):
+            return shard[len(prefix) :]
+        return shard
+    directory = os.path.dirname(os.path.abspath(base.path))
+    absolute = os.path.abspath(target.path)
+    relative = os.path.relpath(absolute, directory)
+    if relative.startswith(".."):
+        return absolute
+    return relative.replace(os.sep, "/")
+
+
+def resolve_url(manifest: str | None, url: str) -> str:
+    """Where a shard named ``url`` in a manifest found at ``manifest`` is.
+
+    >>> resolve_url("/data/m.json", "shard-0.tar")
+    '/data/shard-0.tar'
+    >>> resolve_url("http://h/d/m.json", "s-0.tar")
+    'http://h/d/s-0.tar'
+    """
+    if manifest is None:
+        return url
+    named = location(url)
+    if named.kind != FILE or url.startswith("file:") or os.path.isabs(url):
+        return url
+    base = location(manifest)
+    if base.remote:
+        return posixpath.join(posixpath.dirname(base.spec), url)
+    return os.path.join(os.path.dirname(os.path.abspath(base.path)), url)
