@@ -180,6 +180,9 @@ def shuffle_samples(items: Iterable[T], bufsize: int, seed: int = 0) -> Iterator
     rng = random.Random(seed)
     buffer: list[T] = []
     for item in items:
+        if isinstance(item, Sample):
+            # Held a while: it must not keep the whole read buffer it came from.
+            item = item.detached()  # type: ignore[assignment]
         if len(buffer) < bufsize:
             buffer.append(item)
             continue
@@ -202,10 +205,7 @@ def write_samples(samples: Iterable[Sample], sink: Sink) -> int:
     count = 0
     previous: Sample | None = None
     writer = TarWriter(sink.stream)
-    # Members are gathered and written about a megabyte at a time: one write call per
-    # small member would cost more than reading it.
-    pending: list[bytes] = []
-    pending_size = 0
+    pending = _Pending()
     flushed = monotonic()
     try:
         with output_errors(sink):
@@ -214,31 +214,27 @@ def write_samples(samples: Iterable[Sample], sink: Sink) -> int:
                     if previous is not None and sample.key == previous.key:
                         raise same_key_error(previous, sample)
                     previous = sample
-                    for member in sample.members:
-                        raw = member.raw
-                        if len(raw) >= WRITE_CHUNK:
-                            # A large member goes out as it is, without another copy.
-                            if pending:
-                                writer.write_raw(b"".join(pending))
-                                pending.clear()
-                                pending_size = 0
-                            writer.write_raw(raw)
-                            continue
-                        pending.append(raw)
-                        pending_size += len(raw)
+                    span = sample.span
+                    if span is not None:
+                        pending.add_span(span[0], span[1], span[2])
+                    else:
+                        for member in sample.members:
+                            raw = member.raw
+                            if len(raw) >= WRITE_CHUNK:
+                                # A large member goes out as it is, without another copy.
+                                pending.write_to(writer)
+                                writer.write_raw(raw)
+                                continue
+                            pending.add(raw)
                     count += 1
-                    if pending_size >= WRITE_CHUNK or monotonic() - flushed > FLUSH_INTERVAL:
+                    if pending.size >= WRITE_CHUNK or monotonic() - flushed > FLUSH_INTERVAL:
                         # A slow input must not hold samples back from the next command.
-                        writer.write_raw(b"".join(pending))
+                        pending.write_to(writer)
                         sink.stream.flush()
-                        pending.clear()
-                        pending_size = 0
                         flushed = monotonic()
             finally:
                 # Whole samples read before a failure still go out.
-                if pending:
-                    writer.write_raw(b"".join(pending))
-                    pending.clear()
+                pending.write_to(writer)
             close_iterator(samples)
             writer.close()
             sink.commit()
@@ -246,6 +242,59 @@ def write_samples(samples: Iterable[Sample], sink: Sink) -> int:
         sink.abort()
         raise
     return count
+
+
+class _Pending:
+    """Raw bytes waiting to be written, gathered into writes of about a megabyte: one
+    write call per small member would cost more than reading it. Samples the compiled
+    scanner read lie side by side in its read buffer: a run of them is kept as one slice
+    of that buffer and written without a copy."""
+
+    __slots__ = ("pieces", "size", "buffer", "start", "stop")
+
+    def __init__(self) -> None:
+        self.pieces: list[bytes | memoryview] = []
+        self.size = 0
+        self.buffer: bytes | None = None  # the open run: buffer[start:stop]
+        self.start = self.stop = 0
+
+    def add(self, raw: bytes) -> None:
+        if self.buffer is not None:
+            self._close_run()
+        self.pieces.append(raw)
+        self.size += len(raw)
+
+    def add_span(self, buffer: bytes, start: int, stop: int) -> None:
+        if buffer is not self.buffer or start != self.stop:
+            if self.buffer is not None:
+                self._close_run()
+            self.buffer = buffer
+            self.start = start
+        self.stop = stop
+        self.size += stop - start
+
+    def _close_run(self) -> None:
+        assert self.buffer is not None
+        self.pieces.append(memoryview(self.buffer)[self.start : self.stop])
+        self.buffer = None
+
+    def write_to(self, writer: TarWriter) -> None:
+        """Write everything pending: each run as it is, the pieces between joined."""
+        if self.buffer is not None:
+            self._close_run()
+        small: list[bytes | memoryview] = []
+        for piece in self.pieces:
+            if isinstance(piece, memoryview):
+                if small:
+                    writer.write_raw(small[0] if len(small) == 1 else b"".join(small))
+                    small = []
+                writer.write_raw(piece)
+            else:
+                small.append(piece)
+        if small:
+            writer.write_raw(small[0] if len(small) == 1 else b"".join(small))
+        self.pieces = []
+        self.size = 0
 
 
 class output_errors:

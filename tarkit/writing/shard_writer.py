@@ -397,8 +397,7 @@ class ShardWriter:
                 source="dataset",
             )
         if isinstance(sample, Sample):
-            members = sample.members
-            raw = members[0].raw if len(members) == 1 else b"".join([m.raw for m in members])
+            raw = sample.raw
         else:
             from ..format.encoding import encode_sample
 
