@@ -7,8 +7,7 @@ import sys
 import time
 from typing import Annotated, Any, Optional
 
-import typer
-
+from . import declare as typer  # typer itself only when needed: declare.py
 from .runner import run, typer_main, warn
 
 app = typer.Typer(add_completion=False, rich_markup_mode=None)

@@ -12,12 +12,12 @@ import os
 import re
 import signal
 import sys
-import traceback
 from collections.abc import Callable
 from typing import NoReturn
 
 from ..errors import TarkitError
 from ..format.samples import SkipLog
+from .declare import Typer
 
 EXIT_OK, EXIT_SKIPPED, EXIT_ERROR = 0, 1, 2
 EXIT_INTERRUPTED, EXIT_PIPE, EXIT_TERMINATED = 130, 141, 143
@@ -140,6 +140,8 @@ def run(tool: str, body: Callable[[], int | None]) -> NoReturn:
         status = EXIT_TERMINATED
     except TarkitError as exc:
         if debug:
+            import traceback
+
             traceback.print_exc()
         sys.stderr.write(f"{tool}: error: {one_line(str(exc))}\n")
         status = EXIT_ERROR
@@ -148,6 +150,8 @@ def run(tool: str, body: Callable[[], int | None]) -> NoReturn:
         status = EXIT_ERROR
     except OSError as exc:
         if debug:
+            import traceback
+
             traceback.print_exc()
         where = f"{exc.filename}: " if exc.filename else ""
         sys.stderr.write(f"{tool}: error: {one_line(f'{where}{exc.strerror or exc}')}\n")
@@ -177,18 +181,23 @@ def plain_typer() -> None:
     typer.main.HAS_RICH = False  # type: ignore[attr-defined]
 
 
-def typer_main(app: object, tool: str) -> NoReturn:
-    """Entry point for a console script: run the typer ``app`` under the name ``tool``.
+def typer_main(app: Typer, tool: str) -> NoReturn:
+    """Entry point for a console script: run the ``app`` under the name ``tool``.
 
-    A malformed command line is one ``<tool>: error:`` line and exit 2, like every
-    other error (click alone prints a three-line usage block).
+    A plain command line runs the command at once (:mod:`.declare`); any other is
+    parsed by typer. A malformed command line is one ``<tool>: error:`` line and exit 2,
+    like every other error (click alone prints a three-line usage block).
     """
+    _fill_closed_std_streams()
+    call = app.quick_call(sys.argv[1:], tool)
+    if call is not None:
+        status = call()
+        sys.exit(status if isinstance(status, int) else EXIT_OK)
     import click
     import typer.main
 
-    _fill_closed_std_streams()
     plain_typer()
-    command = typer.main.get_command(app)  # type: ignore[arg-type]
+    command = typer.main.get_command(app.real())
     try:
         status = command.main(prog_name=tool, standalone_mode=False)
     except click.UsageError as exc:

@@ -5,8 +5,7 @@ from __future__ import annotations
 from enum import Enum
 from typing import Annotated, Any, Optional
 
-import typer
-
+from . import declare as typer  # typer itself only when needed: declare.py
 from . import options as o
 from .runner import run, typer_main, warn
 

@@ -22,7 +22,6 @@ from __future__ import annotations
 import bisect
 import itertools
 import math
-import random
 import threading
 from collections import deque
 from collections.abc import Iterator, Sequence
@@ -73,6 +72,8 @@ def mix(
     """
     if len(weights) != len(streams):
         raise UsageError(f"--mix has {len(weights)} weights for {len(streams)} inputs")
+    import random  # here: its import is a start-up cost of every tool
+
     rng = random.Random(seed)
     active = list(range(len(streams)))
     try:

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import errno
 import itertools
-import random
 import sys
 from collections import deque
 from collections.abc import Iterable, Iterator, Sequence
@@ -177,6 +176,8 @@ def shuffle_samples(items: Iterable[T], bufsize: int, seed: int = 0) -> Iterator
     """
     if bufsize < 1:
         raise UsageError("--shuffle needs a buffer size of at least 1")
+    import random  # here: its import is a start-up cost of every tool
+
     rng = random.Random(seed)
     buffer: list[T] = []
     for item in items:
