@@ -19,11 +19,17 @@
  *     that may repeat, webdataset metadata, a name without a field).
  * span_members(span) -> list[Member]
  *     The members of a span sample.
+ * span_data(span, index) -> bytes
+ *     The data of one member of a span sample, without making the member objects.
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
+#include <structmember.h> /* T_OBJECT_EX */
 #include <stdint.h>
 #include <string.h>
+#if defined(__SSE2__)
+#include <emmintrin.h>
+#endif
 
 #define BLOCK 512
 #define NAME_MAX_BYTES (155 + 1 + 100) /* ustar prefix, '/', name */
@@ -40,8 +46,8 @@ static PyObject *empty_str = NULL;
 static PyTypeObject *sample_type = NULL;
 enum { SLOT_KEY, SLOT_FIELDS, SLOT_MEMBERS, SLOT_SOURCE, SLOT_SPAN, SLOT_COUNT };
 static const char *const sample_slot_names[SLOT_COUNT] = {"key", "fields", "_members", "source",
-                                                          "_span"};
-static PyObject *sample_slots[SLOT_COUNT]; /* the slot descriptors of Sample */
+                                                          "span"};
+static Py_ssize_t sample_offsets[SLOT_COUNT]; /* where Sample's slots are in an instance */
 
 typedef struct {
     Py_ssize_t size;  /* data bytes */
@@ -52,27 +58,88 @@ typedef struct {
     Py_ssize_t prefix_len;
 } Header;
 
+/* Byte classes of the numeric fields: octal digit, space, NUL, anything else. */
+enum { DIGIT = 1, SPACE = 2, NUL = 4 };
+static unsigned char byte_class[256];
+
+static void
+init_byte_class(void)
+{
+    for (int c = '0'; c <= '7'; c++)
+        byte_class[c] = DIGIT;
+    byte_class[' '] = SPACE;
+    byte_class[0] = NUL;
+}
+
 /* A numeric field as the reader's fast path takes it: spaces, octal digits, then spaces
- * and NULs only. 0 for any other shape (base-256, stray bytes): the Python reader decides. */
+ * and NULs only. 0 for any other shape (base-256, stray bytes): the Python reader decides.
+ * ``value`` may be NULL when only the shape matters. */
+/* How many of the 8 bytes at p, from the first, are octal digits. */
+static inline int
+leading_digits(const unsigned char *p)
+{
+#if defined(__GNUC__) && defined(__BYTE_ORDER__) && __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__
+    uint64_t word;
+    memcpy(&word, p, 8);
+    /* A digit byte XOR '0' is 0 to 7: its top five bits are clear. */
+    uint64_t other = (word ^ 0x3030303030303030ULL) & 0xF8F8F8F8F8F8F8F8ULL;
+    return other ? __builtin_ctzll(other) >> 3 : 8;
+#else
+    int n = 0;
+    while (n < 8 && byte_class[p[n]] == DIGIT)
+        n++;
+    return n;
+#endif
+}
+
 static int
 octal_field(const unsigned char *field, int width, uint64_t *value, int *digits)
 {
-    int i = 0, n = 0;
-    uint64_t v = 0;
-    while (i < width && field[i] == ' ')
+    int i = 0;
+    while (i < width && byte_class[field[i]] == SPACE)
         i++;
-    while (i < width && field[i] >= '0' && field[i] <= '7') {
-        v = (v << 3) | (uint64_t)(field[i] - '0');
-        i++;
-        n++;
+    int first = i;
+    if (width - i >= 8) {
+        int n = leading_digits(field + i);
+        i += n;
+        if (n == 8)
+            while (i < width && byte_class[field[i]] == DIGIT)
+                i++;
     }
-    while (i < width && (field[i] == ' ' || field[i] == 0))
+    else {
+        while (i < width && byte_class[field[i]] == DIGIT)
+            i++;
+    }
+    int last = i;
+    while (i < width && byte_class[field[i]] & (SPACE | NUL))
         i++;
     if (i != width)
         return 0;
-    *value = v;
-    *digits = n;
+    if (value) {
+        uint64_t v = 0;
+        for (int k = first; k < last; k++)
+            v = (v << 3) | (uint64_t)(field[k] - '0');
+        *value = v;
+    }
+    *digits = last - first;
     return 1;
+}
+
+/* The unsigned byte sum of n bytes (n a multiple of 16). */
+static uint32_t
+byte_sum(const unsigned char *p, int n)
+{
+#if defined(__SSE2__)
+    __m128i zero = _mm_setzero_si128(), total = _mm_setzero_si128();
+    for (int i = 0; i < n; i += 16)
+        total = _mm_add_epi64(total, _mm_sad_epu8(_mm_loadu_si128((const __m128i *)(p + i)), zero));
+    return (uint32_t)(_mm_cvtsi128_si64(total) + _mm_cvtsi128_si64(_mm_unpackhi_epi64(total, total)));
+#else
+    uint32_t sum = 0;
+    for (int i = 0; i < n; i++)
+        sum += p[i];
+    return sum;
+#endif
 }
 
 static const int numeric_fields[8][2] = {
@@ -85,24 +152,23 @@ static const unsigned char ustar_magic[8] = {'u', 's', 't', 'a', 'r', 0, '0', '0
 static int
 plain_header(const unsigned char *h, Header *out)
 {
-    uint64_t values[8];
-    int digits[8];
-    for (int i = 0; i < 8; i++) {
-        if (!octal_field(h + numeric_fields[i][0], numeric_fields[i][1], &values[i], &digits[i]))
-            return 0;
-    }
-    if (digits[FIELD_CHKSUM] == 0)
-        return 0;
-    /* The unsigned byte sum with the checksum field read as eight spaces. */
-    uint32_t sum = 8 * ' ';
-    for (int i = 0; i < 148; i++)
-        sum += h[i];
-    for (int i = 156; i < BLOCK; i++)
-        sum += h[i];
-    if (sum != values[FIELD_CHKSUM])
-        return 0;
+    uint64_t size, stored;
+    int digits;
     unsigned char typeflag = h[156];
     if (typeflag != '0' && typeflag != '7' && typeflag != 0)
+        return 0;
+    for (int i = 0; i < 8; i++) {
+        uint64_t *value = i == FIELD_SIZE ? &size : i == FIELD_CHKSUM ? &stored : NULL;
+        if (!octal_field(h + numeric_fields[i][0], numeric_fields[i][1], value, &digits))
+            return 0;
+        if (i == FIELD_CHKSUM && digits == 0)
+            return 0;
+    }
+    /* The unsigned byte sum with the checksum field read as eight spaces. */
+    uint32_t sum = byte_sum(h, BLOCK) + 8 * ' ';
+    for (int i = 148; i < 156; i++)
+        sum -= h[i];
+    if (sum != stored)
         return 0;
     Py_ssize_t name_len = (Py_ssize_t)strnlen((const char *)h, 100);
     Py_ssize_t prefix_len = 0;
@@ -117,7 +183,7 @@ plain_header(const unsigned char *h, Header *out)
         if (slash_end)
             return 0;
     }
-    out->size = (Py_ssize_t)values[FIELD_SIZE];
+    out->size = (Py_ssize_t)size;
     out->total = BLOCK + ((out->size + BLOCK - 1) & ~(Py_ssize_t)(BLOCK - 1));
     out->name = h;
     out->name_len = name_len;
@@ -143,7 +209,36 @@ full_name(const Header *header, unsigned char *buf)
 static PyObject *
 decode(const unsigned char *s, Py_ssize_t n)
 {
-    return PyUnicode_DecodeUTF8((const char *)s, n, "surrogateescape");
+    for (Py_ssize_t i = 0; i < n; i++) {
+        if (s[i] & 0x80)
+            return PyUnicode_DecodeUTF8((const char *)s, n, "surrogateescape");
+    }
+    PyObject *text = PyUnicode_New(n, 127);
+    if (text)
+        memcpy(PyUnicode_1BYTE_DATA(text), s, (size_t)n);
+    return text;
+}
+
+/* Field names repeat from sample to sample: the last few are kept, to reuse their str. */
+#define FIELD_CACHE 8
+static PyObject *field_cache[FIELD_CACHE];
+static int field_cache_next;
+
+static PyObject *
+decode_field(const unsigned char *s, Py_ssize_t n)
+{
+    for (int i = 0; i < FIELD_CACHE; i++) {
+        PyObject *cached = field_cache[i];
+        if (cached && PyUnicode_GET_LENGTH(cached) == n && PyUnicode_IS_ASCII(cached) &&
+            memcmp(PyUnicode_1BYTE_DATA(cached), s, (size_t)n) == 0)
+            return Py_NewRef(cached);
+    }
+    PyObject *field = decode(s, n);
+    if (field && PyUnicode_IS_ASCII(field) && n <= 32) {
+        Py_XSETREF(field_cache[field_cache_next], Py_NewRef(field));
+        field_cache_next = (field_cache_next + 1) % FIELD_CACHE;
+    }
+    return field;
 }
 
 static PyObject *
@@ -245,13 +340,9 @@ new_sample(PyObject *key, PyObject *fields, PyObject *members, PyObject *source,
     PyObject *sample = sample_type->tp_alloc(sample_type, 0);
     if (!sample)
         return NULL;
-    for (int i = 0; i < SLOT_COUNT; i++) {
-        descrsetfunc set = Py_TYPE(sample_slots[i])->tp_descr_set;
-        if (set(sample_slots[i], sample, values[i]) < 0) {
-            Py_DECREF(sample);
-            return NULL;
-        }
-    }
+    /* The slots of a new instance are empty: each gets its value, as __init__ would. */
+    for (int i = 0; i < SLOT_COUNT; i++)
+        *(PyObject **)((char *)sample + sample_offsets[i]) = Py_NewRef(values[i]);
     return sample;
 }
 
@@ -346,7 +437,19 @@ group_load(Group *group, PyObject *state)
 static PyObject *
 span_of(PyObject *buf, Py_ssize_t start, Py_ssize_t stop, Py_ssize_t base)
 {
-    return Py_BuildValue("(Onnn)", buf, start, stop, base);
+    PyObject *span = PyTuple_New(4);
+    PyObject *numbers[3] = {PyLong_FromSsize_t(start), PyLong_FromSsize_t(stop),
+                            PyLong_FromSsize_t(base)};
+    if (!span || !numbers[0] || !numbers[1] || !numbers[2]) {
+        Py_XDECREF(span);
+        for (int i = 0; i < 3; i++)
+            Py_XDECREF(numbers[i]);
+        return NULL;
+    }
+    PyTuple_SET_ITEM(span, 0, Py_NewRef(buf));
+    for (int i = 0; i < 3; i++)
+        PyTuple_SET_ITEM(span, i + 1, numbers[i]);
+    return span;
 }
 
 /* Close the open sample: a span sample when it was read here whole, else with its list. */
@@ -385,7 +488,7 @@ static int
 group_extend(Group *group, PyObject *buf, Py_ssize_t pos, Py_ssize_t base, const Header *header,
              const unsigned char *path, Py_ssize_t path_len, Py_ssize_t dot)
 {
-    PyObject *field = decode(path + dot + 1, path_len - dot - 1);
+    PyObject *field = decode_field(path + dot + 1, path_len - dot - 1);
     if (!field)
         return -1;
     int status = PyList_Append(group->fields, field);
@@ -409,7 +512,7 @@ static int
 group_open(Group *group, PyObject *key, Py_ssize_t pos, const Header *header,
            const unsigned char *path, Py_ssize_t path_len, Py_ssize_t dot)
 {
-    PyObject *field = decode(path + dot + 1, path_len - dot - 1);
+    PyObject *field = decode_field(path + dot + 1, path_len - dot - 1);
     if (!field)
         return -1;
     PyObject *fields = PyList_New(1);
@@ -535,6 +638,42 @@ span_members(PyObject *module, PyObject *span)
 }
 
 static PyObject *
+span_data(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
+{
+    Py_ssize_t start, stop, index;
+    Header header;
+    if (nargs != 2 || !PyTuple_Check(args[0]) || PyTuple_GET_SIZE(args[0]) != 4 ||
+        !PyBytes_Check(PyTuple_GET_ITEM(args[0], 0))) {
+        PyErr_SetString(PyExc_TypeError, "span_data(span, index)");
+        return NULL;
+    }
+    PyObject *buf = PyTuple_GET_ITEM(args[0], 0);
+    if (!parse_position(PyTuple_GET_ITEM(args[0], 1), &start) ||
+        !parse_position(PyTuple_GET_ITEM(args[0], 2), &stop) || !parse_position(args[1], &index))
+        return NULL;
+    if (start < 0 || stop > PyBytes_GET_SIZE(buf) || start > stop || index < 0) {
+        PyErr_SetString(PyExc_ValueError, "tarkit scanner: a span outside its buffer");
+        return NULL;
+    }
+    const unsigned char *data = (const unsigned char *)PyBytes_AS_STRING(buf);
+    for (Py_ssize_t pos = start; pos <= stop - BLOCK; pos += header.total) {
+        /* The scanner checked these headers: only their sizes are read again. */
+        uint64_t size;
+        int digits;
+        if (!octal_field(data + pos + 124, 12, &size, &digits))
+            break;
+        header.size = (Py_ssize_t)size;
+        header.total = BLOCK + ((header.size + BLOCK - 1) & ~(Py_ssize_t)(BLOCK - 1));
+        if (header.total > stop - pos)
+            break;
+        if (index-- == 0)
+            return PyBytes_FromStringAndSize((const char *)data + pos + BLOCK, header.size);
+    }
+    PyErr_SetString(PyExc_IndexError, "tarkit scanner: no such member in the span");
+    return NULL;
+}
+
+static PyObject *
 init_member(PyObject *module, PyObject *args)
 {
     PyObject *type, *kind;
@@ -556,25 +695,23 @@ init_member(PyObject *module, PyObject *args)
 static PyObject *
 init_sample(PyObject *module, PyObject *type)
 {
-    PyObject *slots[SLOT_COUNT] = {NULL};
+    Py_ssize_t offsets[SLOT_COUNT];
     if (!PyType_Check(type)) {
         PyErr_SetString(PyExc_TypeError, "init_sample(Sample)");
         return NULL;
     }
     for (int i = 0; i < SLOT_COUNT; i++) {
-        /* Each field must be a __slots__ member of the class itself. */
+        /* Each field must be an object __slots__ member of the class itself. */
         PyObject *descr = PyDict_GetItemString(((PyTypeObject *)type)->tp_dict,
                                                sample_slot_names[i]);
-        if (!descr || !Py_IS_TYPE(descr, &PyMemberDescr_Type)) {
+        if (!descr || !Py_IS_TYPE(descr, &PyMemberDescr_Type) ||
+            ((PyMemberDescrObject *)descr)->d_member->type != T_OBJECT_EX) {
             PyErr_Format(PyExc_TypeError, "Sample has no slot %s", sample_slot_names[i]);
-            for (int j = 0; j < i; j++)
-                Py_DECREF(slots[j]);
             return NULL;
         }
-        slots[i] = Py_NewRef(descr);
+        offsets[i] = ((PyMemberDescrObject *)descr)->d_member->offset;
     }
-    for (int i = 0; i < SLOT_COUNT; i++)
-        Py_XSETREF(sample_slots[i], slots[i]);
+    memcpy(sample_offsets, offsets, sizeof(offsets));
     Py_XSETREF(sample_type, (PyTypeObject *)Py_NewRef(type));
     Py_RETURN_NONE;
 }
@@ -585,6 +722,8 @@ static PyMethodDef scan_methods[] = {
     {"scan_samples", (PyCFunction)(void (*)(void))scan_samples, METH_FASTCALL,
      "scan_samples(buf, pos, base, state, out) -> pos: the same, grouped into samples."},
     {"span_members", span_members, METH_O, "span_members(span) -> the members of a span sample."},
+    {"span_data", (PyCFunction)(void (*)(void))span_data, METH_FASTCALL,
+     "span_data(span, index) -> the data of the index-th member of a span sample."},
     {"init_member", init_member, METH_VARARGS, "init_member(Member, FILE)"},
     {"init_sample", init_sample, METH_O, "init_sample(Sample)"},
     {NULL, NULL, 0, NULL},
@@ -601,6 +740,7 @@ static struct PyModuleDef scan_module = {
 PyMODINIT_FUNC
 PyInit__scan(void)
 {
+    init_byte_class();
     PyObject *module = PyModule_Create(&scan_module);
     if (module && PyModule_AddStringConstant(module, "SOURCE_HASH", TARKIT_SCAN_SOURCE) < 0) {
         Py_DECREF(module);

@@ -45,33 +45,27 @@ class Sample:
 
     ``fields`` are the field names in the same order as ``members``. A sample the
     compiled scanner read keeps its members in the read buffer until ``members`` is
-    first asked for (:attr:`span`).
+    first asked for: ``span`` is then ``(buffer, start, stop, offset)``, its raw bytes
+    being ``buffer[start:stop]`` (the buffer's first byte at ``offset`` in the stream),
+    else None. Writers copy runs of such samples as one slice of the buffer.
     """
 
-    __slots__ = ("key", "fields", "_members", "source", "_span")
+    __slots__ = ("key", "fields", "_members", "source", "span")
 
     def __init__(self, key: str, fields: list[str], members: list[Member], source: str) -> None:
         self.key = key
         self.fields = fields
         self._members: list[Member] | None = members
         self.source = source
-        self._span: tuple[bytes, int, int, int] | None = None
+        self.span: tuple[bytes, int, int, int] | None = None
 
     @property
     def members(self) -> list[Member]:
         """The members, in archive order."""
         members = self._members
         if members is None:
-            members = self._members = _span_members(self._span)
+            members = self._members = _span_members(self.span)
         return members
-
-    @property
-    def span(self) -> tuple[bytes, int, int, int] | None:
-        """``(buffer, start, stop, offset)`` when the sample's raw bytes are
-        ``buffer[start:stop]``, a slice of the buffer it was read from (whose first byte
-        is at ``offset`` in the stream), else None. Writers copy runs of such samples
-        as one slice."""
-        return self._span
 
     def data(self) -> dict[str, bytes]:
         """The fields and their bytes, as a dict in archive order."""
@@ -79,15 +73,23 @@ class Sample:
 
     def get(self, field: str) -> bytes | None:
         """The bytes of ``field`` (exact name), or None."""
-        for f, m in zip(self.fields, self.members, strict=True):
+        for index, f in enumerate(self.fields):
             if f == field:
-                return m.data
+                return self.data_at(index)
         return None
+
+    def data_at(self, index: int) -> bytes:
+        """The bytes of field number ``index`` (``members[index].data``), without making
+        the member objects of a sample still in its read buffer."""
+        if self._members is None and self.span is not None and _compiled is not None:
+            data: bytes = _compiled.span_data(self.span, index)
+            return data
+        return self.members[index].data
 
     @property
     def raw(self) -> bytes:
         """All the sample's members as they were read."""
-        span = self._span
+        span = self.span
         if span is not None:
             return span[0][span[1] : span[2]]
         return b"".join(m.raw for m in self.members)
@@ -95,7 +97,7 @@ class Sample:
     @property
     def size(self) -> int:
         """Bytes the sample's members take in the archive."""
-        span = self._span
+        span = self.span
         if span is not None:
             return span[2] - span[1]
         return sum(len(m.raw) for m in self.members)
@@ -103,7 +105,7 @@ class Sample:
     def detached(self) -> Sample:
         """This sample holding only its own bytes, not the read buffer it came from (for
         a stage that keeps many samples a while, such as a shuffle buffer)."""
-        if self._span is None:
+        if self.span is None:
             return self
         return Sample(self.key, self.fields, self.members, self.source)
 

@@ -274,21 +274,43 @@ class _Extensions:
         self.pax_seen = False
 
 
-def _refill(buf: bytes, pos: int, n: int, read, chunk_size: int) -> bytes:  # type: ignore[no-untyped-def]
-    """Return a buffer holding buf[pos:] plus enough read data to reach ``n`` bytes.
+Carry = tuple[bytes, int]  # read data not in the buffer yet: chunk[offset:]
 
-    Shorter than ``n`` only when the stream ended.
+
+def _refill(  # type: ignore[no-untyped-def]
+    buf: bytes, pos: int, n: int, carry: Carry | None, read, chunk_size: int
+) -> tuple[bytes, int, Carry | None]:
+    """Return ``(buffer, start, carry)``: ``buffer[start:]`` holds ``buf[pos:]`` and then
+    the data read after it, at least ``n`` bytes unless the stream ended; ``carry`` is
+    read data beyond that, for the next call.
+
+    A read chunk becomes the buffer itself, not a copy, once nothing before it is left:
+    only a member (or header) that straddles two chunks is copied, into a buffer of its
+    own. The reads are the same whatever is carried: each asks for what is missing, at
+    least ``chunk_size`` bytes.
     """
-    parts = [buf[pos:]] if pos < len(buf) else []
-    avail = len(buf) - pos
+    sources = [(buf, pos)] if pos < len(buf) else []
+    if carry is not None:
+        sources.append(carry)
+    avail = sum(len(chunk) - start for chunk, start in sources)
     while avail < n:
         # Bounded reads: a size field far beyond the input fails at its end, not here.
         chunk = read(min(max(n - avail, chunk_size), 1 << 26))
         if not chunk:
             break
-        parts.append(chunk)
+        sources.append((chunk, 0))
         avail += len(chunk)
-    return b"".join(parts)
+    if not sources:
+        return b"", 0, None
+    last, start = sources[-1]
+    if len(sources) == 1:
+        return last, start, None
+    # Join what comes before the last chunk and as much of it as is needed.
+    joined = [chunk[start:] for chunk, start in sources[:-1]]
+    need = max(n - sum(len(part) for part in joined), 0)
+    joined.append(last[start : start + need])
+    rest = (last, start + need) if start + need < len(last) else None
+    return b"".join(joined), 0, rest
 
 
 def read_members(
@@ -297,7 +319,7 @@ def read_members(
     *,
     ignore_zeros: bool = False,
     allow_empty: bool = False,
-    chunk_size: int = 1 << 20,
+    chunk_size: int = 4 << 20,
 ) -> MemberReader:
     """Yield the members of the tar stream ``stream``, strictly, reading forward only.
 
@@ -306,7 +328,8 @@ def read_members(
     empty input (unless ``allow_empty``) and data after the end-of-archive marker
     (unless ``ignore_zeros``, which reads concatenated archives like ``tar -i``). After
     the marker it reads the stream to its end, so a compressed input's checksum is
-    verified. Memory: one member at a time. Given to
+    verified. Memory: one member at a time, in reads of up to ``chunk_size`` bytes
+    (4 MiB: a run of small members that long goes out in one write). Given to
     :func:`~tarkit.format.samples.group_samples` before it is started, the reader groups
     samples as it reads (in the compiled scanner, when it runs: :mod:`.scanner`).
     """
@@ -369,6 +392,7 @@ def _read(
     buf = b""
     pos = 0
     base = 0  # stream offset of buf[0]
+    carry: Carry | None = None  # read data after buf (_refill)
     ext: _Extensions | None = None
     adler32 = zlib.adler32
     shapes: dict[bytes, Any] = _shapes
@@ -389,10 +413,10 @@ def _read(
                 scanned.clear()
         if len(buf) - pos < BLOCK:
             base += pos
-            buf = _refill(buf, pos, BLOCK, read, chunk_size)
-            pos = 0
-            if len(buf) < BLOCK:
-                _check_end_of_input(buf, base, ext, allow_empty, source)
+            buf, pos, carry = _refill(buf, pos, BLOCK, carry, read, chunk_size)
+            base -= pos
+            if len(buf) - pos < BLOCK:
+                _check_end_of_input(buf[pos:], base + pos, ext, allow_empty, source)
                 return
         header = buf[pos : pos + BLOCK]
         offset = base + pos
@@ -405,8 +429,8 @@ def _read(
             pos += BLOCK
             if len(buf) - pos < BLOCK:
                 base += pos
-                buf = _refill(buf, pos, BLOCK, read, chunk_size)
-                pos = 0
+                buf, pos, carry = _refill(buf, pos, BLOCK, carry, read, chunk_size)
+                base -= pos
             if ignore_zeros:
                 if not buf[pos:]:
                     return
@@ -425,7 +449,8 @@ def _read(
                     offset=offset,
                 )
             pos += BLOCK
-            _drain(buf[pos:], read, source, base + pos)
+            rest = buf[pos:] if carry is None else buf[pos:] + carry[0][carry[1] :]
+            _drain(rest, read, source, base + pos)
             return
 
         shape = header[100:345].translate(_SHAPE_TABLE)
@@ -455,8 +480,8 @@ def _read(
                 if size > MAX_EXTENSION_SIZE:
                     _extension_too_large(size, source, offset)
                 base += pos
-                buf = _refill(buf, pos, BLOCK + padded, read, chunk_size)
-                pos = 0
+                buf, pos, carry = _refill(buf, pos, BLOCK + padded, carry, read, chunk_size)
+                base -= pos
             ext = _extension(ext, header, buf[pos : pos + BLOCK + padded], size, source, offset)
             pos += BLOCK + padded
             continue
@@ -480,10 +505,10 @@ def _read(
         total = BLOCK + padded
         if len(buf) - pos < total:
             base += pos
-            buf = _refill(buf, pos, total, read, chunk_size)
-            pos = 0
-            if len(buf) < total:
-                got = len(buf) - BLOCK
+            buf, pos, carry = _refill(buf, pos, total, carry, read, chunk_size)
+            base -= pos
+            if len(buf) - pos < total:
+                got = len(buf) - pos - BLOCK
                 what = (
                     f"inside member data ({got} of {size} bytes)"
                     if got < size

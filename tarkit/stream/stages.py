@@ -205,36 +205,54 @@ def write_samples(samples: Iterable[Sample], sink: Sink) -> int:
     """
     count = 0
     previous: Sample | None = None
+    previous_key: object = None
     writer = TarWriter(sink.stream)
     pending = _Pending()
+    # The open run of samples read by the compiled scanner: buffer[start:stop] (kept in
+    # locals: this loop runs once per sample).
+    buffer: bytes | None = None
+    start = stop = 0
     flushed = monotonic()
+    clock, interval, chunk = monotonic, FLUSH_INTERVAL, WRITE_CHUNK
     try:
         with output_errors(sink):
             try:
                 for sample in samples:
-                    if previous is not None and sample.key == previous.key:
-                        raise same_key_error(previous, sample)
-                    previous = sample
+                    key = sample.key
+                    if key == previous_key:
+                        raise same_key_error(previous, sample)  # type: ignore[arg-type]
+                    previous, previous_key = sample, key
                     span = sample.span
-                    if span is not None:
-                        pending.add_span(span[0], span[1], span[2])
+                    if span is not None and span[0] is buffer and span[1] == stop:
+                        stop = span[2]
                     else:
-                        for member in sample.members:
-                            raw = member.raw
-                            if len(raw) >= WRITE_CHUNK:
-                                # A large member goes out as it is, without another copy.
-                                pending.write_to(writer)
-                                writer.write_raw(raw)
-                                continue
-                            pending.add(raw)
+                        if buffer is not None:
+                            pending.add_view(buffer, start, stop)
+                            buffer, start, stop = None, 0, 0
+                        if span is not None:
+                            buffer, start, stop = span[0], span[1], span[2]
+                        else:
+                            for member in sample.members:
+                                raw = member.raw
+                                if len(raw) >= chunk:
+                                    # A large member goes out as it is, without another copy.
+                                    pending.write_to(writer)
+                                    writer.write_raw(raw)
+                                    continue
+                                pending.add(raw)
                     count += 1
-                    if pending.size >= WRITE_CHUNK or monotonic() - flushed > FLUSH_INTERVAL:
+                    if stop - start + pending.size >= chunk or clock() - flushed > interval:
                         # A slow input must not hold samples back from the next command.
+                        if buffer is not None:
+                            pending.add_view(buffer, start, stop)
+                            buffer, start, stop = None, 0, 0
                         pending.write_to(writer)
                         sink.stream.flush()
-                        flushed = monotonic()
+                        flushed = clock()
             finally:
                 # Whole samples read before a failure still go out.
+                if buffer is not None:
+                    pending.add_view(buffer, start, stop)
                 pending.write_to(writer)
             close_iterator(samples)
             writer.close()
@@ -247,42 +265,26 @@ def write_samples(samples: Iterable[Sample], sink: Sink) -> int:
 
 class _Pending:
     """Raw bytes waiting to be written, gathered into writes of about a megabyte: one
-    write call per small member would cost more than reading it. Samples the compiled
-    scanner read lie side by side in its read buffer: a run of them is kept as one slice
-    of that buffer and written without a copy."""
+    write call per small member would cost more than reading it. A run of samples the
+    compiled scanner read lies in its read buffer: it is kept as one slice of that buffer
+    and written without a copy."""
 
-    __slots__ = ("pieces", "size", "buffer", "start", "stop")
+    __slots__ = ("pieces", "size")
 
     def __init__(self) -> None:
         self.pieces: list[bytes | memoryview] = []
         self.size = 0
-        self.buffer: bytes | None = None  # the open run: buffer[start:stop]
-        self.start = self.stop = 0
 
     def add(self, raw: bytes) -> None:
-        if self.buffer is not None:
-            self._close_run()
         self.pieces.append(raw)
         self.size += len(raw)
 
-    def add_span(self, buffer: bytes, start: int, stop: int) -> None:
-        if buffer is not self.buffer or start != self.stop:
-            if self.buffer is not None:
-                self._close_run()
-            self.buffer = buffer
-            self.start = start
-        self.stop = stop
+    def add_view(self, buffer: bytes, start: int, stop: int) -> None:
+        self.pieces.append(memoryview(buffer)[start:stop])
         self.size += stop - start
-
-    def _close_run(self) -> None:
-        assert self.buffer is not None
-        self.pieces.append(memoryview(self.buffer)[self.start : self.stop])
-        self.buffer = None
 
     def write_to(self, writer: TarWriter) -> None:
         """Write everything pending: each run as it is, the pieces between joined."""
-        if self.buffer is not None:
-            self._close_run()
         small: list[bytes | memoryview] = []
         for piece in self.pieces:
             if isinstance(piece, memoryview):

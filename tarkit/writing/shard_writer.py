@@ -382,7 +382,7 @@ class ShardWriter:
         Raises :class:`~tarkit.errors.SampleError` for a dict that cannot be encoded and
         :class:`OutputError` when a shard cannot be written.
         """
-        if isinstance(sample, Sample) and not sample.members:
+        if isinstance(sample, Sample) and not sample.fields:  # (fields: members unmade)
             return
         # Adjacent samples with one key merge in every reader, across shards too when
         # the shards are read in order.
