@@ -21,14 +21,18 @@
  *     The members of a span sample.
  * span_data(span, index) -> bytes
  *     The data of one member of a span sample, without making the member objects.
+ *
+ * TARKIT_SCAN_PORTABLE builds it without the x86 and little-endian shortcuts (to test the
+ * plain C that other machines run).
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
 #include <structmember.h> /* T_OBJECT_EX */
 #include <stdint.h>
 #include <string.h>
-#if defined(__SSE2__)
+#if defined(__SSE2__) && defined(__x86_64__) && !defined(TARKIT_SCAN_PORTABLE)
 #include <emmintrin.h>
+#define SCAN_SSE2 1
 #endif
 
 #define BLOCK 512
@@ -78,7 +82,8 @@ init_byte_class(void)
 static inline int
 leading_digits(const unsigned char *p)
 {
-#if defined(__GNUC__) && defined(__BYTE_ORDER__) && __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__
+#if defined(__GNUC__) && defined(__BYTE_ORDER__) && __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__ && \
+    !defined(TARKIT_SCAN_PORTABLE)
     uint64_t word;
     memcpy(&word, p, 8);
     /* A digit byte XOR '0' is 0 to 7: its top five bits are clear. */
@@ -129,7 +134,7 @@ octal_field(const unsigned char *field, int width, uint64_t *value, int *digits)
 static uint32_t
 byte_sum(const unsigned char *p, int n)
 {
-#if defined(__SSE2__)
+#if defined(SCAN_SSE2)
     __m128i zero = _mm_setzero_si128(), total = _mm_setzero_si128();
     for (int i = 0; i < n; i += 16)
         total = _mm_add_epi64(total, _mm_sad_epu8(_mm_loadu_si128((const __m128i *)(p + i)), zero));
@@ -279,7 +284,8 @@ members_of(PyObject *buf, Py_ssize_t start, Py_ssize_t stop, Py_ssize_t base)
     if (!members)
         return NULL;
     for (Py_ssize_t pos = start; pos < stop; pos += header.total) {
-        if (!plain_header(data + pos, &header) || header.total > stop - pos) {
+        if (stop - pos < BLOCK || !plain_header(data + pos, &header) ||
+            header.total > stop - pos) {
             PyErr_SetString(PyExc_SystemError, "tarkit scanner: a span that is not members");
             Py_DECREF(members);
             return NULL;

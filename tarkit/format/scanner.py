@@ -13,11 +13,14 @@ repeat) it leaves to the Python code, which raises every error. The two cannot d
 what they refuse or in the message, offset and member they name: there is one copy of each
 rule, in Python; the C code only decides when a header is ordinary enough to skip the rules.
 
-Why the CPython C API rather than Cython: the scanner is about 500 lines that only read
-bytes and build tuples, lists and strings, which the C API does directly; Cython would add
-a build dependency (and its version to pin) for every install from source, while the C API
-needs only a C compiler and Python's headers, which ``bin/setup`` installs. The extension
-is optional (``setup.py``): without a compiler tarkit installs and the pure reader runs.
+Why the CPython C API rather than Cython: the scanner is a few hundred lines that only
+read bytes and build tuples, lists, strings and instances of two Python classes, which the
+C API does directly (and lets it fill ``Sample``'s slots without calling ``__init__``);
+Cython would add a build dependency, and its version to pin, to every install from source,
+while the C API needs only a C compiler and Python's headers, which ``bin/setup`` installs.
+The extension is optional (``setup.py``): without a compiler tarkit installs and the pure
+reader runs. A test (tests/format/test_scanner.py) fails when the built module is older
+than ``_scan.c``: rebuild with ``pip install -e .``.
 
 ``TARKIT_PURE=1`` in the environment makes tarkit use the pure-Python reader even when the
 extension is built (the tests run everything both ways). :data:`compiled` is the extension
