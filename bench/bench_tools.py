@@ -299,7 +299,7 @@ def per_member_table(shard: Path, repeat: int) -> list[str]:
 
     from tarkit.format.samples import group_samples
     from tarkit.format.tar import read_members
-    from tarkit.storage.sources import Sink
+    from tarkit.storage import Sink
     from tarkit.stream.stages import write_samples
 
     data = shard.read_bytes()

@@ -28,11 +28,18 @@ class InputError(TarkitError):
     """The input is not a valid stream of samples.
 
     ``source`` names the input, ``offset`` is the byte position in the (decompressed)
-    tar stream, ``member`` the member name when one is known.
+    tar stream, ``member`` the member name when one is known. ``reason`` classifies the
+    error for code that must tell cases apart (never the message): :attr:`TRUNCATED`
+    for an input that ends too early (every :class:`TruncatedError`, and a compressed
+    stream cut short), :attr:`MISMATCH` for a shard that differs from its manifest.
 
     >>> str(InputError("bad header checksum", source="a.tar", offset=1024, member="x.jpg"))
     'a.tar: bad header checksum (byte 1024, member x.jpg)'
     """
+
+    TRUNCATED = "truncated"
+    MISMATCH = "manifest mismatch"
+    reason: str | None = None
 
     def __init__(
         self,
@@ -41,11 +48,14 @@ class InputError(TarkitError):
         source: str = "-",
         offset: int | None = None,
         member: str | None = None,
+        reason: str | None = None,
     ) -> None:
         self.what = what
         self.source = source
         self.offset = offset
         self.member = member
+        if reason is not None:
+            self.reason = reason
         super().__init__(what)
 
     def __str__(self) -> str:
@@ -61,6 +71,8 @@ class InputError(TarkitError):
 class TruncatedError(InputError):
     """The input ends before the archive does."""
 
+    reason = InputError.TRUNCATED
+
 
 class HeaderError(InputError):
     """A header block is corrupt, malformed or ambiguous."""
@@ -75,7 +87,20 @@ class CompressionError(InputError):
 
 
 class SourceError(TarkitError):
-    """An input cannot be opened or read to its end."""
+    """An input cannot be opened or read to its end.
+
+    ``reason`` classifies it for code that must tell cases apart (never the message):
+    :attr:`MISSING` for a file or object that does not exist, else None.
+    """
+
+    MISSING = "missing"
+
+    def __init__(self, message: str, *, reason: str | None = None) -> None:
+        super().__init__(message)
+        self.reason = reason
+
+    def __reduce__(self) -> tuple[object, ...]:
+        return _rebuild_source_error, (str(self), self.reason)
 
 
 class OutputError(TarkitError):
@@ -84,3 +109,7 @@ class OutputError(TarkitError):
 
 class UsageError(TarkitError):
     """Options are malformed or contradict each other."""
+
+
+def _rebuild_source_error(message: str, reason: str | None) -> SourceError:
+    return SourceError(message, reason=reason)

@@ -175,7 +175,7 @@ def map_command(
                 parallel=samples_at_once, on_error=on_error, timeout=timeout, multi=multi,
                 quiet=quiet, metadata_field=METADATA_FIELD if metadata else None,
             )  # fmt: skip
-        from ..storage.sources import expand_inputs
+        from tarkit.storage import expand_inputs
 
         display = ProgressLine(tool, quiet)
         try:
@@ -192,9 +192,9 @@ def map_command(
         finally:
             display.close()
         if rejects is not None:
-            from ..processing.shard_task import write_text
+            from tarkit.storage import publish
 
-            write_text(rejects, "".join(line + "\n" for line in result.rejects))
+            publish(rejects, "".join(line + "\n" for line in result.rejects).encode("utf-8"))
         if result.rejects:
             warn(tool, f"{len(result.rejects)} samples failed their command "
                        f"({'kept unchanged' if on_error == 'keep' else 'left out'})")  # fmt: skip

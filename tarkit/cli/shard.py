@@ -263,7 +263,7 @@ def save_classes(names: list[str], location: str) -> None:
     """Save the class list (index order) as JSON, atomically."""
     import json
 
-    from ..writing.shard_writer import publish
+    from tarkit.storage import publish
 
     publish(location, (json.dumps(names, ensure_ascii=False, indent=1) + "\n").encode("utf-8"))
 

@@ -72,8 +72,9 @@ def tarcat(
     tool = ctx.command_path
 
     def body() -> int:
+        from tarkit.storage import Sink
+
         from ..format.samples import parse_field_spec, select_fields
-        from ..storage.sources import Sink
         from ..stream.mixing import combine_inputs
         from ..stream.stages import shuffle_samples, slice_samples, take, write_samples
 

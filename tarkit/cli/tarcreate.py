@@ -70,8 +70,9 @@ def tarcreate(
     tool = ctx.command_path
 
     def body() -> int:
+        from tarkit.storage import Sink
+
         from ..errors import UsageError
-        from ..storage.sources import Sink
         from ..writing.files import list_tree, plan_members, tree_members, write_members
         from ..writing.plan import read_plan
 

@@ -92,9 +92,10 @@ def tarproc(
     tool = ctx.command_path
 
     def body() -> int:
+        from tarkit.storage import Sink
+
         from ..errors import UsageError
         from ..processing.commands import ON_ERROR, Command, ProcReport, Rejection, map_command
-        from ..storage.sources import Sink
         from ..stream.stages import read_samples, write_samples
 
         if on_error not in ON_ERROR:

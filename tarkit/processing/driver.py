@@ -16,15 +16,14 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from ..errors import TarkitError, UsageError
-from ..format.manifest import Manifest, ShardInfo, relative_url
+from ..format.manifest import Manifest, ShardInfo
+from ..storage import publish, relative_url, remove_stale_temp, save_manifest
 from .shard_task import (
     Row,
     SampleMapper,
     ShardFailure,
     ShardResult,
     ShardTask,
-    remove_stale_staging,
-    write_text,
 )
 
 __all__ = ["MapError", "MapProgress", "MapResult", "ShardFailure", "map_shards"]
@@ -214,9 +213,9 @@ def map_shards(
     finally:
         runner.close(cancel=not finished)
         for task in in_flight.values():
-            remove_stale_staging(task.output)
+            remove_stale_temp(task.output)
         for index in failures:
-            remove_stale_staging(output_list[index])
+            remove_stale_temp(output_list[index])
 
     ordered = [results[i] for i in sorted(results)]
     result.shards = [r.info for r in ordered if r.info is not None]
@@ -228,10 +227,8 @@ def map_shards(
     rows = [row for r in ordered for row in r.rows]
     result.rows = len(rows)
     if metadata is not None:
-        write_text(metadata, format_metadata(rows, metadata_format(metadata)))
+        publish(metadata, format_metadata(rows, metadata_format(metadata)).encode("utf-8"))
     if manifest is not None:
-        from ..writing.shard_writer import save_manifest
-
         entries = [
             ShardInfo(relative_url(manifest, s.url), s.samples, s.bytes, s.sha256)
             for s in result.shards

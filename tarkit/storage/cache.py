@@ -52,15 +52,6 @@ def cache_name(url: str) -> str:
     return f"{digest}-{_UNSAFE.sub('_', base)[-80:]}"
 
 
-def is_remote(url: str) -> bool:
-    """Whether a shard URL is fetched over a network (and so worth caching).
-
-    >>> is_remote("s3://b/x.tar"), is_remote("/data/x.tar"), is_remote("pipe:cat x.tar")
-    (True, False, False)
-    """
-    return "://" in url and not url.startswith(("file:", "pipe:"))
-
-
 class ShardCache:
     """A directory of cached shards holding at most ``max_bytes`` (None: no bound).
 

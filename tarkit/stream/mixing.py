@@ -30,7 +30,7 @@ from typing import TypeVar
 
 from ..errors import UsageError
 from ..format.samples import Sample, SkipLog
-from ..storage.sources import Source, expand_inputs, open_source
+from ..storage import PIPE, Source, expand_inputs, location, open_source
 from .stages import close_iterator, read_samples, source_samples
 
 T = TypeVar("T")
@@ -125,7 +125,7 @@ class _Prefetch:
         self._error: BaseException | None = None
         self._stopped = False
         self._source: Source | None = None
-        if spec.startswith("pipe:"):
+        if location(spec).kind == PIPE:
             # Started here rather than in the thread, so that stop() can always end it.
             try:
                 self._source = open_source(spec)

@@ -44,7 +44,7 @@ from ..errors import OutputError, SampleError, UsageError
 from ..format.compression import open_decompressed
 from ..format.samples import _META, NO_FIELD, Sample, SkipLog, _skip, split_name
 from ..format.tar import DIRECTORY, FILE, Member, read_members
-from ..storage.sources import expand_inputs, open_source
+from ..storage import expand_inputs, open_source
 
 DEFAULT_MEMORY = 256 << 20
 MIN_MEMORY = 1 << 20

@@ -21,7 +21,7 @@ from ..errors import OutputError, UsageError
 from ..format.compression import open_decompressed
 from ..format.samples import Sample, SkipLog, group_samples, same_key_error
 from ..format.tar import TarWriter, read_members
-from ..storage.sources import Sink, Source, expand_inputs, open_source
+from ..storage import Sink, Source, expand_inputs, open_source
 
 T = TypeVar("T")
 WRITE_CHUNK = 1 << 20

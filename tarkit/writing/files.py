@@ -30,7 +30,7 @@ from dataclasses import dataclass
 from ..errors import InputError, SourceError
 from ..format.samples import SkipLog, split_name
 from ..format.tar import TarWriter
-from ..storage.sources import Sink
+from ..storage import Sink
 from ..stream.stages import output_errors
 from .plan import PlanRow
 

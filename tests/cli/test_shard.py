@@ -387,3 +387,19 @@ def test_bad_arguments_exit_2_with_one_line(tmp_path: Path, args: list[str], mes
     assert result.returncode == 2
     assert result.stderr.startswith("tarkit shard: error: ") and message in result.stderr
     assert len(result.stderr.splitlines()) == 1
+
+
+def test_shards_named_with_bytes_that_are_not_utf8_get_a_manifest(
+    tmp_path: Path, image_folder: Path
+) -> None:
+    pattern = os.fsencode(str(tmp_path)) + b"/out/caf\xe9-%03d.tar"
+    result = subprocess.run(
+        [tool("tarkit"), "shard", str(image_folder), "-o", pattern, "-c", "5",
+         "--manifest", str(tmp_path / "m.json")],
+        capture_output=True, timeout=120,
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    manifest = json.loads((tmp_path / "m.json").read_bytes())
+    assert [s["url"] for s in manifest["shards"]] == [
+        os.fsdecode(f"out/caf\xe9-{i:03d}.tar".encode("latin-1")) for i in range(4)
+    ]

@@ -348,3 +348,31 @@ def test_gzip_and_zstd_shards_fill_maxsize_on_disk_and_read_everywhere(
             assert len(listed.stdout.splitlines()) == 2 * len(samples)
         back.extend(samples)
     assert back == samples_of(archive)
+
+
+def test_a_shard_name_that_is_not_utf8_is_kept_in_the_manifest_as_tarindex_keeps_it(
+    tmp_path: Path,
+) -> None:
+    # A Latin-1 byte in the pattern: the manifest names the shards with \udcXX escapes,
+    # byte for byte as tarindex names the same shards (one manifest serializer).
+    (tmp_path / "in.tar").write_bytes(archive_of(5))
+    pattern = os.fsencode(str(tmp_path)) + b"/caf\xe9-%03d.tar"
+    result = subprocess.run(
+        [tool("tarsplit"), "-c", "2", "-o", pattern, "--manifest", str(tmp_path / "m.json")],
+        stdin=(tmp_path / "in.tar").open("rb"),
+        capture_output=True,
+        timeout=60,
+    )
+    assert (result.returncode, result.stderr) == (0, b"")
+    names = sorted(n for n in os.listdir(os.fsencode(tmp_path)) if n.startswith(b"caf"))
+    assert names == [b"caf\xe9-000.tar", b"caf\xe9-001.tar", b"caf\xe9-002.tar"]
+    indexed = subprocess.run(
+        [tool("tarindex"), *(os.fsencode(tmp_path) + b"/" + n for n in names)],
+        cwd=tmp_path, capture_output=True, timeout=60,
+    )  # fmt: skip
+    assert indexed.returncode == 0, indexed.stderr
+    written = (tmp_path / "m.json").read_bytes()
+    assert b'"caf\\udce9-000.tar"' in written
+    assert json.loads(written) == json.loads(
+        indexed.stdout.replace(os.fsencode(tmp_path) + b"/", b"")
+    )

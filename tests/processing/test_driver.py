@@ -19,7 +19,7 @@ from map_functions import PER_SHARD, SHARDS, write_inputs
 from tarkit.errors import UsageError
 from tarkit.processing.driver import MapError, MapProgress, map_shards
 from tarkit.processing.engines import EngineError
-from tarkit.processing.shard_task import record_path
+from tarkit.processing.records import record_path
 
 
 @pytest.fixture
@@ -51,7 +51,7 @@ def test_every_sample_is_mapped_once_and_metadata_rows_come_in_input_order(tmp_p
     assert rows[PER_SHARD] == {"key": "s1-00", "length": 4, "shard": "in-1.tar"}
     assert (result.processed, result.resumed, result.samples, result.rows) == (4, 0, 20, 20)
     assert events.count("done") == SHARDS and events[-1] == "finished"
-    from tarkit.format.manifest import load
+    from tarkit.storage import load_manifest as load
 
     manifest = load(str(tmp_path / "out" / "manifest.json"))
     assert [s.url for s in manifest.shards] == [f"out-{s}.tar" for s in range(SHARDS)]

@@ -10,7 +10,7 @@ import pytest
 from shard_server import Server
 
 from tarkit.errors import OutputError, SourceError, TruncatedError, UsageError
-from tarkit.storage.sources import Sink, display_name, expand_inputs, open_source
+from tarkit.storage import Sink, display_name, expand_inputs, open_source
 
 
 def read_source(spec: str) -> bytes:
@@ -140,7 +140,7 @@ def test_file_sink_appears_only_on_commit(tmp_path: Path) -> None:
     sink = Sink(str(target))
     sink.stream.write(b"data")
     assert not target.exists()
-    assert sink.temp_path is not None and Path(sink.temp_path).parent == tmp_path
+    assert sink.staged is not None and Path(sink.staged.temp_path).parent == tmp_path
     sink.commit()
     assert target.read_bytes() == b"data"
     assert leftovers(tmp_path) == ["out.tar"]
@@ -174,7 +174,7 @@ def test_compressed_sink_is_compressed_by_its_name(tmp_path: Path) -> None:
 
 def test_device_sink_is_written_in_place() -> None:
     sink = Sink("/dev/null")
-    assert sink.temp_path is None
+    assert sink.staged is None
     sink.stream.write(b"data")
     sink.commit()
     assert stat.S_ISCHR(os.stat("/dev/null").st_mode)
@@ -183,5 +183,6 @@ def test_device_sink_is_written_in_place() -> None:
 def test_unwritable_outputs_are_output_errors(tmp_path: Path) -> None:
     with pytest.raises(OutputError, match="cannot create"):
         Sink(str(tmp_path / "no-such-dir" / "out.tar"))
-    with pytest.raises(OutputError, match="writes local files or stdout only"):
-        Sink("s3://bucket/out.tar")
+    for spec in ("http://127.0.0.1:9/out.tar", "pipe:cat"):
+        with pytest.raises(OutputError, match="cannot write here"):
+            Sink(spec)

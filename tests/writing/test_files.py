@@ -10,7 +10,7 @@ from conftest import samples_of
 
 from tarkit.errors import InputError, SourceError
 from tarkit.format.samples import SkipLog
-from tarkit.storage.sources import Sink
+from tarkit.storage import Sink
 from tarkit.writing.files import list_tree, plan_members, tree_members, write_members
 from tarkit.writing.plan import read_plan
 

@@ -14,8 +14,8 @@ from conftest import samples_of, sigkill_when, webdataset_samples
 from PIL import Image
 
 from tarkit.errors import InputError, SampleError, UsageError
+from tarkit.storage import temp_place
 from tarkit.writing.from_dataset import default_sample, shard_dataset
-from tarkit.writing.shard_writer import temp_place
 
 
 class Pictures:

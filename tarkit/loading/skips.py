@@ -1,0 +1,177 @@
+"""What ``handler="skip"`` skipped, counted across DataLoader workers, and why.
+
+A skip has a reason (the constants below; the first four are about shards: the rest of
+the shard, or of the worker's piece of it, is skipped). The reason of a shard that
+failed is read from the error's class and its ``reason`` attribute, never from its
+message. Counts live in torch shared memory (:class:`SharedState`) so that the main
+process sees what its workers skipped.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import multiprocessing
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+
+from ..errors import InputError, SourceError
+
+# Why samples or shards were skipped under handler="skip". The first four are about
+# shards (the rest of the shard, or of the worker's piece of it, is skipped).
+UNREADABLE = "unreadable shard"
+TRUNCATED = "truncated shard"
+CORRUPT = "corrupt shard"
+MISMATCH = "shard does not match the manifest"
+UNDECODABLE = "undecodable field"
+MISSING = "missing field"
+MAP_FAILED = "map failed"
+REASONS = (UNREADABLE, TRUNCATED, CORRUPT, MISMATCH, UNDECODABLE, MISSING, MAP_FAILED)
+_SHARD_REASONS = 4
+
+_ROWS = 64  # counter rows in shared memory: one per DataLoader worker (modulo)
+_EXAMPLE = 400  # bytes kept of the first message of each reason
+# Cells of the shared numbers tensor before the counter rows.
+_EPOCH, WARNED_IDLE, _WARNED_SKIP, _HEAD = 0, 1, 2, 3
+_COLUMNS = len(REASONS) + 1  # samples skipped per reason, then samples repeated
+
+
+@dataclass
+class SkipCounts:
+    """What ``handler="skip"`` skipped since the last ``set_epoch`` (all workers summed).
+
+    ``samples`` and ``shards`` count by reason (a shard counts once however many
+    workers read pieces of it); ``repeated`` counts samples repeated to keep
+    ``equal_batches``; ``examples`` holds the first message of each reason.
+    """
+
+    samples: dict[str, int] = field(default_factory=dict)
+    shards: dict[str, int] = field(default_factory=dict)
+    repeated: int = 0
+    examples: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def total_samples(self) -> int:
+        return sum(self.samples.values())
+
+    @property
+    def total_shards(self) -> int:
+        return sum(self.shards.values())
+
+    def __bool__(self) -> bool:
+        return bool(self.samples or self.shards or self.repeated)
+
+    def __str__(self) -> str:
+        if not self:
+            return "nothing skipped"
+        parts = [f"{n} {reason}" for reason, n in self.samples.items()]
+        text = f"skipped {self.total_samples} samples ({', '.join(parts) or 'none'})"
+        text += f" and {self.total_shards} shards"
+        if self.repeated:
+            text += f"; repeated {self.repeated} samples to keep batches equal"
+        return text
+
+
+class SharedState:
+    """Epoch, skip counts and warning flags in shared memory, seen by the dataset and its
+    worker copies.
+
+    Torch shared-memory tensors: forked workers share them, spawned workers get them
+    through torch's pickler, and a plain ``pickle`` copies their values. A lock makes
+    "first" mean first among forked workers (two workers skipping at once would both
+    warn, or mix their examples); spawned workers and copies go without it.
+    """
+
+    def __init__(self, shards: int) -> None:
+        self.numbers = torch.zeros(_HEAD + _ROWS * _COLUMNS, dtype=torch.int64).share_memory_()
+        self.shard_reasons = torch.zeros(max(shards, 1), dtype=torch.int8).share_memory_()
+        self.examples = torch.zeros((len(REASONS), _EXAMPLE), dtype=torch.uint8).share_memory_()
+        self.lock = _fork_lock()
+
+    def __getstate__(self) -> dict[str, Any]:
+        # Only a forked child can share the lock (inheriting it); pickling it fails.
+        return {**self.__dict__, "lock": None}
+
+    def _locked(self) -> contextlib.AbstractContextManager[Any]:
+        return self.lock if self.lock is not None else contextlib.nullcontext()
+
+    @property
+    def epoch(self) -> int:
+        return int(self.numbers[_EPOCH])
+
+    @epoch.setter
+    def epoch(self, epoch: int) -> None:
+        self.numbers[_EPOCH] = int(epoch)
+
+    def reset(self) -> None:
+        self.numbers[_WARNED_SKIP:] = 0
+        self.shard_reasons.zero_()
+        self.examples.zero_()
+
+    def add(self, row: int, reason: str, samples: int, shard: int | None, message: str) -> bool:
+        """Count a skip; True when it is the first of this dataset (time to warn)."""
+        index = REASONS.index(reason)
+        with self._locked():
+            self.numbers[_HEAD + (row % _ROWS) * _COLUMNS + index] += samples
+            if shard is not None and int(self.shard_reasons[shard]) == 0:
+                self.shard_reasons[shard] = index + 1
+            if int(self.examples[index, 0]) == 0:
+                data = message.encode("utf-8", "replace")[: _EXAMPLE - 1] or b"?"
+                self.examples[index, : len(data)] = torch.frombuffer(
+                    bytearray(data), dtype=torch.uint8
+                )
+            return self._first(_WARNED_SKIP)
+
+    def repeat(self, row: int, samples: int) -> None:
+        with self._locked():
+            self.numbers[_HEAD + (row % _ROWS) * _COLUMNS + len(REASONS)] += samples
+
+    def first(self, cell: int) -> bool:
+        """Set a flag; True for the one process that set it."""
+        with self._locked():
+            return self._first(cell)
+
+    def _first(self, cell: int) -> bool:
+        if int(self.numbers[cell]):
+            return False
+        self.numbers[cell] = 1
+        return True
+
+    def counts(self) -> SkipCounts:
+        rows = self.numbers[_HEAD:].view(_ROWS, _COLUMNS).sum(dim=0).tolist()
+        flags = torch.bincount(self.shard_reasons.long(), minlength=len(REASONS) + 1).tolist()
+        result = SkipCounts(repeated=rows[len(REASONS)])
+        for index, reason in enumerate(REASONS):
+            if rows[index]:
+                result.samples[reason] = rows[index]
+            if index < _SHARD_REASONS and flags[index + 1]:
+                result.shards[reason] = flags[index + 1]
+            raw = bytes(self.examples[index].tolist()).rstrip(b"\0")
+            if raw:
+                result.examples[reason] = raw.decode("utf-8", "replace")
+        return result
+
+
+def _fork_lock() -> Any:
+    """A lock for forked children (no resource tracker process), or None without fork."""
+    try:
+        return multiprocessing.get_context("fork").Lock()
+    except ValueError:  # pragma: no cover - Windows
+        return None
+
+
+def shard_reason(exc: Exception) -> str:
+    """Why a shard is skipped, from the error that stopped its reading.
+
+    >>> from tarkit.errors import TruncatedError
+    >>> shard_reason(TruncatedError("ends early")), shard_reason(SourceError("gone"))
+    ('truncated shard', 'unreadable shard')
+    """
+    if isinstance(exc, SourceError):
+        return UNREADABLE
+    if isinstance(exc, InputError) and exc.reason == InputError.TRUNCATED:
+        return TRUNCATED
+    if isinstance(exc, InputError) and exc.reason == InputError.MISMATCH:
+        return MISMATCH
+    return CORRUPT
