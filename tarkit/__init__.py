@@ -10,6 +10,7 @@ from .errors import (
     CompressionError,
     HeaderError,
     InputError,
+    MapError,
     OutputError,
     SampleError,
     SourceError,
@@ -31,7 +32,6 @@ _LAZY = {
     "shard_dataset": "writing.from_dataset",
     "ShardWriter": "writing.shard_writer",
     "map_shards": "processing.driver",
-    "MapError": "processing.driver",
 }
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import sys
 import time
+from collections.abc import Callable
 from typing import Annotated, Any, Optional
 
 import typer
@@ -156,15 +157,17 @@ def map_command(
     tool = ctx.command_path
 
     def body() -> int:
-        from ..errors import UsageError
-        from ..processing.driver import MapError, map_shards
+        from ..errors import MapError, UsageError
+        from ..processing.driver import map_shards
+        from ..processing.engines.base import ShardMapper
 
         if (command is None) == (fn is None):
             raise UsageError("give either -c COMMAND or --fn package.module:function")
+        mapper: Callable[[dict[str, Any]], Any] | ShardMapper
         if fn is not None:
             if samples_at_once != 1 or on_error != "fail" or rejects or timeout or multi:
                 raise UsageError("-p, --on-error, --rejects, --timeout and --multi go with -c")
-            mapper: Any = load_function(fn)
+            mapper = load_function(fn)
         else:
             from ..processing.mappers import METADATA_FIELD, ShellCommand
 

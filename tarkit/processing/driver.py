@@ -2,7 +2,9 @@
 
 Each input shard becomes one output shard: the function maps every sample of it to
 zero, one or several output samples, and may return a metadata row per sample. One
-task per shard (:mod:`tarkit.processing.shard_task`) runs on an engine (:mod:`tarkit.processing.engines`).
+task per shard (:mod:`tarkit.processing.shard_task`) runs on an engine
+(:mod:`tarkit.processing.engines`); the function becomes a shard mapper
+(:mod:`tarkit.processing.mappers`).
 """
 
 from __future__ import annotations
@@ -15,45 +17,25 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from ..errors import TarkitError, UsageError
+from ..errors import MapError, ShardFailure, UsageError
 from ..format.manifest import Manifest, ShardInfo
-from ..storage import publish, relative_url, remove_stale_temp, save_manifest
-from .shard_task import (
-    Row,
-    SampleMapper,
-    ShardFailure,
-    ShardResult,
-    ShardTask,
+from ..sizes import check_parallel
+from ..storage import (
+    PIPE,
+    expand_inputs,
+    location,
+    publish,
+    relative_url,
+    remove_stale_temp,
+    save_manifest,
 )
+from .engines.base import Engine, Row, ShardMapper, ShardResult, ShardTask
+from .mappers import SampleMapper
 
 __all__ = ["MapError", "MapProgress", "MapResult", "ShardFailure", "map_shards"]
 
 ENGINES = ("local", "ray")
 _TICK = 0.5  # seconds between progress calls while waiting
-
-
-class MapError(TarkitError):
-    """Some shards failed after all their attempts; the others were done.
-
-    ``failures`` says, for each failed shard, the input, the sample key (when one was
-    being mapped) and the error; ``result`` is the :class:`MapResult` of the rest.
-    """
-
-    def __init__(self, failures: list[ShardFailure], result: MapResult) -> None:
-        self.failures = failures
-        self.result = result
-        super().__init__(str(failures[0]))
-
-    def __str__(self) -> str:
-        total = len(self.result.outputs)
-        attempts = self.failures[0].attempts
-        tries = "1 attempt" if attempts == 1 else f"{attempts} attempts"
-        head = f"{len(self.failures)} of {total} shards failed after {tries}"
-        if len(self.failures) == 1:
-            return f"{head}: {self.failures[0]}"
-        others = ", ".join(f.input for f in self.failures[1:4])
-        more = ", …" if len(self.failures) > 4 else ""
-        return f"{head}; first {self.failures[0]}; also {others}{more}"
 
 
 @dataclass
@@ -103,7 +85,7 @@ class MapProgress:
 
 
 def map_shards(
-    fn: Callable[[dict[str, Any]], Any] | Any,
+    fn: Callable[[dict[str, Any]], Any] | ShardMapper,
     inputs: str | Sequence[str],
     outputs: str | Sequence[str],
     *,
@@ -125,7 +107,9 @@ def map_shards(
     ``__url__`` and the bytes of each field, and returns a sample dict (values encoded
     by field extension, as :class:`~tarkit.writing.shard_writer.ShardWriter` does), a list of them,
     None, or ``(samples, metadata_row)``. ``fn`` may also be a shard mapper (an object with
-    ``map_shard(samples, source)``, like :class:`tarkit.processing.mappers.ShellCommand`).
+    ``map_shard(samples, source)`` and ``take_rejects()``: a
+    :class:`~tarkit.processing.engines.base.ShardMapper`, like
+    :class:`~tarkit.processing.mappers.ShellCommand`).
     In worker processes ``fn`` must be importable: a module-level function.
 
     ``engine`` is ``"local"`` (``workers`` processes, default one per core) or
@@ -152,8 +136,8 @@ def map_shards(
         metadata_format(metadata)
     if retries < 0:
         raise UsageError(f"retries must not be negative (got {retries})")
-    if workers is not None and workers < 1:
-        raise UsageError(f"workers must be at least 1 (got {workers})")
+    if workers is not None:
+        check_parallel(workers, "workers")
     if not num_cpus >= 0:
         raise UsageError(f"num_cpus must not be negative (got {num_cpus})")
     mapper = _as_mapper(fn, engine)
@@ -250,9 +234,7 @@ def _count(state: MapProgress, result: MapResult, outcome: ShardResult) -> None:
 
 def _expand(spec: str | Sequence[str], what: str) -> list[str]:
     if isinstance(spec, str):
-        from braceexpand import braceexpand
-
-        items = [spec] if spec.startswith("pipe:") else list(braceexpand(spec))
+        items = expand_inputs([spec])
     else:
         items = [str(s) for s in spec]
     if not items:
@@ -267,7 +249,7 @@ def _basename(url: str) -> str:
     ('in-000.tar', 'a.tar.gz')
     """
     name = url.split("?", 1)[0].rstrip("/").rsplit("/", 1)[-1]
-    if not name or name.startswith("pipe:"):
+    if not name or location(url).kind == PIPE:
         raise UsageError(f"input {url!r} has no file name to reuse: name the outputs")
     return name
 
@@ -290,10 +272,11 @@ def _check_plan(inputs: list[str], outputs: list[str]) -> None:
         raise UsageError(f"output {sorted(clash)[0]!r} is also an input")
 
 
-def _as_mapper(fn: Any, engine: str) -> Any:
+def _as_mapper(fn: Callable[[dict[str, Any]], Any] | ShardMapper, engine: str) -> ShardMapper:
     if engine not in ENGINES:
         raise UsageError(f"unknown engine {engine!r}: use 'local' or 'ray'")
-    if hasattr(fn, "map_shard"):
+    mapper: ShardMapper
+    if isinstance(fn, ShardMapper):
         mapper = fn
     elif callable(fn):
         mapper = SampleMapper(fn)
@@ -312,13 +295,15 @@ def _as_mapper(fn: Any, engine: str) -> Any:
 
 
 def _start_engine(
-    engine: str, mapper: Any, workers: int | None, address: str | None, num_cpus: float,
+    engine: str, mapper: ShardMapper, workers: int | None, address: str | None, num_cpus: float,
     shards: int,
-) -> Any:  # fmt: skip
-    from .engines import LocalEngine, RayEngine, default_workers
-
+) -> Engine:  # fmt: skip
     if engine == "ray":
+        from .engines.ray import RayEngine
+
         return RayEngine(mapper, workers, address, num_cpus)
+    from .engines.local import LocalEngine, default_workers
+
     return LocalEngine(mapper, min(workers or default_workers(), max(shards, 1)))
 
 

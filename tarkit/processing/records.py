@@ -28,11 +28,10 @@ from ..storage import (
     publish,
     read_bytes,
 )
+from .engines.base import Row
 
 RECORD_FORMAT = "tarkit-map-shard"
 RECORD_VERSION = 1
-
-Row = dict[str, Any]
 
 
 def record_path(output: str) -> str:

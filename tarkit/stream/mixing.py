@@ -30,6 +30,7 @@ from typing import TypeVar
 
 from ..errors import UsageError
 from ..format.samples import Sample, SkipLog
+from ..sizes import check_parallel
 from ..storage import PIPE, Source, expand_inputs, location, open_source
 from .stages import close_iterator, read_samples, source_samples
 
@@ -205,8 +206,7 @@ def read_ahead(specs: Sequence[str], parallel: int, limit: int = READ_AHEAD_BYTE
     its samples before the error, when the consumer reaches it; errors of later inputs
     wait until then. Closing it stops every thread.
     """
-    if parallel < 1:
-        raise UsageError("-p must be at least 1")
+    check_parallel(parallel)
     started: deque[_Prefetch] = deque()
     waiting = deque(specs)
     try:
@@ -252,8 +252,7 @@ def combine_inputs(
     with ``interleaved``, or drawn by ``weights`` (``"3,1"`` or a list, one per input)
     with ``seed``. Raises :class:`~tarkit.errors.UsageError` for contradicting options.
     """
-    if parallel < 1:
-        raise UsageError("-p must be at least 1")
+    check_parallel(parallel)
     if interleaved and weights is not None:
         raise UsageError("--interleave and --mix exclude each other")
     if until_all and weights is None:

@@ -128,6 +128,10 @@ def test_a_corrupt_local_input_fails_at_once_with_one_error_line_naming_it_once(
         ),
         (["--fn", "map_functions:shout", "--engine", "spark"], "unknown engine 'spark'"),
         (["--fn", "map_functions:shout", "--metadata", "m.csv"], "name it .jsonl"),
+        # The same messages as tarproc's and tarcat's: one check per option.
+        (["-c", "true", "-p", "0"], "-p must be at least 1 (got 0)"),
+        (["-c", "true", "--on-error", "retry"], "--on-error must be one of fail, skip, keep"),
+        (["--fn", "map_functions:shout", "-j", "0"], "workers must be at least 1 (got 0)"),
     ],
 )
 def test_usage_errors_are_one_line_and_exit_2(

@@ -166,7 +166,7 @@ def test_a_key_that_comes_again_after_other_keys_is_written(numbered_alike: Path
             ["-p", "2", "--interleave"],
             "-p reads inputs ahead in order: it does not combine with --interleave or --mix",
         ),
-        (["-p", "0"], "-p must be at least 1"),
+        (["-p", "0"], "-p must be at least 1 (got 0)"),
     ],
 )
 def test_contradicting_options_exit_2_with_one_line(

@@ -16,9 +16,8 @@ import pytest
 from conftest import make_tar, samples_of, webdataset_samples
 from map_functions import PER_SHARD, SHARDS, write_inputs
 
-from tarkit.errors import UsageError
+from tarkit.errors import EngineError, UsageError
 from tarkit.processing.driver import MapError, MapProgress, map_shards
-from tarkit.processing.engines import EngineError
 from tarkit.processing.records import record_path
 
 

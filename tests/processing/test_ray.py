@@ -25,8 +25,8 @@ from conftest import BIN, ROOT, assert_gone, run, samples_of
 from map_functions import write_inputs
 
 from tarkit.errors import UsageError
-from tarkit.processing.commands import sweep_ledgers
 from tarkit.processing.driver import MapError, map_shards
+from tarkit.processing.ledger import sweep_ledgers
 
 pytest.importorskip("ray")
 pytestmark = pytest.mark.timeout(150)  # each test, the cluster's start-up included
