@@ -14,7 +14,9 @@ Every message is written for the user: ``str(exc)`` is what a command prints aft
     ├── SourceError       an input that cannot be opened or read (missing file, HTTP
     │                     error, failed ``pipe:`` command)
     ├── OutputError       an output that cannot be written (full disk, bad pattern)
-    └── UsageError        options that contradict each other or are malformed
+    ├── UsageError        options that contradict each other or are malformed
+    └── NotFound          the whole input was read without finding what was asked
+                          for (``tarfirst``: a field or a key)
 """
 
 from __future__ import annotations
@@ -84,3 +86,7 @@ class OutputError(TarkitError):
 
 class UsageError(TarkitError):
     """Options are malformed or contradict each other."""
+
+
+class NotFound(TarkitError):
+    """No sample matched: the whole input was read without finding the field or key."""
