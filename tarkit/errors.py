@@ -19,7 +19,9 @@ Every message is written for the user: ``str(exc)`` is what a command prints aft
     ├── CommandFailed     a command failed on a sample under ``--on-error fail`` (tarproc)
     ├── ShardFailure      why one shard of map_shards failed: input, output, sample key,
     │                     error; picklable, it comes back from worker processes
-    └── MapError          shards of map_shards failed after all their attempts
+    ├── MapError          shards of map_shards failed after all their attempts
+    └── NotFound          the whole input was read without finding what was asked
+                          for (``tarfirst``: a field or a key)
 
 One failed command travels as: :class:`CommandFailed` (raised by ``map_command``) →
 :class:`ShardFailure` (the shard's failure, with the key, sent back by the worker) →
@@ -120,6 +122,10 @@ class OutputError(TarkitError):
 
 class UsageError(TarkitError):
     """Options are malformed or contradict each other."""
+
+
+class NotFound(TarkitError):
+    """No sample matched: the whole input was read without finding the field or key."""
 
 
 class EngineError(TarkitError):

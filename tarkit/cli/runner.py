@@ -14,10 +14,13 @@ import signal
 import sys
 import traceback
 from collections.abc import Callable
-from typing import NoReturn
+from typing import TYPE_CHECKING, NoReturn
 
 from ..errors import TarkitError
 from ..format.samples import SkipLog
+
+if TYPE_CHECKING:
+    from ..format.manifest import ShardInfo
 
 EXIT_OK, EXIT_SKIPPED, EXIT_ERROR = 0, 1, 2
 EXIT_INTERRUPTED, EXIT_PIPE, EXIT_TERMINATED = 130, 141, 143
@@ -68,6 +71,20 @@ def report_skips(tool: str, skips: SkipLog) -> None:
     """Print the summary line when more than one member was skipped."""
     if skips.total > 1:
         warn(tool, skips.summary())
+
+
+def shard_reporter(tool: str) -> Callable[[ShardInfo], None]:
+    """What -v prints for each finished shard: ``tool: path: N samples, SIZE``."""
+    from ..sizes import format_size
+
+    def report(shard: ShardInfo) -> None:
+        noun = "sample" if shard.samples == 1 else "samples"
+        sys.stderr.write(
+            f"{tool}: {shard.url}: {shard.samples} {noun}, {format_size(shard.bytes)}\n"
+        )
+        sys.stderr.flush()
+
+    return report
 
 
 def _fill_closed_std_streams() -> None:

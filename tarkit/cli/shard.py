@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
+import sys
 from enum import Enum
 from typing import Annotated, Any, Optional
 
 import typer
 
 from . import options as o
-from .runner import run, typer_main, warn
+from .imports import load_function
+from .progress import ShardProgressLine
+from .runner import report_skips, run, shard_reporter, skip_log, typer_main
 
 app = typer.Typer(add_completion=False, rich_markup_mode=None)
 
@@ -136,136 +139,46 @@ def shard(
     tool = ctx.command_path
 
     def body() -> int:
-        import os
-
         from ..errors import UsageError
-        from ..format.encoding import ImageTransform
+        from ..writing.files import NOT_AN_IMAGE
         from ..writing.from_dataset import shard_dataset
-        from .tarsplit import shard_reporter
+        from ..writing.from_files import shard_files
 
-        # Files read from SOURCE are transformed as they are read; a Dataset's items by
-        # shard_dataset, after they become samples.
-        transform = ImageTransform(resize, image_format, quality)
-        status = 0
-        if key is not None and (dataset is not None or (source and os.path.isdir(source))):
-            raise UsageError("--key makes the keys of plan rows: it takes a .csv/.tsv SOURCE")
-        if dataset is not None:
-            items = load_factory(dataset, source)
-        elif source is None:
-            raise UsageError("give a SOURCE directory or plan, or --dataset module:function")
-        else:
-            items = open_files(source, layout.value, transform, delimiter, key)
-            status = _report_skipped(tool, source, items, strict)
-        result = shard_dataset(
-            items, output, num_workers=workers, shuffle=shuffle, seed=seed, maxcount=maxcount,
-            maxsize=maxsize, resume=resume, start=start, manifest=manifest, quality=quality,
-            resize=resize if dataset is not None else None,
-            image_format=image_format if dataset is not None else None,
-            progress=progress, on_shard=shard_reporter(tool) if verbose else None,
+        display = ShardProgressLine(tool, progress)
+        options: dict[str, Any] = dict(
+            num_workers=workers, shuffle=shuffle, seed=seed, maxcount=maxcount, maxsize=maxsize,
+            resume=resume, start=start, manifest=manifest, quality=quality, progress=display,
+            on_shard=shard_reporter(tool) if verbose else None,
         )  # fmt: skip
-        class_names = getattr(items, "classes", None)
-        if isinstance(class_names, list):
-            save_classes(class_names, classes or classes_beside(output))
+        skips = skip_log(tool)
+        try:
+            if dataset is not None:
+                if key is not None:
+                    raise UsageError("--key makes the keys of plan rows: it takes a .csv/.tsv "
+                                     "SOURCE, not --dataset")  # fmt: skip
+                factory = load_function("--dataset", dataset)
+                items = factory(source) if source is not None else factory()
+                result = shard_dataset(items, output, resize=resize, image_format=image_format,
+                                       **options)  # fmt: skip
+            elif source is None:
+                raise UsageError("give a SOURCE directory or plan, or --dataset module:function")
+            else:
+                result = shard_files(
+                    source, output, layout=layout.value, delimiter=delimiter, key_format=key,
+                    resize=resize, image_format=image_format, strict=strict, skips=skips,
+                    classes=classes, **options,
+                )  # fmt: skip
+        finally:
+            display.close()
+        report_skips(tool, skips)
         if verbose:
-            import sys
-
             shards = "shard" if len(result.shards) == 1 else "shards"
             sys.stderr.write(f"{tool}: {result.samples} samples in {len(result.shards)} {shards}\n")
-        return status
+        # Files left out by an explicit --layout imagefolder earn 1; what every layout
+        # skips (symlinks, files without a field…) is only warned about, as in tarcreate.
+        return 1 if skips.counts.get(NOT_AN_IMAGE) else 0
 
     run(tool, body)
-
-
-def open_files(
-    source: str, layout: str, transform: Any, delimiter: str | None, key: str | None = None
-) -> Any:
-    """The dataset for a directory or plan SOURCE (``key``: the plan's key format)."""
-    import os
-
-    from ..errors import SourceError
-    from ..writing.file_datasets import FileTree, ImageFolder, PlanDataset, detect_layout
-
-    if os.path.isdir(source):
-        if layout == "auto":
-            layout = detect_layout(source)
-        if layout == "imagefolder":
-            return ImageFolder(source, transform)
-        return FileTree(source, transform)
-    if not os.path.exists(source):
-        raise SourceError(f"{source}: no such file or directory")
-    return PlanDataset(source, transform, delimiter, key_format=key)
-
-
-def load_factory(spec: str, source: str | None) -> Any:
-    """Import ``package.module:function`` (the current directory first on the path) and
-    call it, with ``source`` when one is given."""
-    import importlib
-    import os
-    import sys
-
-    from ..errors import UsageError
-
-    module_name, sep, function_name = spec.partition(":")
-    if not sep or not module_name or not function_name:
-        raise UsageError(f"--dataset {spec!r}: expected package.module:function")
-    if os.getcwd() not in sys.path and "" not in sys.path:
-        sys.path.insert(0, os.getcwd())
-    try:
-        module = importlib.import_module(module_name)
-    except ImportError as exc:
-        raise UsageError(f"--dataset {spec!r}: cannot import {module_name}: {exc}") from None
-    factory = getattr(module, function_name, None)
-    if not callable(factory):
-        raise UsageError(f"--dataset {spec!r}: {module_name} has no function {function_name}")
-    return factory(source) if source is not None else factory()
-
-
-def _report_skipped(tool: str, source: str, items: Any, strict: bool) -> int:
-    """Warn about the files the layout leaves out; the exit status they earn.
-
-    A tree skips files without a field (no dot in the name), with a warning, as
-    ``tarcreate --dir`` does (status 0). ImageFolder, only ever chosen by an explicit
-    ``--layout imagefolder`` when there are such files, skips the files that are not
-    images in a class directory: counted, reported, status 1. ``--strict`` makes
-    either an error.
-    """
-    from ..writing.file_datasets import ImageFolder
-
-    skipped = getattr(items, "skipped", [])
-    if not skipped:
-        return 0
-    from ..errors import InputError
-
-    image_folder = isinstance(items, ImageFolder)
-    why = "not an image in a class directory" if image_folder else "no dot in the name: no field"
-    count = len(skipped)
-    files = "file" if count == 1 else "files"
-    if strict:
-        raise InputError(f"{skipped[0]}: {why} ({count} such {files}); --strict makes that "
-                         "an error", source=source)  # fmt: skip
-    warn(tool, f"{source}: skipping {count} {files} ({why}), the first: {skipped[0]}")
-    return 1 if image_folder else 0
-
-
-def classes_beside(pattern: str) -> str:
-    """``classes.json`` in the directory of the shards.
-
-    >>> classes_beside("out/train-%06d.tar"), classes_beside("s3://b/d/s-%d.tar")
-    ('out/classes.json', 's3://b/d/classes.json')
-    """
-    import posixpath
-
-    head = posixpath.dirname(pattern)
-    return posixpath.join(head, "classes.json") if head else "classes.json"
-
-
-def save_classes(names: list[str], location: str) -> None:
-    """Save the class list (index order) as JSON, atomically."""
-    import json
-
-    from tarkit.storage import publish
-
-    publish(location, (json.dumps(names, ensure_ascii=False, indent=1) + "\n").encode("utf-8"))
 
 
 def main() -> None:

@@ -73,8 +73,9 @@ def tarcreate(
         from tarkit.storage import Sink
 
         from ..errors import UsageError
-        from ..writing.files import list_tree, plan_members, tree_members, write_members
-        from ..writing.plan import read_plan
+        from ..stream.stages import write_members
+        from ..writing.files import list_tree, tree_members
+        from ..writing.plan import plan_members, read_plan
 
         if (plan is None) == (directory is None):
             raise UsageError("give a PLAN file or --dir DIR (one of them)")

@@ -43,9 +43,9 @@ def tarfirst(
     def body() -> int:
         from tarkit.storage import display_name, expand_inputs, stdout_stream
 
-        from ..errors import UsageError
+        from ..errors import NotFound, UsageError
         from ..format.samples import parse_field_spec
-        from ..stream.lookup import NotFound, first_field
+        from ..stream.lookup import first_field
         from ..stream.stages import output_errors, read_samples, write_all
 
         alternatives = None

@@ -2,16 +2,12 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from typing import TYPE_CHECKING, Annotated, Optional
+from typing import Annotated, Optional
 
 import typer
 
 from . import options as o
-from .runner import report_skips, run, skip_log, typer_main, warn
-
-if TYPE_CHECKING:
-    from ..format.manifest import ShardInfo
+from .runner import report_skips, run, shard_reporter, skip_log, typer_main, warn
 
 app = typer.Typer(add_completion=False, rich_markup_mode=None)
 
@@ -87,22 +83,6 @@ def tarsplit(
         return 0
 
     run(tool, body)
-
-
-def shard_reporter(tool: str) -> Callable[[ShardInfo], None]:
-    """What -v prints for each finished shard: ``tool: path: N samples, SIZE``."""
-    import sys
-
-    from ..sizes import format_size
-
-    def report(shard: ShardInfo) -> None:
-        noun = "sample" if shard.samples == 1 else "samples"
-        sys.stderr.write(
-            f"{tool}: {shard.url}: {shard.samples} {noun}, {format_size(shard.bytes)}\n"
-        )
-        sys.stderr.flush()
-
-    return report
 
 
 def main() -> None:

@@ -1,4 +1,5 @@
-"""Stream stages over samples: read many inputs, take, slice, shuffle, write.
+"""Stream stages over samples: read many inputs, take, slice, shuffle, write (samples, or
+new members made from files, as ``tarcreate`` does).
 
 Every stage takes an iterator and returns one, so the commands are compositions:
 
@@ -14,6 +15,7 @@ import random
 import sys
 from collections import deque
 from collections.abc import Iterable, Iterator, Sequence
+from contextlib import contextmanager
 from time import monotonic
 from typing import BinaryIO, TypeVar
 
@@ -201,51 +203,76 @@ def write_samples(samples: Iterable[Sample], sink: Sink) -> int:
     """
     count = 0
     previous: Sample | None = None
-    writer = TarWriter(sink.stream)
     # Members are gathered and written about a megabyte at a time: one write call per
     # small member would cost more than reading it.
     pending: list[bytes] = []
     pending_size = 0
     flushed = monotonic()
+    with new_archive(sink) as writer:
+        try:
+            for sample in samples:
+                if previous is not None and sample.key == previous.key:
+                    raise same_key_error(previous, sample)
+                previous = sample
+                for member in sample.members:
+                    raw = member.raw
+                    if len(raw) >= WRITE_CHUNK:
+                        # A large member goes out as it is, without another copy.
+                        if pending:
+                            writer.write_raw(b"".join(pending))
+                            pending.clear()
+                            pending_size = 0
+                        writer.write_raw(raw)
+                        continue
+                    pending.append(raw)
+                    pending_size += len(raw)
+                count += 1
+                if pending_size >= WRITE_CHUNK or monotonic() - flushed > FLUSH_INTERVAL:
+                    # A slow input must not hold samples back from the next command.
+                    writer.write_raw(b"".join(pending))
+                    sink.stream.flush()
+                    pending.clear()
+                    pending_size = 0
+                    flushed = monotonic()
+        finally:
+            # Whole samples read before a failure still go out.
+            if pending:
+                writer.write_raw(b"".join(pending))
+                pending.clear()
+        close_iterator(samples)
+    return count
+
+
+def write_members(members: Iterable[tuple[str, bytes]], sink: Sink) -> int:
+    """Write new members, (name, data) pairs, to ``sink`` as one archive with
+    :meth:`~tarkit.format.tar.TarWriter.add`'s deterministic headers, and commit it;
+    return the count.
+
+    On any error the sink is aborted (a file output does not appear) and the
+    end-of-archive marker is not written.
+    """
+    count = 0
+    with new_archive(sink) as writer:
+        for name, data in members:
+            writer.add(name, data)
+            count += 1
+    return count
+
+
+@contextmanager
+def new_archive(sink: Sink) -> Iterator[TarWriter]:
+    """A :class:`~tarkit.format.tar.TarWriter` on ``sink``: leaving the block ends the
+    archive and commits the sink; an error aborts it (a file output does not appear)
+    without the end-of-archive marker. Disk errors become :class:`OutputError`."""
     try:
         with output_errors(sink):
-            try:
-                for sample in samples:
-                    if previous is not None and sample.key == previous.key:
-                        raise same_key_error(previous, sample)
-                    previous = sample
-                    for member in sample.members:
-                        raw = member.raw
-                        if len(raw) >= WRITE_CHUNK:
-                            # A large member goes out as it is, without another copy.
-                            if pending:
-                                writer.write_raw(b"".join(pending))
-                                pending.clear()
-                                pending_size = 0
-                            writer.write_raw(raw)
-                            continue
-                        pending.append(raw)
-                        pending_size += len(raw)
-                    count += 1
-                    if pending_size >= WRITE_CHUNK or monotonic() - flushed > FLUSH_INTERVAL:
-                        # A slow input must not hold samples back from the next command.
-                        writer.write_raw(b"".join(pending))
-                        sink.stream.flush()
-                        pending.clear()
-                        pending_size = 0
-                        flushed = monotonic()
-            finally:
-                # Whole samples read before a failure still go out.
-                if pending:
-                    writer.write_raw(b"".join(pending))
-                    pending.clear()
-            close_iterator(samples)
+            writer = TarWriter(sink.stream)
+            yield writer
             writer.close()
             sink.commit()
     except BaseException:
         sink.abort()
         raise
-    return count
 
 
 class output_errors:

@@ -15,11 +15,11 @@ from __future__ import annotations
 
 import itertools
 import random
-import sys
 import time
 import traceback
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
-from typing import Any, TextIO
+from dataclasses import dataclass
+from typing import Any
 
 from ..errors import InputError, SampleError, TarkitError, UsageError
 from ..format.encoding import DEFAULT_QUALITY, ImageTransform, encode_sample
@@ -28,6 +28,29 @@ from .shard_writer import DEFAULT_MAXCOUNT, DEFAULT_MAXSIZE, DEFAULT_PATTERN, Sh
 
 ToSample = Callable[[Any, int], Mapping[str, Any]]
 CHUNK = 8  # items per worker task: fewer, larger messages between processes
+
+
+@dataclass(frozen=True)
+class ShardProgress:
+    """Handed to :func:`shard_dataset`'s ``progress`` callback after every sample written,
+    and once more with ``finished`` when the last shard is complete.
+
+    ``samples`` counts the samples in the shards so far, the ``resumed`` ones found in
+    the complete shards of an interrupted run included; ``total`` is the dataset's length
+    (None for an iterable); ``shards`` counts the complete shards.
+    """
+
+    samples: int
+    total: int | None
+    shards: int
+    resumed: int
+    seconds: float
+    finished: bool = False
+
+    @property
+    def samples_per_second(self) -> float:
+        """The rate of this run (resumed samples left out)."""
+        return (self.samples - self.resumed) / self.seconds if self.seconds > 0 else 0.0
 
 
 def default_sample(item: Any, index: int, *, image_ext: str = "png") -> dict[str, Any]:
@@ -207,7 +230,7 @@ def shard_dataset(
     image_ext: str = "png",
     resize: str | None = None,
     image_format: str | None = None,
-    progress: bool | None = None,
+    progress: Callable[[ShardProgress], object] | None = None,
     on_shard: Callable[[ShardInfo], object] | None = None,
 ) -> Manifest:
     """Write every item of ``dataset`` into shards named by ``pattern``; return the manifest.
@@ -220,7 +243,7 @@ def shard_dataset(
     ``num_workers`` processes. ``shuffle=True`` writes a map-style dataset in a
     permutation seeded by ``seed``. The other options are :class:`ShardWriter`'s;
     ``quality`` is the JPEG/WebP quality for images encoded by extension. ``progress``
-    draws a progress line on stderr (default: when stderr is a terminal).
+    is called with a :class:`ShardProgress` after every sample and at the end.
 
     ``resize`` (``"256x256^"``, see :func:`~tarkit.format.encoding.parse_resize`) and
     ``image_format`` (``"jpg"``, ``"png"``, ``"webp"``…) apply to every image field of
@@ -257,22 +280,24 @@ def shard_dataset(
         total = None
         items = itertools.islice(enumerate(dataset), done, None)
         results = _iterable_results(encoder, items, num_workers)
-    show = sys.stderr.isatty() if progress is None else progress
-    bar = _Progress(sys.stderr, total, done) if show else None
-    try:
-        with writer:
-            try:
-                for result in results:
-                    if isinstance(result, _Failure):
-                        raise result.exception()
-                    writer.write_raw(result)
-                    if bar is not None:
-                        bar.update(writer.samples, len(writer.shards))
-            finally:
-                _close(results)
-    finally:
-        if bar is not None:
-            bar.finish(writer.samples, len(writer.shards))
+    started = time.monotonic()
+
+    def report(finished: bool = False) -> None:
+        if progress is not None:
+            seconds = time.monotonic() - started
+            progress(ShardProgress(writer.samples, total, len(writer.shards), done, seconds,
+                                   finished))  # fmt: skip
+
+    with writer:
+        try:
+            for result in results:
+                if isinstance(result, _Failure):
+                    raise result.exception()
+                writer.write_raw(result)
+                report()
+        finally:
+            _close(results)
+    report(finished=True)
     return writer.manifest_of()
 
 
@@ -361,42 +386,6 @@ def _iterable_results(
         pool.join()
 
 
-class _Progress:
-    """A one-line progress display, redrawn at most five times a second."""
-
-    def __init__(self, stream: TextIO, total: int | None, done: int) -> None:
-        self.stream = stream
-        self.total = total
-        self.first = done
-        self.started = time.monotonic()
-        self.drawn = 0.0
-
-    def update(self, samples: int, shards: int) -> None:
-        now = time.monotonic()
-        if now - self.drawn >= 0.2:
-            self.drawn = now
-            self._draw(samples, shards, now)
-
-    def _draw(self, samples: int, shards: int, now: float) -> None:
-        elapsed = max(now - self.started, 1e-9)
-        rate = (samples - self.first) / elapsed
-        line = f"{samples}"
-        if self.total is not None:
-            percent = 100 * samples / self.total if self.total else 100.0
-            line += f"/{self.total} samples ({percent:.0f}%)"
-            if rate > 0 and self.total > samples:
-                eta = int((self.total - samples) / rate)
-                line += f", {eta // 60}:{eta % 60:02d} left"
-        else:
-            line += " samples"
-        line += f", {shards} shard{'' if shards == 1 else 's'} done, {rate:.0f} samples/s"
-        self.stream.write(f"\r{line}\x1b[K")
-        self.stream.flush()
-
-    def finish(self, samples: int, shards: int) -> None:
-        self._draw(samples, shards, time.monotonic())
-        self.stream.write("\n")
-        self.stream.flush()
-
-
-__all__ = ["default_sample", "is_map_style", "sample_order", "shard_dataset"]
+__all__ = [
+    "ShardProgress", "default_sample", "is_map_style", "sample_order", "shard_dataset"
+]  # fmt: skip

@@ -17,16 +17,21 @@ The delimiter comes from the file name (``.csv``: comma; ``.tsv``, ``.tab``: tab
 length, keys, files that exist and can be read — and raises
 :class:`~tarkit.errors.InputError` naming the plan and the line, so a bad plan fails
 before anything is written.
+
+:func:`plan_members` gives a plan's rows as tar members (``tarcreate``);
+:class:`PlanDataset` as a Dataset for :func:`~tarkit.shard_dataset` (``tarkit shard``).
 """
 
 from __future__ import annotations
 
 import csv
 import os
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 
 from ..errors import InputError, SampleError, SourceError, UsageError
-from ..format.encoding import check_key
+from ..format.encoding import ImageTransform, check_key
+from .files import read_file
 
 KEY_COLUMN = "__key__"
 
@@ -53,12 +58,49 @@ class PlanRow:
         sample: dict[str, object] = {KEY_COLUMN: self.key}
         sample.update(self.texts)
         for field, path in self.files:
-            try:
-                with open(path, "rb") as f:
-                    sample[field] = f.read()
-            except OSError as exc:
-                raise SourceError(f"{path}: cannot read: {exc.strerror}") from None
+            sample[field] = read_file(path)
         return sample
+
+
+def plan_members(rows: Iterable[PlanRow]) -> Iterator[tuple[str, bytes]]:
+    """(member name, data) for every field of every row, fields sorted; text as UTF-8.
+
+    Files are read as they are needed; one that cannot be read raises
+    :class:`~tarkit.errors.SourceError` naming it.
+    """
+    for row in rows:
+        sample = row.load()
+        for field in row.fields:
+            value = sample[field]
+            data = value if isinstance(value, bytes) else str(value).encode("utf-8")
+            yield f"{row.key}.{field}", data
+
+
+class PlanDataset:
+    """The rows of a plan (checked when built), loaded per item and transformed by
+    ``transform``; ``key_format`` makes the keys as in :func:`read_plan`."""
+
+    def __init__(
+        self,
+        plan: str | Sequence[PlanRow],
+        transform: ImageTransform | None = None,
+        delimiter: str | None = None,
+        *,
+        key_format: str | None = None,
+    ) -> None:
+        if isinstance(plan, str):
+            self.rows = read_plan(plan, delimiter, key_format=key_format)
+        else:
+            self.rows = list(plan)
+        self.transform = transform or ImageTransform()
+        self.source = plan if isinstance(plan, str) else "plan"
+
+    def __len__(self) -> int:
+        return len(self.rows)
+
+    def __getitem__(self, index: int) -> dict[str, object]:
+        row = self.rows[index]
+        return self.transform.sample(row.load(), f"{self.source}: line {row.line}")
 
 
 def plan_delimiter(path: str, delimiter: str | None = None) -> str:

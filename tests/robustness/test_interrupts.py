@@ -199,7 +199,7 @@ class Slow:
         time.sleep(delay)
         return {{"__key__": f"s{{i:04d}}", "bin": bytes([i]) * 20000, "txt": f"sample {{i}}"}}
 
-shard_dataset(Slow(), pattern, maxcount={per_shard}, resume=resume, progress=False,
+shard_dataset(Slow(), pattern, maxcount={per_shard}, resume=resume,
               to_sample=lambda item, index: item)
 """
 

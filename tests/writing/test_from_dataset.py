@@ -15,7 +15,7 @@ from PIL import Image
 
 from tarkit.errors import InputError, SampleError, UsageError
 from tarkit.storage import temp_place
-from tarkit.writing.from_dataset import default_sample, shard_dataset
+from tarkit.writing.from_dataset import ShardProgress, default_sample, shard_dataset
 
 
 class Pictures:
@@ -155,15 +155,26 @@ def test_shuffle_of_an_iterable_is_a_usage_error(tmp_path: Path) -> None:
         shard_dataset(iter([]), str(tmp_path / "s-%d.tar"), shuffle=True)
 
 
-def test_progress_line_is_drawn_only_when_asked_or_on_a_terminal(
+def test_progress_is_a_callback_of_counts_and_nothing_is_written_to_stderr(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    shard_dataset(Pictures(5), str(tmp_path / "a-%d.tar"))
-    assert capsys.readouterr().err == ""  # stderr is not a terminal here
-    shard_dataset(Pictures(5), str(tmp_path / "b-%d.tar"), progress=True)
-    err = capsys.readouterr().err
-    assert err.startswith("\r") and err.endswith("\n")
-    assert "5/5 samples (100%), 1 shard done" in err
+    seen: list[ShardProgress] = []
+    shard_dataset(Pictures(5), str(tmp_path / "a-%d.tar"), maxcount=2, progress=seen.append)
+    assert capsys.readouterr() == ("", "")
+    assert [(p.samples, p.shards, p.finished) for p in seen] == [
+        (1, 0, False), (2, 0, False), (3, 1, False), (4, 1, False), (5, 2, False), (5, 3, True)
+    ]  # fmt: skip
+    assert {(p.total, p.resumed) for p in seen} == {(5, 0)}
+    assert seen[-1].seconds >= seen[0].seconds > 0 and seen[-1].samples_per_second > 0
+    # A resumed run counts the samples found in the complete shards apart.
+    (tmp_path / "a-2.tar").unlink()
+    seen.clear()
+    shard_dataset(Pictures(5), str(tmp_path / "a-%d.tar"), maxcount=2, progress=seen.append,
+                  resume=True)  # fmt: skip
+    assert [(p.samples, p.shards, p.resumed) for p in seen] == [(5, 2, 4), (5, 3, 4)]
+    iterable: list[ShardProgress] = []
+    shard_dataset(iter([{"txt": "x"}]), str(tmp_path / "i-%d.tar"), progress=iterable.append)
+    assert [(p.samples, p.total) for p in iterable] == [(1, None), (1, None)]
 
 
 KILLABLE = """

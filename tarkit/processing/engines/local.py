@@ -16,7 +16,7 @@ import signal
 import sys
 from typing import Any
 
-from ...storage.sources import describe_exit
+from ...storage import describe_exit
 from ..ledger import ledger_base, record_commands, stop_recording, sweep_ledgers
 from ..shard_task import run_shard
 from .base import Ended, ShardMapper, ShardResult, ShardTask
