@@ -73,6 +73,13 @@ CASES = [
     ),
     Case("tarcat", "tarcat < f > out", "tarcat < {f} > {out}", "tarcat", CLEAN_OUT),
     Case(
+        "tarcat_where",
+        "tarcat --where 'cls >= 0' < f > out (reads cls, keeps every sample)",
+        "tarcat --where 'cls >= 0' < {f} > {out}",
+        "tarcat",
+        CLEAN_OUT,
+    ),
+    Case(
         "tarcat_pipe",
         "cat f | tarcat | cat > out",
         "cat {f} | tarcat | cat > {out}",
@@ -246,6 +253,12 @@ def targets_table(
             ratio("small", "tarsplit", "split"),
             "×",
             3,
+        ),
+        Target(
+            "`tarcat --where 'cls >= 0'` ÷ `tarcat`, small (issue 13)",
+            ratio("small", "tarcat_where", "tarcat"),
+            "×",
+            1.5,
         ),
         Target("start-up: `tarcat -c 1 tiny.tar`", startup_ms, "ms", 150),
         Target("modules of torch, numpy imported by `tarcat -c 1`", heavy_imports, "", 0),
