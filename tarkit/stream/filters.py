@@ -27,7 +27,7 @@ from typing import Any
 from ..errors import InputError, SourceError, UsageError
 from ..format.samples import Sample, split_name
 from ..format.tar import Member
-from ..storage.sources import expand_inputs, open_source
+from ..storage import expand_inputs, open_source
 from .stages import close_iterator
 
 Predicate = Callable[[Sample], bool]
