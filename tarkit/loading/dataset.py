@@ -17,7 +17,7 @@ import os
 import random
 import warnings
 from collections.abc import Callable, Iterator, Sequence
-from typing import Any
+from typing import Any, Literal
 
 import torch
 import webdataset as wds
@@ -27,10 +27,13 @@ from ..errors import InputError, UsageError
 from ..format.manifest import Manifest
 from ..storage.cache import ShardCache
 from . import splitting
+from .batching import batches
+from .epochs import EpochClock
 from .reading import PieceReader, piece_length
 from .shards import resolve_shards
 from .skips import WARNED_IDLE, SharedState, SkipCounts
 from .transforms import Transforms
+from .worker_errors import errors_as_items
 
 
 def distributed_rank() -> tuple[int, int]:
@@ -48,9 +51,12 @@ class ShardDataset(IterableDataset):
     """Samples of tar shards, each delivered exactly once per epoch over ranks and workers.
 
     ``urls``: a brace pattern, a list of them, a manifest (``.json``) or a directory
-    (its ``manifest.json``, else its tar files in name order). ``manifest`` gives sample
-    counts (for ``len()``, ``equal_batches`` and splitting shards into pieces so that
-    every worker has work); byte offsets in it let a worker start mid-shard by seeking.
+    (its ``manifest.json``, else its tar files in name order). Local shards that do not
+    exist fail here, naming the first. ``manifest`` gives sample counts (for ``len()``,
+    ``equal_batches`` and splitting shards into pieces so that every worker has work);
+    byte offsets in it let a worker start mid-shard by seeking. Without one, a
+    ``manifest.json`` beside the shards is used when it lists exactly those shards;
+    ``manifest=False`` reads without any.
 
     ``shuffle``: shuffle buffer size; any value above 0 also shuffles the shard order.
     Orders are a function of ``(seed, epoch, rank, worker)`` only. ``decode``,
@@ -76,7 +82,7 @@ class ShardDataset(IterableDataset):
         to_tuple: str | Sequence[str] | None = None,
         map: Callable[[Any], Any] | None = None,  # noqa: A002 - the issue's name
         handler: str = "raise",
-        manifest: str | Manifest | None = None,
+        manifest: str | Manifest | Literal[False] | None = None,
         equal_batches: bool = False,
         batch_size: int | None = None,
         drop_last: bool = False,
@@ -112,29 +118,35 @@ class ShardDataset(IterableDataset):
         self.rank = rank
         self.world_size = world_size
         self._state = SharedState(len(self.urls))
+        self._clock = EpochClock()
         self._reader = PieceReader(
             self.urls, self.infos, handler=handler, cache=self.cache, skip=self._skip
         )
         self._transforms = Transforms(decode, to_tuple, map, handler=handler, skip=self._skip)
+        # Set by ShardLoader: workers hand their errors over as items (worker_errors.py).
+        self.errors_as_items = False
 
     # -- epochs, ranks, lengths ------------------------------------------------------
 
     def set_epoch(self, epoch: int) -> None:
-        """Start epoch ``epoch``: it decides the orders; skip counts start again from 0.
+        """Make the next pass read epoch ``epoch`` (the passes after it ``epoch + 1``…).
 
-        Call it in the main process before iterating (workers, persistent or not,
-        read it when their epoch starts).
+        Not needed for training: every new pass over the dataset (a DataLoader's
+        iteration, persistent workers or not) reads the next epoch by itself
+        (:mod:`tarkit.loading.epochs`). Call it in the main process to pin an epoch
+        exactly, for reproducibility.
         """
-        self._state.epoch = epoch
+        self._clock.pin(epoch)
         self._state.reset()
 
     @property
     def epoch(self) -> int:
-        return self._state.epoch
+        """The epoch of the pass under way or last begun; before any, the next one's."""
+        return self._clock.epoch
 
     @property
     def skipped(self) -> SkipCounts:
-        """Samples and shards skipped since the last :meth:`set_epoch`, summed over workers."""
+        """Samples and shards skipped in the current (or last) epoch, summed over workers."""
         return self._state.counts()
 
     def rank_and_world(self) -> tuple[int, int]:
@@ -179,12 +191,16 @@ class ShardDataset(IterableDataset):
 
     # -- iteration ------------------------------------------------------------------
 
-    def pieces(self, worker: int = 0, workers: int = 1) -> list[splitting.Piece]:
-        """The pieces of shards one worker of this rank reads in the current epoch.
+    def pieces(
+        self, worker: int = 0, workers: int = 1, epoch: int | None = None
+    ) -> list[splitting.Piece]:
+        """The pieces of shards one worker of this rank reads in ``epoch`` (default: the
+        current one, :attr:`epoch`).
 
         With a manifest, the cuts between workers fall on multiples of ``batch_size``.
         """
         rank, world = self.rank_and_world()
+        epoch = self.epoch if epoch is None else epoch
         if self.infos is not None:
             return splitting.epoch_pieces(
                 [info.samples for info in self.infos],
@@ -194,13 +210,13 @@ class ShardDataset(IterableDataset):
                 workers=workers,
                 shuffle=self.shuffle > 0,
                 seed=self.seed,
-                epoch=self.epoch,
+                epoch=epoch,
                 equal=self.equal_batches,
                 batch_size=self.batch_size,
                 drop_last=self.drop_last and bool(self.batch_size),
             )
         order = splitting.shard_order(
-            len(self.urls), shuffle=self.shuffle > 0, seed=self.seed, epoch=self.epoch
+            len(self.urls), shuffle=self.shuffle > 0, seed=self.seed, epoch=epoch
         )
         return splitting.whole_shards(order, rank=rank, world=world, worker=worker, workers=workers)
 
@@ -208,10 +224,12 @@ class ShardDataset(IterableDataset):
         info = get_worker_info()
         worker, workers = (info.id, info.num_workers) if info is not None else (0, 1)
         rank, _ = self.rank_and_world()
+        epoch, new = self._clock.begin(worker, info.seed - info.id if info is not None else None)
+        if new:
+            self._state.reset()  # skip counts are per epoch
         if worker == 0:  # one worker decides, so that a warning comes once
-            self._warn_if_idle(workers)
-        epoch = self.epoch
-        pieces = self.pieces(worker, workers)
+            self._warn_if_idle(workers, epoch)
+        pieces = self.pieces(worker, workers, epoch)
         items: Iterator[Any] = self._reader.samples(pieces, worker)
         if self.shuffle:
             rng = random.Random(splitting.stable_seed("samples", self.seed, epoch, rank, worker))
@@ -223,15 +241,26 @@ class ShardDataset(IterableDataset):
             expected = sum(piece_length(piece, infos[piece.shard]) for piece in pieces)
             items = self._padded(items, expected, worker, rank)
         if self.batch_size:
-            collate = self.collate or default_collate
-            items = wds.batched(self.batch_size, collation_fn=collate, partial=not self.drop_last)(
-                items
+            items = batches(
+                items,
+                self.batch_size,
+                self.collate or default_collate,
+                partial=not self.drop_last,
+                where=self._where,
             )
+        if self.errors_as_items and info is not None:
+            items = errors_as_items(items)
         return items
 
-    def _warn_if_idle(self, workers: int) -> None:
+    def _where(self, item: Any) -> tuple[str, str]:
+        """(shard, key) of the sample an item of the pipeline came from."""
+        if self._transforms.active:
+            return self._transforms.current
+        return item.get("__url__", "-"), item.get("__key__", "?")
+
+    def _warn_if_idle(self, workers: int, epoch: int) -> None:
         """Warn once if a worker of this rank has nothing to read (the same every epoch)."""
-        shares = [self.pieces(w, workers) for w in range(workers)]
+        shares = [self.pieces(w, workers, epoch) for w in range(workers)]
         if all(shares) or not self._state.first(WARNED_IDLE):
             return
         _, world = self.rank_and_world()

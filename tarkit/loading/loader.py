@@ -2,19 +2,31 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from typing import Any
 
 from torch.utils.data import DataLoader
 
 from .dataset import ShardDataset
 from .skips import SkipCounts
+from .worker_errors import WorkerError
 
 
 class ShardLoader(DataLoader):
-    """A DataLoader over a :class:`ShardDataset` that batches in its workers."""
+    """A DataLoader over a :class:`ShardDataset` that batches in its workers.
+
+    An error in a worker reaches the caller as tarkit's own exception, with its one-line
+    message (:mod:`~tarkit.loading.worker_errors`).
+    """
 
     dataset: ShardDataset
+
+    def __init__(self, dataset: ShardDataset, *args: Any, **kwargs: Any) -> None:
+        super().__init__(dataset, *args, **kwargs)
+        dataset.errors_as_items = True
+
+    def __iter__(self) -> Iterator[Any]:  # type: ignore[override]
+        return _Batches(super().__iter__())
 
     def set_epoch(self, epoch: int) -> None:
         """See :meth:`ShardDataset.set_epoch`."""
@@ -50,3 +62,22 @@ def loader(
     loader_options = {k: options.pop(k) for k in _LOADER_OPTIONS if k in options}
     dataset = ShardDataset(urls, batch_size=batch_size, **options)
     return ShardLoader(dataset, batch_size=None, num_workers=num_workers, **loader_options)
+
+
+class _Batches:
+    """The DataLoader's iterator, raising a worker's error as the worker raised it."""
+
+    def __init__(self, batches: Iterator[Any]) -> None:
+        self._batches = batches
+
+    def __iter__(self) -> _Batches:
+        return self
+
+    def __next__(self) -> Any:
+        batch = next(self._batches)
+        if isinstance(batch, WorkerError):
+            batch.reraise()
+        return batch
+
+    def __len__(self) -> int:
+        return len(self._batches)  # type: ignore[arg-type]
