@@ -26,7 +26,7 @@ import torch
 from .shared import SharedLock
 from .splitting import stable_seed
 
-_NEXT, _CURRENT, _PASS, _BEGUN, _CELLS = 0, 1, 2, 3, 4
+_NEXT, _CURRENT, _PASS, _BEGUN, _MARKED, _RESUMED, _CELLS = 0, 1, 2, 3, 4, 5, 6
 _NO_PASS = -1
 _MASK = (1 << 62) - 1
 
@@ -44,12 +44,24 @@ class EpochClock:
     def __getstate__(self) -> dict[str, Any]:
         return {**self.__dict__, "_passes": 0}
 
-    def pin(self, epoch: int) -> None:
-        """Make the next pass read ``epoch`` (:meth:`ShardDataset.set_epoch`)."""
+    def pin(self, epoch: int, *, resume: bool = False) -> None:
+        """Make the next pass read ``epoch`` (:meth:`ShardDataset.set_epoch`); with
+        ``resume``, that pass is the one a loaded state resumes."""
         with self.lock:
             self.cells[_NEXT] = int(epoch)
             self.cells[_CURRENT] = _NO_PASS
             self.cells[_BEGUN] = 0
+            self.cells[_MARKED] = int(resume)
+            self.cells[_RESUMED] = _NO_PASS
+
+    def resume(self, epoch: int) -> None:
+        """A worker resumes a pass of ``epoch`` on its own state (torchdata's
+        StatefulDataLoader restores each worker): the next new pass reads the epoch after."""
+        self._passes += 1
+        with self.lock:
+            self.cells[_NEXT] = max(int(self.cells[_NEXT]), epoch + 1)
+            self.cells[_CURRENT] = epoch
+            self.cells[_PASS] = _NO_PASS
 
     @property
     def epoch(self) -> int:
@@ -62,10 +74,10 @@ class EpochClock:
         """The epoch the next new pass will read."""
         return int(self.cells[_NEXT])
 
-    def begin(self, worker: int, seed: int | None) -> tuple[int, bool]:
+    def begin(self, worker: int, seed: int | None) -> tuple[int, bool, bool]:
         """Begin a pass in worker ``worker`` (0 in the main process) of a DataLoader
         iterator whose workers share ``seed`` (None in the main process): (the pass's
-        epoch, whether this call began a new pass)."""
+        epoch, whether this call began a new pass, whether the pass resumes a state)."""
         self._passes += 1
         identity = stable_seed("pass", seed, self._passes) & _MASK
         bit = 1 << (worker % 62)
@@ -79,10 +91,13 @@ class EpochClock:
             )
             if joining:
                 cells[_BEGUN] = int(cells[_BEGUN]) | bit
-                return int(cells[_CURRENT]), False
+                return int(cells[_CURRENT]), False, int(cells[_RESUMED]) == identity
             epoch = int(cells[_NEXT])
             cells[_CURRENT] = epoch
             cells[_NEXT] = epoch + 1
             cells[_PASS] = identity
             cells[_BEGUN] = bit
-            return epoch, True
+            resumed = bool(int(cells[_MARKED]))
+            cells[_MARKED] = 0
+            cells[_RESUMED] = identity if resumed else _NO_PASS
+            return epoch, True, resumed
