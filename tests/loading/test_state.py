@@ -25,12 +25,11 @@ def manifest(tmp_path_factory: pytest.TempPathFactory) -> str:
     return make_shards(tmp_path_factory.mktemp("state"), COUNTS)[1]
 
 
-def make(manifest: str, workers: int = 2, rank: int = 0, world: int = 1, **options: object):
+def make(urls, workers: int = 2, rank: int = 0, world: int = 1, **options: object):
     settings: dict = {"shuffle": 6, "seed": 11, "batch_size": 4}
     settings.update(options)
-    return tarkit.loader(
-        manifest, num_workers=workers, rank=rank, world_size=world, decode=[], **settings
-    )
+    return tarkit.loader(urls, num_workers=workers, rank=rank, world_size=world, decode=[],
+                         **settings)  # fmt: skip
 
 
 def keys(batch: dict) -> list[str]:
@@ -41,17 +40,17 @@ def epochs(loader, count: int) -> list[list[list[str]]]:
     return [[keys(b) for b in loader] for _ in range(count)]
 
 
-def run_with_cut(manifest: str, cut: int, restore: dict, **options: object):
+def run_with_cut(urls, cut: int, restore: dict, **options: object):
     """Read ``cut`` batches of epoch 0, take the state, restore it into a new loader (a
     JSON round trip on the way) and read the rest of epoch 0 and all of epoch 1."""
-    first = make(manifest, **options)
+    first = make(urls, **options)
     taken: list[list[str]] = []
     iterator = iter(first)
     for _ in range(cut):
         taken.append(keys(next(iterator)))
     state = json.loads(json.dumps(first.state_dict()))
     del iterator
-    second = make(manifest, **{**options, **restore})
+    second = make(urls, **{**options, **restore})
     second.load_state_dict(state)
     rest = [keys(b) for b in second]
     return taken, rest, [keys(b) for b in second], state
@@ -257,3 +256,23 @@ def test_a_stateful_dataloader_on_other_workers_or_batches_is_refused(manifest, 
     second.load_state_dict(state)
     with pytest.raises(UsageError, match=message):
         list(second)
+
+
+def test_persistent_workers_resume_exactly_too(manifest):
+    options = {"persistent_workers": True}
+    whole = epochs(make(manifest, **options), 2)
+    taken, rest, following, _ = run_with_cut(manifest, 5, {}, **options)
+    assert (taken + rest, following) == (whole[0], whole[1])
+
+
+def test_without_a_manifest_a_resume_is_exact_and_an_elastic_one_is_refused(manifest):
+    paths = sorted(str(p) for p in Path(manifest).parent.glob("s-*.tar"))
+    whole = epochs(make(paths, manifest=False), 2)
+    for cut in (1, 4, len(whole[0]) - 1):
+        taken, rest, following, _ = run_with_cut(paths, cut, {}, manifest=False)
+        assert (taken + rest, following) == (whole[0], whole[1])
+    _, _, _, state = run_with_cut(paths, 2, {}, manifest=False)
+    other = make(paths, workers=3, manifest=False)
+    other.load_state_dict(state)
+    with pytest.raises(UsageError, match="another topology .* needs a manifest"):
+        list(other)
