@@ -22,7 +22,7 @@ ALLOWED = {
     "loading": {"format", "storage", "stream"},
     "processing": {"format", "storage", "stream", "writing"},
 }
-SHARED = {"errors", "sizes"}
+SHARED = {"errors", "sizes", "seeds"}
 LONG_MODULES = {"format/tar.py"}  # the reader: one state machine, read in one place
 MAX_LINES = 500
 

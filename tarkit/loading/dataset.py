@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import os
 import warnings
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any, Literal
 
 import torch
@@ -28,14 +28,17 @@ from . import splitting
 from .batching import batches
 from .epochs import EpochClock
 from .handoff import handed_over
-from .plans import EpochPlan, Generation, Shuffling, Topology
+from .mixing import MixRun, Mixture, mixture_of
+from .plans import EpochPlan, Generation, Shuffling, Topology, WorkerPosition, derive_positions
 from .reading import PieceReader
-from .resume import check_worker_state, resume_point, rotation
+from .resume import Derive, check_worker_state, resume_point, rotation
 from .runs import INITIAL, WorkerRun
 from .shards import resolve_shards
 from .skips import WARNED_IDLE, SharedState, SkipCounts
 from .state import LoaderState, fingerprint
 from .transforms import Transforms
+
+Derived = tuple[list[WorkerPosition], "int | None"]
 
 
 def distributed_rank() -> tuple[int, int]:
@@ -76,8 +79,10 @@ class ShardDataset(IterableDataset):
 
     def __init__(
         self,
-        urls: str | Sequence[str] | None = None,
+        urls: str | Sequence[str] | Mapping[str, str | Sequence[str]] | None = None,
         *,
+        weights: Mapping[str, float] | None = None,
+        epoch_samples: int | None = None,
         shuffle: int = 0,
         seed: int = 0,
         decode: Any = None,
@@ -101,8 +106,19 @@ class ShardDataset(IterableDataset):
             raise UsageError("batch_size must be at least 1")
         if shuffle < 0:
             raise UsageError("shuffle must be a buffer size of 0 or more")
-        self.urls, self.infos = resolve_shards(urls, manifest)
-        if equal_batches and self.infos is None:
+        self.mixture: Mixture | None = None
+        if isinstance(urls, Mapping):
+            if manifest is not None:
+                raise UsageError("a mixture's sources name their own manifests, not manifest=")
+            sources = {name: resolve_shards(spec, None) for name, spec in urls.items()}
+            self.urls = [u for found, _ in sources.values() for u in found]
+            self.infos = None
+        else:
+            if weights is not None or epoch_samples is not None:
+                raise UsageError("weights= and epoch_samples= mix several sources: give urls "
+                                 "as a dict of them")  # fmt: skip
+            self.urls, self.infos = resolve_shards(urls, manifest)
+        if equal_batches and self.infos is None and not isinstance(urls, Mapping):
             raise UsageError(
                 "equal_batches needs a manifest with sample counts (tarindex -o manifest.json)"
             )
@@ -124,10 +140,21 @@ class ShardDataset(IterableDataset):
         self._reader = PieceReader(
             self.urls, self.infos, handler=handler, cache=self.cache, skip=self._skip
         )
+        if isinstance(urls, Mapping):
+            readers, base = {}, 0
+            for name, (found, infos) in sources.items():
+                readers[name] = (found, infos, PieceReader(
+                    found, infos, handler=handler, cache=self.cache, skip=self._skip,
+                    shard_base=base,
+                ))  # fmt: skip
+                base += len(found)
+            self.mixture = mixture_of(readers, dict(weights) if weights else None, epoch_samples,
+                                      seed=seed, shuffle=self.shuffle)  # fmt: skip
+            self._mixed = torch.zeros(len(readers), dtype=torch.int64).share_memory_()
         self._transforms = Transforms(decode, to_tuple, map, handler=handler, skip=self._skip)
         # Set by ShardLoader: workers hand over deliveries and errors (handoff.py).
         self.in_loader = False
-        self._current: WorkerRun | None = None  # this process's pass
+        self._current: WorkerRun | MixRun | None = None  # this process's pass
         self._resume: LoaderState | None = None  # a loaded state, for the next pass
         self._worker_resume: LoaderState | None = None  # a worker's own (torchdata)
 
@@ -172,10 +199,28 @@ class ShardDataset(IterableDataset):
         dataset, each worker ends its share with a partial batch of its own, so an epoch
         may have up to ``num_workers - 1`` batches more than ``len(DataLoader)`` says:
         let the dataset batch (``tarkit.loader``) for an exact count (docs/loading.md).
+        A mixture that ends with its first source (no ``epoch_samples``) depends on the
+        number of workers: see :meth:`length`, which ``tarkit.loader`` uses.
         """
+        if self.mixture is not None and self.mixture.epoch_samples is None:
+            raise TypeError(
+                "len() of a mixture that ends when its first source runs out depends on the "
+                "DataLoader's workers: use tarkit.loader(...) (or ShardDataset.length(workers))"
+            )
+        return self.length(1)
+
+    def length(self, workers: int) -> int:
+        """What this rank yields per epoch with ``workers`` DataLoader workers (see
+        ``len()``); TypeError without sample counts."""
+        rank, world = self.rank_and_world()
+        if self.mixture is not None:
+            topology = self.topology(workers)
+            plan = self.mixture.plan(self.epoch, [])
+            lengths = [plan.length(topology, rank, w) for w in range(topology.workers)]
+            size = self.batch_size or 1
+            return sum(-(-n // size) for n in lengths)
         if self.infos is None:
             raise TypeError("len() of a ShardDataset needs a manifest with sample counts")
-        rank, world = self.rank_and_world()
         return splitting.rank_length(
             sum(info.samples for info in self.infos),
             rank=rank,
@@ -207,16 +252,40 @@ class ShardDataset(IterableDataset):
     def _shuffling(self, epoch: int) -> Shuffling:
         return Shuffling(self.shuffle, min(self.shuffle, INITIAL), self.seed, epoch)
 
+    def _derive(self, epoch: int) -> Derive | None:
+        """How positions of other ranks are derived in ``epoch`` (None: no sample counts)."""
+        mixture, infos = self.mixture, self.infos
+        if mixture is not None:
+
+            def mixed(history: list[Generation], generation: Generation, rank: int) -> Derived:
+                return mixture.plan(epoch, history).derived(generation, rank)
+
+            return mixed
+        if infos is None:
+            return None
+        total = sum(info.samples for info in infos)
+
+        def single(history: list[Generation], generation: Generation, rank: int) -> Derived:
+            plan = EpochPlan(total, history, self._shuffling(epoch))
+            topology = generation.topology
+            sizes = [len(plan.worker_runs(topology, rank, w)) for w in range(topology.workers)]
+            return derive_positions(sizes, topology.batch_size, generation.delivered)
+
+        return single
+
     def _run(
         self, epoch: int, topology: Topology, rank: int, worker: int, resume: LoaderState | None
-    ) -> WorkerRun:
+    ) -> WorkerRun | MixRun:
         """The run of one (logical) worker over ``epoch``, from ``resume`` if given."""
         plan = None
         position = None
         if resume is not None:
-            history, position = resume_point(resume, topology, rank, worker, self.infos)
+            derive = self._derive(epoch)
+            history, position = resume_point(resume, topology, rank, worker, derive)
         else:
             history = []
+        if self.mixture is not None:
+            return MixRun(self.mixture.plan(epoch, history), topology, rank, worker, position)
         if self.infos is not None:
             total = sum(info.samples for info in self.infos)
             plan = EpochPlan(total, history, self._shuffling(epoch))
@@ -241,7 +310,10 @@ class ShardDataset(IterableDataset):
             resume = self._resume if resumed else None
         if new:
             self._state.reset()  # skip counts are per epoch
-        worker = (physical + rotation(resume, topology, rank, self.infos)) % topology.workers
+            if self.mixture is not None:
+                self._mixed.zero_()
+        turn = rotation(resume, topology, rank, self._derive(epoch))
+        worker = (physical + turn) % topology.workers
         run = self._run(epoch, topology, rank, worker, resume)
         self._current = run
         if physical == 0:  # one worker decides, so that a warning comes once
@@ -259,7 +331,7 @@ class ShardDataset(IterableDataset):
                 partial=not self.drop_last,
                 where=self._where,
             )
-        items = _counted(items, run)
+        items = _counted(items, run, self._mixed if isinstance(run, MixRun) else None)
         if self.in_loader:
             generation = run.plan.generation if run.plan is not None else 0
             items = handed_over(items, run, epoch, generation)
@@ -297,10 +369,11 @@ class ShardDataset(IterableDataset):
         """
         parsed = LoaderState.from_json(state)
         parsed.check(
-            fingerprint=fingerprint(self.urls, self.infos),
+            fingerprint=self._fingerprint(),
             shards=len(self.urls),
             seed=self.seed,
             shuffle=self.shuffle,
+            mixture=self._mixture_settings(),
         )
         info = get_worker_info()
         if info is not None:
@@ -313,11 +386,35 @@ class ShardDataset(IterableDataset):
 
     def _fresh_state(self, epoch: int) -> LoaderState:
         """The state of a pass of ``epoch`` that has not begun."""
-        samples = sum(i.samples for i in self.infos) if self.infos is not None else None
+        if self.mixture is not None:
+            samples: int | None = sum(s.total for s in self.mixture.sources)
+        else:
+            samples = sum(i.samples for i in self.infos) if self.infos is not None else None
         return LoaderState(
-            fingerprint(self.urls, self.infos), len(self.urls), samples, self.seed,
-            self.shuffle, epoch,
+            self._fingerprint(), len(self.urls), samples, self.seed, self.shuffle, epoch,
+            mixture=self._mixture_settings(),
         )  # fmt: skip
+
+    def _fingerprint(self) -> str:
+        if self.mixture is None:
+            return fingerprint([("", self.urls, self.infos)])
+        return fingerprint([(s.name, s.urls, s.infos) for s in self.mixture.sources])
+
+    def _mixture_settings(self) -> dict[str, Any] | None:
+        mixture = self.mixture
+        if mixture is None:
+            return None
+        weights = {s.name: w for s, w in zip(mixture.sources, mixture.weights, strict=True)}
+        return {"weights": weights, "epoch_samples": mixture.epoch_samples}
+
+    @property
+    def source_counts(self) -> dict[str, int]:
+        """A mixture's samples per source in the current (or last) epoch, all workers of
+        this rank together (empty for a dataset that mixes nothing)."""
+        if self.mixture is None:
+            return {}
+        return {s.name: int(n) for s, n in zip(self.mixture.sources, self._mixed.tolist(),
+                                              strict=True)}  # fmt: skip
 
     def _where(self, item: Any) -> tuple[str, str]:
         """(shard, key) of the sample an item of the pipeline came from."""
@@ -381,8 +478,17 @@ class ShardDataset(IterableDataset):
             )
 
 
-def _counted(items: Iterator[Any], run: WorkerRun) -> Iterator[Any]:
-    """``items``, each counted as delivered by ``run`` as it is handed on."""
+def _counted(
+    items: Iterator[Any], run: WorkerRun | MixRun, mixed: torch.Tensor | None
+) -> Iterator[Any]:
+    """``items``, each counted as delivered by ``run`` as it is handed on; a mixture's
+    samples per source are added to the shared counts ``mixed`` item by item."""
+    told = [0] * len(mixed) if mixed is not None else []
     for item in items:
         run.delivered()
+        if mixed is not None and isinstance(run, MixRun):
+            for source, count in enumerate(run.counts):
+                if count != told[source]:
+                    mixed[source] += count - told[source]
+                    told[source] = count
         yield item

@@ -23,8 +23,8 @@ from typing import Any
 
 import torch
 
+from ..seeds import stable_seed
 from .shared import SharedLock
-from .splitting import stable_seed
 
 _NEXT, _CURRENT, _PASS, _BEGUN, _MARKED, _RESUMED, _CELLS = 0, 1, 2, 3, 4, 5, 6
 _NO_PASS = -1

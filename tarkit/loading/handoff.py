@@ -17,11 +17,10 @@ from __future__ import annotations
 import os
 import traceback
 from collections.abc import Iterator
-from typing import Any
+from typing import Any, Protocol
 
 from ..errors import TarkitError
 from .plans import WorkerPosition
-from .runs import WorkerRun
 
 
 class Delivery:
@@ -74,8 +73,14 @@ class WorkerError:
         raise self.error from None
 
 
+class _Run(Protocol):
+    worker: int
+
+    def snapshot(self) -> WorkerPosition: ...
+
+
 def handed_over(
-    items: Iterator[Any], run: WorkerRun, epoch: int, generation: int
+    items: Iterator[Any], run: _Run, epoch: int, generation: int
 ) -> Iterator[Delivery | WorkerError]:
     """``items`` as deliveries, ending with a :class:`WorkerError` instead of raising a
     tarkit error."""

@@ -44,7 +44,11 @@ class ShardLoader(DataLoader):
         workers = max(self.num_workers, 1)
         self._pass = _Pass(self.dataset, workers, self._loaded, self.dataset._clock.next_epoch)
         self._loaded = None
-        return _Batches(super().__iter__(), self._pass)
+        return _Batches(super().__iter__(), self._pass, self)
+
+    def __len__(self) -> int:
+        """Batches per epoch on this rank (see :meth:`ShardDataset.length`)."""
+        return self.dataset.length(max(self.num_workers, 1))
 
     def state_dict(self) -> dict[str, Any]:
         """Where the loader stands: the epoch, and how far each worker of this rank got.
@@ -104,7 +108,7 @@ class _Pass:
         resume = self.resume
         if resume is None or resume.epoch != delivery.epoch or resume.generation is None:
             return
-        from .resume import resume_point
+        from .resume import last_worker, resume_point
 
         generation = resume.generation
         if generation.topology != self.topology:
@@ -112,10 +116,11 @@ class _Pass:
             return
         self.history = list(resume.history)
         self.delivered = generation.delivered
+        derive = self.dataset._derive(resume.epoch)
         for worker in range(self.topology.workers):
-            _, position = resume_point(resume, self.topology, self.rank, worker, self.dataset.infos)
+            _, position = resume_point(resume, self.topology, self.rank, worker, derive)
             self.positions[worker] = position or WorkerPosition()
-        self.last = generation.last_worker if self.rank == generation.rank else None
+        self.last = last_worker(resume, self.rank, derive)
 
     def ended(self) -> None:
         self.finished = True
@@ -141,9 +146,10 @@ class _Pass:
 class _Batches:
     """The DataLoader's iterator: items unwrapped, counted, a worker's error raised."""
 
-    def __init__(self, batches: Iterator[Any], current: _Pass) -> None:
+    def __init__(self, batches: Iterator[Any], current: _Pass, loader: ShardLoader) -> None:
         self._batches = batches
         self._pass = current
+        self._loader = loader
 
     def __iter__(self) -> _Batches:
         return self
@@ -160,7 +166,7 @@ class _Batches:
         return delivery.item
 
     def __len__(self) -> int:
-        return len(self._batches)  # type: ignore[arg-type]
+        return len(self._loader)
 
 
 _LOADER_OPTIONS = (

@@ -24,6 +24,7 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from ..seeds import stable_seed
 from . import splitting
 from .shuffle import replay
 
@@ -141,16 +142,21 @@ class WorkerPosition:
     items: int = 0
     ended: bool = False
     lost: list[Span] = field(default_factory=list)
+    parts: list[list[Span]] = field(default_factory=list)  # a mixture's: lost, per source
 
     def to_json(self) -> list[Any]:
-        return [self.taken, self.read, self.items, int(self.ended), [list(s) for s in self.lost]]
+        data: list[Any] = [self.taken, self.read, self.items, int(self.ended)]
+        data.append([list(s) for s in self.lost])
+        if self.parts:
+            data.append([[list(s) for s in part] for part in self.parts])
+        return data
 
     @classmethod
     def from_json(cls, data: Sequence[Any]) -> WorkerPosition:
-        taken, read, items, ended, lost = data
-        return cls(
-            int(taken), int(read), int(items), bool(ended), [(int(a), int(b)) for a, b in lost]
-        )
+        taken, read, items, ended, lost = data[:5]
+        parts = [[(int(a), int(b)) for a, b in part] for part in data[5]] if len(data) > 5 else []
+        spans = [(int(a), int(b)) for a, b in lost]
+        return cls(int(taken), int(read), int(items), bool(ended), spans, parts)
 
 
 @dataclass
@@ -197,13 +203,16 @@ class Shuffling:
     seed: int
     epoch: int
 
-    def rng(self, generation: int, rank: int, worker: int) -> random.Random:
-        """The random stream of one worker's shuffle in one generation of the epoch."""
+    def rng(self, generation: int, rank: int, worker: int, cycle: int = 0) -> random.Random:
+        """The random stream of one worker's shuffle in one generation of the epoch (and,
+        for a mixed source read again, in its ``cycle``-th pass)."""
         if generation == 0:
             parts: tuple[object, ...] = ("samples", self.seed, self.epoch, rank, worker)
         else:
             parts = ("samples", self.seed, self.epoch, "resumed", generation, rank, worker)
-        return random.Random(splitting.stable_seed(*parts))
+        if cycle:
+            parts = (*parts, "cycle", cycle)
+        return random.Random(stable_seed(*parts))
 
 
 class EpochPlan:
@@ -211,15 +220,23 @@ class EpochPlan:
     generation (``history``: the generations before the current one, with their
     checkpoints). Positions, not samples: nothing here reads a shard."""
 
-    def __init__(self, total: int, history: Sequence[Generation], shuffling: Shuffling) -> None:
+    def __init__(
+        self,
+        total: int,
+        history: Sequence[Generation],
+        shuffling: Shuffling,
+        remaining: Runs | None = None,
+    ) -> None:
         self.shuffling = shuffling
         self.history = list(history)
-        self.remaining = Runs([(0, total)])
+        self.remaining = Runs([(0, total)]) if remaining is None else remaining
         self.dropped = 0
+        self.generation = len(history)
+        if remaining is not None:
+            return  # what is left was found by the caller (a mixture's source)
         for number, generation in enumerate(history):
             self.remaining, dropped = self._left_after(number, generation)
             self.dropped += dropped
-        self.generation = len(history)
 
     def rank_runs(self, topology: Topology, rank: int) -> Runs:
         """The positions rank ``rank`` reads in the current generation."""
@@ -267,7 +284,13 @@ class EpochPlan:
         return left, dropped
 
     def worker_left(
-        self, number: int, rank: int, worker: int, stream: Runs, position: WorkerPosition
+        self,
+        number: int,
+        rank: int,
+        worker: int,
+        stream: Runs,
+        position: WorkerPosition,
+        cycle: int = 0,
     ) -> Runs:
         """What one worker of generation ``number`` had not delivered: the positions in its
         shuffle buffer, in buffer order, then those it had not read."""
@@ -277,7 +300,7 @@ class EpochPlan:
         state = replay(
             len(kept),
             size=self.shuffling.size,
-            rng=self.shuffling.rng(number, rank, worker),
+            rng=self.shuffling.rng(number, rank, worker, cycle),
             initial=self.shuffling.initial,
             taken=position.taken,
         )

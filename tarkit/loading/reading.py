@@ -39,12 +39,14 @@ class PieceReader:
         handler: str,
         cache: ShardCache | None,
         skip: SkipReport,
+        shard_base: int = 0,
     ) -> None:
         self.urls = urls
         self.infos = infos
         self.handler = handler
         self.cache = cache
         self.skip = skip
+        self.shard_base = shard_base  # where these shards start in the skip counts
 
     def samples(self, pieces: Sequence[Piece], row: int) -> Iterator[dict[str, Any]]:
         """The samples of ``pieces``, one after another (``row``: the worker, for counts)."""
@@ -99,14 +101,14 @@ class PieceReader:
             if self.handler == "raise":
                 raise error from exc
             lost = expected - delivered if expected is not None else watch.lost(error)
-            self.skip(row, UNREADABLE, lost, piece.shard, str(error))
+            self.skip(row, UNREADABLE, lost, self.shard_base + piece.shard, str(error))
         except (InputError, SourceError) as exc:
             if offset and isinstance(exc, InputError) and exc.offset is not None:
                 exc.offset += offset
             if self.handler == "raise":
                 raise
             lost = expected - delivered if expected is not None else watch.lost(exc)
-            self.skip(row, shard_reason(exc), lost, piece.shard, str(exc))
+            self.skip(row, shard_reason(exc), lost, self.shard_base + piece.shard, str(exc))
 
     def _open(self, url: str, offset: int) -> tuple[Any, BinaryIO]:
         """Open a shard; the returned tar stream starts at byte ``offset`` of the tar."""

@@ -9,34 +9,37 @@ under ``handler="skip"``.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable
 
 from ..errors import UsageError
-from ..format.manifest import ShardInfo
-from .plans import EpochPlan, Generation, Shuffling, Topology, WorkerPosition, derive_positions
+from .plans import Generation, Topology, WorkerPosition
 from .state import LoaderState
+
+# (generations before, the checkpointed one, a rank) → that rank's workers' positions
+# derived from the items delivered, and the worker of the last item.
+Derive = Callable[[list[Generation], Generation, int], tuple[list[WorkerPosition], int | None]]
 
 
 def resume_point(
-    state: LoaderState, topology: Topology, rank: int, worker: int,
-    infos: Sequence[ShardInfo] | None,
-) -> tuple[list[Generation], WorkerPosition | None]:  # fmt: skip
-    """(generations before the current one, this worker's position in it) for ``state``."""
+    state: LoaderState, topology: Topology, rank: int, worker: int, derive: Derive | None
+) -> tuple[list[Generation], WorkerPosition | None]:
+    """(generations before the current one, this worker's position in it) for ``state``;
+    ``derive`` is None without sample counts."""
     generation = state.generation
     if generation is None:
         return list(state.history), None
     if generation.topology != topology:
-        if infos is None:
+        if derive is None:
             raise UsageError(
                 "resuming on another topology (ranks, workers or batch size) needs a manifest "
                 "(tarindex -o manifest.json): what is left of the epoch is found from it"
             )
         return [*state.history, generation], None  # elastic: a new generation from zero
-    return list(state.history), _position(state, generation, rank, worker, infos)[0]
+    return list(state.history), _position(state, generation, rank, worker, derive)[0]
 
 
 def rotation(
-    state: LoaderState | None, topology: Topology, rank: int, infos: Sequence[ShardInfo] | None
+    state: LoaderState | None, topology: Topology, rank: int, derive: Derive | None
 ) -> int:
     """How far a restored rank's workers turn: DataLoader worker ``i`` plays worker
     ``(i + rotation) % workers``, so that a new DataLoader, which always starts its round
@@ -46,27 +49,29 @@ def rotation(
     generation = state.generation
     if generation.topology != topology or len(state.covers) != topology.workers:
         return 0  # elastic (a new generation starts at worker 0), or a single worker's
-    last = _position(state, generation, rank, 0, infos)[1]
+    last = _position(state, generation, rank, 0, derive)[1]
     return 0 if last is None else (last + 1) % topology.workers
 
 
+def last_worker(state: LoaderState, rank: int, derive: Derive | None) -> int | None:
+    """The worker of the last item ``rank`` delivered before ``state`` was taken."""
+    if state.generation is None:
+        return None
+    return _position(state, state.generation, rank, 0, derive)[1]
+
+
 def _position(
-    state: LoaderState, generation: Generation, rank: int, worker: int,
-    infos: Sequence[ShardInfo] | None,
-) -> tuple[WorkerPosition, int | None]:  # fmt: skip
+    state: LoaderState, generation: Generation, rank: int, worker: int, derive: Derive | None
+) -> tuple[WorkerPosition, int | None]:
     if rank == generation.rank and generation.workers is not None and worker in state.covers:
         return generation.workers[state.covers.index(worker)], generation.last_worker
-    if infos is None:
+    if derive is None:
         raise UsageError(
             f"the loader state was taken on rank {generation.rank}: restoring it on rank {rank} "
             "needs a manifest (tarindex -o manifest.json), from which each rank's position "
             "is derived"
         )
-    topology = generation.topology
-    total = sum(info.samples for info in infos)
-    plan = EpochPlan(total, state.history, Shuffling(0, 1, 0, state.epoch))
-    sizes = [len(plan.worker_runs(topology, rank, w)) for w in range(topology.workers)]
-    positions, last = derive_positions(sizes, topology.batch_size, generation.delivered)
+    positions, last = derive(list(state.history), generation, rank)
     return positions[worker], last
 
 

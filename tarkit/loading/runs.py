@@ -43,6 +43,8 @@ class WorkerRun:
         worker: int,
         plan: EpochPlan | None,
         position: WorkerPosition | None = None,
+        stream: Runs | None = None,
+        cycle: int = 0,
     ) -> None:
         self.reader = reader
         self.infos = infos
@@ -51,6 +53,7 @@ class WorkerRun:
         self.rank = rank
         self.worker = worker
         self.plan = plan
+        self.cycle = cycle
         start = position or WorkerPosition()
         self.position = WorkerPosition(start.taken, start.read, start.items, start.ended,
                                        list(start.lost))  # fmt: skip
@@ -58,8 +61,10 @@ class WorkerRun:
             shards, shuffle=shuffling.size > 0, seed=shuffling.seed, epoch=shuffling.epoch
         )
         if infos is not None:
-            assert plan is not None
-            self.stream: Runs | None = plan.worker_runs(topology, rank, worker)
+            if stream is None:
+                assert plan is not None
+                stream = plan.worker_runs(topology, rank, worker)
+            self.stream: Runs | None = stream
             counts = [info.samples for info in infos]
             ends, total = [], 0
             for shard in self.order:
@@ -91,7 +96,7 @@ class WorkerRun:
 
     def rng(self) -> random.Random:
         generation = self.plan.generation if self.plan is not None else 0
-        return self.shuffling.rng(generation, self.rank, self.worker)
+        return self.shuffling.rng(generation, self.rank, self.worker, self.cycle)
 
     def samples(self) -> Iterator[dict[str, Any]]:
         """The worker's samples, shuffled, from its position on."""

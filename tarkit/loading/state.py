@@ -37,12 +37,18 @@ FORMAT = "tarkit-loader-state"
 VERSION = 1
 
 
-def fingerprint(urls: Sequence[str], infos: Sequence[ShardInfo] | None) -> str:
-    """What identifies a dataset's shards, wherever they are: their names, in order, and
-    their sample counts when known (moving the shards keeps it; renaming one does not)."""
-    names = [location(u).basename for u in urls]
-    counts = [i.samples for i in infos] if infos is not None else None
-    text = json.dumps([names, counts], ensure_ascii=True)
+def fingerprint(
+    sources: Sequence[tuple[str, Sequence[str], Sequence[ShardInfo] | None]],
+) -> str:
+    """What identifies a dataset's shards, wherever they are: for each source (one, unless
+    mixed) its name, its shards' names in order, and their sample counts when known
+    (moving the shards keeps it; renaming one does not)."""
+    described = [
+        [name, [location(u).basename for u in urls],
+         [i.samples for i in infos] if infos is not None else None]
+        for name, urls, infos in sources
+    ]  # fmt: skip
+    text = json.dumps(described, ensure_ascii=True)
     return hashlib.sha256(text.encode("ascii")).hexdigest()[:32]
 
 
@@ -59,6 +65,7 @@ class LoaderState:
     history: list[Generation] = field(default_factory=list)
     generation: Generation | None = None
     covers: list[int] = field(default_factory=list)
+    mixture: dict[str, Any] | None = None  # {"weights": {name: w}, "epoch_samples": n}
 
     def to_json(self) -> dict[str, Any]:
         """The state as a dict of plain JSON types."""
@@ -74,7 +81,8 @@ class LoaderState:
                 "shards": self.shards,
                 "samples": self.samples,
             },
-            "settings": {"seed": self.seed, "shuffle": self.shuffle},
+            "settings": {"seed": self.seed, "shuffle": self.shuffle}
+            | ({"mixture": self.mixture} if self.mixture is not None else {}),
             "epoch": self.epoch,
             "history": [g.to_json() for g in self.history],
             "generation": current,
@@ -100,13 +108,22 @@ class LoaderState:
                 history=[Generation.from_json(g) for g in data.get("history") or []],
                 generation=None if current is None else Generation.from_json(current),
                 covers=[] if current is None else [int(w) for w in current.get("covers") or []],
+                mixture=settings.get("mixture"),
             )
         except (KeyError, TypeError, ValueError) as exc:
             raise UsageError(
                 f"malformed tarkit loader state ({type(exc).__name__}: {exc})"
             ) from None
 
-    def check(self, *, fingerprint: str, shards: int, seed: int, shuffle: int) -> None:
+    def check(
+        self,
+        *,
+        fingerprint: str,
+        shards: int,
+        seed: int,
+        shuffle: int,
+        mixture: dict[str, Any] | None = None,
+    ) -> None:
         """Refuse a state of another dataset or of other settings, naming what differs."""
         if self.shards != shards or self.fingerprint != fingerprint:
             raise UsageError(
@@ -124,3 +141,10 @@ class LoaderState:
                 f"the loader state was taken with shuffle={self.shuffle}, this dataset has "
                 f"shuffle={shuffle}: its orders would differ"
             )
+        was, now = self.mixture or {}, mixture or {}
+        for name in ("weights", "epoch_samples"):
+            if was.get(name) != now.get(name):
+                raise UsageError(
+                    f"the loader state was taken with {name}={was.get(name)!r}, this dataset "
+                    f"has {name}={now.get(name)!r}: its mixture would differ"
+                )
