@@ -14,7 +14,7 @@ before it. Closing them closes every input (stopping ``pipe:`` commands early).
 >>> list(interleave([iter("abc"), iter("12"), iter("xyzw")]))
 ['a', '1', 'x', 'b', '2', 'y', 'c', 'z', 'w']
 >>> "".join(mix([iter("aaaaaaaa"), iter("bbbbbbbb")], [3, 1], seed=0))
-'baaaaaaaba'
+'aaaabbaaaa'
 """
 
 from __future__ import annotations
