@@ -16,7 +16,7 @@ from __future__ import annotations
 import os
 import random
 import warnings
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any
 
 import torch
@@ -25,6 +25,7 @@ from torch.utils.data import IterableDataset, default_collate, get_worker_info
 
 from ..errors import InputError, UsageError
 from ..format.manifest import Manifest
+from ..storage import Reconnection, RetryPolicy, retry_policy
 from ..storage.cache import ShardCache
 from . import splitting
 from .reading import PieceReader, piece_length
@@ -64,6 +65,12 @@ class ShardDataset(IterableDataset):
     :attr:`skipped`. ``equal_batches`` (needs a manifest) makes every rank yield the same
     number of samples and batches. ``cache_dir``/``cache_size``: see :mod:`tarkit.storage.cache`.
     ``rank``/``world_size`` override the detected ones.
+
+    Remote shards (and manifests) are read with ``storage_options`` (fsspec's), and a read
+    that drops or stalls reconnects at the byte it reached: at most ``retries``
+    reconnections in a row, ``timeout`` seconds to connect and between bytes (None:
+    ``TARKIT_RETRIES``/``TARKIT_TIMEOUT`` in the workers, else 5 and 30 s; docs/remote.md).
+    Reconnections are counted in ``skipped.reconnections``, with one warning per epoch.
     """
 
     def __init__(
@@ -85,6 +92,9 @@ class ShardDataset(IterableDataset):
         cache_size: int | str | None = None,
         rank: int | None = None,
         world_size: int | None = None,
+        storage_options: Mapping[str, Any] | None = None,
+        retries: int | None = None,
+        timeout: float | None = None,
     ) -> None:
         super().__init__()
         if handler not in ("raise", "skip"):
@@ -93,7 +103,8 @@ class ShardDataset(IterableDataset):
             raise UsageError("batch_size must be at least 1")
         if shuffle < 0:
             raise UsageError("shuffle must be a buffer size of 0 or more")
-        self.urls, self.infos = resolve_shards(urls, manifest)
+        retry_policy(retries, timeout, base=RetryPolicy())  # malformed settings fail here
+        self.urls, self.infos = resolve_shards(urls, manifest, storage_options)
         if equal_batches and self.infos is None:
             raise UsageError(
                 "equal_batches needs a manifest with sample counts (tarindex -o manifest.json)"
@@ -113,8 +124,10 @@ class ShardDataset(IterableDataset):
         self.world_size = world_size
         self._state = SharedState(len(self.urls))
         self._reader = PieceReader(
-            self.urls, self.infos, handler=handler, cache=self.cache, skip=self._skip
-        )
+            self.urls, self.infos, handler=handler, cache=self.cache, skip=self._skip,
+            storage_options=storage_options, retries=retries, timeout=timeout,
+            reconnected=self._reconnected,
+        )  # fmt: skip
         self._transforms = Transforms(decode, to_tuple, map, handler=handler, skip=self._skip)
 
     # -- epochs, ranks, lengths ------------------------------------------------------
@@ -275,5 +288,12 @@ class ShardDataset(IterableDataset):
             warnings.warn(
                 f"tarkit: skipping bad input ({message}); the counts of skipped samples and "
                 "shards are in ShardDataset.skipped",
+                stacklevel=2,
+            )
+
+    def _reconnected(self, event: Reconnection) -> None:
+        if self._state.reconnected():
+            warnings.warn(
+                f"tarkit: {event}; reconnections are counted in ShardDataset.skipped.reconnections",
                 stacklevel=2,
             )
