@@ -28,6 +28,8 @@ from ..errors import OutputError, SourceError, TarkitError
 from .retrying import Interrupted, changed
 
 StorageOptions = Mapping[str, Any]
+# The extra of pyproject.toml that installs the package of a scheme.
+_EXTRAS = {"gs": "gs", "gcs": "gs", "az": "az", "abfs": "az", "abfss": "az", "adl": "az"}
 
 
 def filesystem(
@@ -40,14 +42,17 @@ def filesystem(
     the URL is malformed.
     """
     error: type[TarkitError] = OutputError if writing else SourceError
+    extra = _EXTRAS.get(spec.split("://", 1)[0].lower(), "s3")
     try:
         import fsspec.core
     except ImportError:
-        raise error(f"{spec}: this kind of URL needs fsspec (pip install 'tarkit[s3]')") from None
+        raise error(
+            f"{spec}: this kind of URL needs fsspec (pip install 'tarkit[{extra}]')"
+        ) from None
     try:
         return fsspec.core.url_to_fs(spec, **dict(storage_options or {}))
     except ImportError as exc:
-        raise error(f"{spec}: {exc} (pip install 'tarkit[s3]')") from None
+        raise error(f"{spec}: {exc} (pip install 'tarkit[{extra}]')") from None
     except Exception as exc:  # fsspec back ends raise many kinds
         raise error(f"{spec}: cannot open: {exc}") from None
 
@@ -77,6 +82,33 @@ def object_info(spec: str, storage_options: StorageOptions | None = None) -> Obj
 
 
 _S3 = ("s3", "s3a")
+
+
+def abort_uploads(spec: str, storage_options: StorageOptions | None = None) -> None:
+    """Abort the S3 multipart uploads of ``spec`` that were started and never completed.
+
+    An upload cut short (a killed writer) leaves no object, but its parts stay, and are
+    billed, until aborted. Other stores have nothing to abort. Without the permission to
+    list uploads nothing is done; another failure raises
+    :class:`~tarkit.errors.OutputError`.
+    """
+    if spec.split("://", 1)[0].lower() not in _S3:
+        return
+    fs, path = filesystem(spec, storage_options, writing=True)
+    bucket, _, key = path.partition("/")
+    try:
+        listing = fs.call_s3("list_multipart_uploads", Bucket=bucket, Prefix=key)
+        for upload in listing.get("Uploads") or []:
+            if upload.get("Key") == key:
+                fs.call_s3(
+                    "abort_multipart_upload", Bucket=bucket, Key=key, UploadId=upload["UploadId"]
+                )
+    except PermissionError:
+        return
+    except Exception as exc:  # fsspec back ends raise many kinds
+        raise OutputError(f"{spec}: cannot abort its unfinished uploads: {exc}") from None
+
+
 _readers: dict[str, tuple[Any, int]] = {}  # tarkit's own reading file systems, by options
 
 
