@@ -207,5 +207,12 @@ class _FileConnection:
             # out by the reconnection, which checks its size and ETag.
             raise Interrupted(f"read failed: {exc}") from None
 
+    def seek(self, offset: int) -> bool:
+        try:
+            self._file.seek(offset)  # fsspec files seek without a request
+        except Exception:  # fsspec back ends raise many kinds
+            return False
+        return True
+
     def close(self) -> None:
         self._file.close()

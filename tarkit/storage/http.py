@@ -78,6 +78,9 @@ class HttpObject:
             response = urllib.request.urlopen(request, timeout=timeout)  # noqa: S310
         except urllib.error.HTTPError as exc:
             exc.close()
+            if exc.code == 416 and not self._known and _total(exc.headers) == offset:
+                self._known, self.size = True, offset  # asked for the bytes from the end
+                return _HttpConnection(None, timeout)
             raise self._status_error(exc.code, str(exc.reason), exc.headers, offset) from None
         except (urllib.error.URLError, OSError, http.client.HTTPException) as exc:
             raise self._connect_error(exc, timeout) from None
@@ -168,6 +171,8 @@ class _HttpConnection:
     def read(self, size: int) -> bytes:
         import http.client
 
+        if self._response is None:  # an empty range
+            return b""
         try:
             return bytes(self._response.read1(size))
         except TimeoutError:
@@ -179,8 +184,18 @@ class _HttpConnection:
         except (OSError, http.client.HTTPException) as exc:
             raise Interrupted(f"connection failed: {exc}") from None
 
+    def seek(self, offset: int) -> bool:
+        return False  # a new request for a byte range
+
     def close(self) -> None:
-        self._response.close()
+        if self._response is not None:
+            self._response.close()
+
+
+def _total(headers: Any) -> int | None:
+    """The object's length from a 416 answer's ``Content-Range: bytes */N``."""
+    match = re.fullmatch(r"bytes\s+\*/(\d+)", (headers.get("Content-Range") or "").strip())
+    return int(match.group(1)) if match else None
 
 
 def _number(text: str | None) -> int | None:

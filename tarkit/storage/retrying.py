@@ -188,6 +188,11 @@ class Connection(Protocol):
         for a failure worth another try, SourceError for one that is not."""
         ...
 
+    def seek(self, offset: int) -> bool:
+        """Go to byte ``offset`` of the object in place if the connection can (True);
+        False: the stream opens a new connection there instead."""
+        ...
+
     def close(self) -> None: ...
 
 
@@ -250,7 +255,9 @@ class ResumingStream(io.RawIOBase):
                 raise io.UnsupportedOperation("seek from the end of an object of unknown size")
             offset += self.connector.size
         if offset != self.position:
-            self._drop()
+            connection = self._connection
+            if connection is None or not connection.seek(offset):
+                self._drop()
             self.position = offset
         return self.position
 

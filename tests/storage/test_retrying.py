@@ -127,6 +127,14 @@ def test_reading_from_an_offset_resumes_from_there(served) -> None:
     assert server.ranges == [("/x.tar", 1_000_000), ("/x.tar", 1_300_000)]
 
 
+def test_reading_from_the_end_gives_nothing_and_from_beyond_it_an_error(served) -> None:
+    server, url = served
+    assert read(url, [], start=len(DATA)) == b""
+    with pytest.raises(SourceError) as info:
+        read(url, [], start=len(DATA) + 1)
+    assert str(info.value) == f"{url}: input ends before byte {len(DATA) + 1}"
+
+
 @pytest.mark.parametrize("if_range", [True, False])
 def test_an_object_replaced_mid_read_is_a_changed_error(served, if_range: bool) -> None:
     server, url = served

@@ -54,6 +54,18 @@ def test_reading_from_an_offset_resumes_from_there(bucket: str, s3_proxy: FaultP
     assert len(events) == 1
 
 
+def test_a_seek_moves_the_read_and_its_resumption(bucket: str, s3_proxy: FaultProxy) -> None:
+    events: list[Reconnection] = []
+    options = {"endpoint_url": s3_proxy.url, "default_block_size": BLOCK}
+    policy = RetryPolicy(timeout=1.0, backoff=0.01, on_reconnect=events.append)
+    with open_source(f"s3://{bucket}/x.tar", options, policy) as source:
+        assert source.stream.read(6) == DATA[:6]
+        assert source.stream.seek(2_000_000) == 2_000_000
+        s3_proxy.drop_after(100_000)
+        assert source.stream.read() == DATA[2_000_000:]
+    assert [e.offset for e in events] == [2_000_000]
+
+
 def test_a_stall_is_cut_by_the_timeout(bucket: str, s3_proxy: FaultProxy) -> None:
     s3_proxy.stall_after(1_500_000, seconds=30)
     events: list[Reconnection] = []
