@@ -71,6 +71,11 @@ class InputError(TarkitError):
             self.reason = reason
         super().__init__(what)
 
+    def __reduce__(self) -> tuple[Any, ...]:
+        # Whole, across processes (a DataLoader worker's error): not only the message.
+        fields = (self.what, self.source, self.offset, self.member, self.reason)
+        return _rebuild_input_error, (type(self), *fields)
+
     def __str__(self) -> str:
         where = []
         if self.offset is not None:
@@ -227,3 +232,10 @@ class MapError(TarkitError):
 
 def _rebuild_source_error(message: str, reason: str | None) -> SourceError:
     return SourceError(message, reason=reason)
+
+
+def _rebuild_input_error(
+    cls: type[InputError], what: str, source: str, offset: int | None, member: str | None,
+    reason: str | None,
+) -> InputError:  # fmt: skip
+    return cls(what, source=source, offset=offset, member=member, reason=reason)

@@ -14,13 +14,11 @@ torch is imported by this folder only.
 from __future__ import annotations
 
 import os
-import random
 import warnings
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from typing import Any
+from typing import Any, Literal
 
 import torch
-import webdataset as wds
 from torch.utils.data import IterableDataset, default_collate, get_worker_info
 
 from ..errors import InputError, UsageError
@@ -28,9 +26,16 @@ from ..format.manifest import Manifest
 from ..storage import Reconnection, RetryPolicy, retry_policy
 from ..storage.cache import ShardCache
 from . import splitting
-from .reading import PieceReader, piece_length
+from .batching import batches
+from .epochs import EpochClock
+from .handoff import handed_over
+from .plans import EpochPlan, Generation, Shuffling, Topology
+from .reading import PieceReader
+from .resume import check_worker_state, resume_point, rotation
+from .runs import INITIAL, WorkerRun
 from .shards import resolve_shards
 from .skips import WARNED_IDLE, SharedState, SkipCounts
+from .state import LoaderState, fingerprint
 from .transforms import Transforms
 
 
@@ -49,9 +54,12 @@ class ShardDataset(IterableDataset):
     """Samples of tar shards, each delivered exactly once per epoch over ranks and workers.
 
     ``urls``: a brace pattern, a list of them, a manifest (``.json``) or a directory
-    (its ``manifest.json``, else its tar files in name order). ``manifest`` gives sample
-    counts (for ``len()``, ``equal_batches`` and splitting shards into pieces so that
-    every worker has work); byte offsets in it let a worker start mid-shard by seeking.
+    (its ``manifest.json``, else its tar files in name order). Local shards that do not
+    exist fail here, naming the first. ``manifest`` gives sample counts (for ``len()``,
+    ``equal_batches`` and splitting shards into pieces so that every worker has work);
+    byte offsets in it let a worker start mid-shard by seeking. Without one, a
+    ``manifest.json`` beside the shards is used when it lists exactly those shards;
+    ``manifest=False`` reads without any.
 
     ``shuffle``: shuffle buffer size; any value above 0 also shuffles the shard order.
     Orders are a function of ``(seed, epoch, rank, worker)`` only. ``decode``,
@@ -83,7 +91,7 @@ class ShardDataset(IterableDataset):
         to_tuple: str | Sequence[str] | None = None,
         map: Callable[[Any], Any] | None = None,  # noqa: A002 - the issue's name
         handler: str = "raise",
-        manifest: str | Manifest | None = None,
+        manifest: str | Manifest | Literal[False] | None = None,
         equal_batches: bool = False,
         batch_size: int | None = None,
         drop_last: bool = False,
@@ -123,31 +131,40 @@ class ShardDataset(IterableDataset):
         self.rank = rank
         self.world_size = world_size
         self._state = SharedState(len(self.urls))
+        self._clock = EpochClock()
         self._reader = PieceReader(
             self.urls, self.infos, handler=handler, cache=self.cache, skip=self._skip,
             storage_options=storage_options, retries=retries, timeout=timeout,
             reconnected=self._reconnected,
         )  # fmt: skip
         self._transforms = Transforms(decode, to_tuple, map, handler=handler, skip=self._skip)
+        # Set by ShardLoader: workers hand over deliveries and errors (handoff.py).
+        self.in_loader = False
+        self._current: WorkerRun | None = None  # this process's pass
+        self._resume: LoaderState | None = None  # a loaded state, for the next pass
+        self._worker_resume: LoaderState | None = None  # a worker's own (torchdata)
 
     # -- epochs, ranks, lengths ------------------------------------------------------
 
     def set_epoch(self, epoch: int) -> None:
-        """Start epoch ``epoch``: it decides the orders; skip counts start again from 0.
+        """Make the next pass read epoch ``epoch`` (the passes after it ``epoch + 1``…).
 
-        Call it in the main process before iterating (workers, persistent or not,
-        read it when their epoch starts).
+        Not needed for training: every new pass over the dataset (a DataLoader's
+        iteration, persistent workers or not) reads the next epoch by itself
+        (:mod:`tarkit.loading.epochs`). Call it in the main process to pin an epoch
+        exactly, for reproducibility.
         """
-        self._state.epoch = epoch
+        self._clock.pin(epoch)
         self._state.reset()
 
     @property
     def epoch(self) -> int:
-        return self._state.epoch
+        """The epoch of the pass under way or last begun; before any, the next one's."""
+        return self._clock.epoch
 
     @property
     def skipped(self) -> SkipCounts:
-        """Samples and shards skipped since the last :meth:`set_epoch`, summed over workers."""
+        """Samples and shards skipped in the current (or last) epoch, summed over workers."""
         return self._state.counts()
 
     def rank_and_world(self) -> tuple[int, int]:
@@ -192,62 +209,147 @@ class ShardDataset(IterableDataset):
 
     # -- iteration ------------------------------------------------------------------
 
-    def pieces(self, worker: int = 0, workers: int = 1) -> list[splitting.Piece]:
-        """The pieces of shards one worker of this rank reads in the current epoch.
+    def topology(self, workers: int) -> Topology:
+        """How this dataset splits an epoch over its ranks and ``workers`` workers a rank."""
+        _, world = self.rank_and_world()
+        return Topology(
+            world, max(workers, 1), self.batch_size, self.drop_last and bool(self.batch_size),
+            self.equal_batches,
+        )  # fmt: skip
 
-        With a manifest, the cuts between workers fall on multiples of ``batch_size``.
-        """
-        rank, world = self.rank_and_world()
+    def _shuffling(self, epoch: int) -> Shuffling:
+        return Shuffling(self.shuffle, min(self.shuffle, INITIAL), self.seed, epoch)
+
+    def _run(
+        self, epoch: int, topology: Topology, rank: int, worker: int, resume: LoaderState | None
+    ) -> WorkerRun:
+        """The run of one (logical) worker over ``epoch``, from ``resume`` if given."""
+        plan = None
+        position = None
+        if resume is not None:
+            history, position = resume_point(resume, topology, rank, worker, self.infos)
+        else:
+            history = []
         if self.infos is not None:
-            return splitting.epoch_pieces(
-                [info.samples for info in self.infos],
-                rank=rank,
-                world=world,
-                worker=worker,
-                workers=workers,
-                shuffle=self.shuffle > 0,
-                seed=self.seed,
-                epoch=self.epoch,
-                equal=self.equal_batches,
-                batch_size=self.batch_size,
-                drop_last=self.drop_last and bool(self.batch_size),
-            )
-        order = splitting.shard_order(
-            len(self.urls), shuffle=self.shuffle > 0, seed=self.seed, epoch=self.epoch
-        )
-        return splitting.whole_shards(order, rank=rank, world=world, worker=worker, workers=workers)
+            total = sum(info.samples for info in self.infos)
+            plan = EpochPlan(total, history, self._shuffling(epoch))
+        return WorkerRun(
+            self._reader, self.infos, len(self.urls), shuffling=self._shuffling(epoch),
+            topology=topology, rank=rank, worker=worker, plan=plan, position=position,
+        )  # fmt: skip
 
     def __iter__(self) -> Iterator[Any]:
         info = get_worker_info()
-        worker, workers = (info.id, info.num_workers) if info is not None else (0, 1)
+        physical, workers = (info.id, info.num_workers) if info is not None else (0, 1)
         rank, _ = self.rank_and_world()
-        if worker == 0:  # one worker decides, so that a warning comes once
-            self._warn_if_idle(workers)
-        epoch = self.epoch
-        pieces = self.pieces(worker, workers)
-        items: Iterator[Any] = self._reader.samples(pieces, worker)
-        if self.shuffle:
-            rng = random.Random(splitting.stable_seed("samples", self.seed, epoch, rank, worker))
-            items = wds.shuffle(self.shuffle, initial=min(self.shuffle, 100), rng=rng)(items)
+        topology = self.topology(workers)
+        resume = self._worker_resume
+        if resume is not None:  # a worker restored on its own state (torchdata)
+            self._worker_resume = None
+            epoch, new = resume.epoch, False
+            self._clock.resume(epoch)
+        else:
+            seed = info.seed - info.id if info is not None else None
+            epoch, new, resumed = self._clock.begin(physical, seed)
+            resume = self._resume if resumed else None
+        if new:
+            self._state.reset()  # skip counts are per epoch
+        worker = (physical + rotation(resume, topology, rank, self.infos)) % topology.workers
+        run = self._run(epoch, topology, rank, worker, resume)
+        self._current = run
+        if physical == 0:  # one worker decides, so that a warning comes once
+            self._warn_if_idle(epoch, topology, rank, resume)
+        items: Iterator[Any] = run.samples()
         if self._transforms.active:
             items = self._transforms(items, worker)
-        if self.equal_batches and self.infos is not None:
-            infos = self.infos
-            expected = sum(piece_length(piece, infos[piece.shard]) for piece in pieces)
-            items = self._padded(items, expected, worker, rank)
+        if self.equal_batches and run.expected is not None:
+            items = self._padded(items, run.expected - run.position.taken, worker, rank)
         if self.batch_size:
-            collate = self.collate or default_collate
-            items = wds.batched(self.batch_size, collation_fn=collate, partial=not self.drop_last)(
-                items
+            items = batches(
+                items,
+                self.batch_size,
+                self.collate or default_collate,
+                partial=not self.drop_last,
+                where=self._where,
             )
+        items = _counted(items, run)
+        if self.in_loader:
+            generation = run.plan.generation if run.plan is not None else 0
+            items = handed_over(items, run, epoch, generation)
         return items
 
-    def _warn_if_idle(self, workers: int) -> None:
-        """Warn once if a worker of this rank has nothing to read (the same every epoch)."""
-        shares = [self.pieces(w, workers) for w in range(workers)]
-        if all(shares) or not self._state.first(WARNED_IDLE):
+    # -- state --------------------------------------------------------------------------
+
+    def state_dict(self) -> dict[str, Any]:
+        """Where this process's pass over the dataset stands, as a dict of JSON types.
+
+        In a DataLoader worker (torchdata's ``StatefulDataLoader`` asks each worker) it is
+        that worker's state; in the main process, the state of its own pass. A loader's
+        state covering all its workers is :meth:`ShardLoader.state_dict`. See
+        :mod:`tarkit.loading.state`.
+        """
+        run = self._current
+        if run is None:
+            if self._resume is not None:
+                return self._resume.to_json()
+            return self._fresh_state(self._clock.next_epoch).to_json()
+        history = list(run.plan.history) if run.plan is not None else []
+        generation = Generation(run.topology, run.position.items, run.rank, [run.snapshot()])
+        state = self._fresh_state(run.shuffling.epoch)
+        state.history, state.generation, state.covers = history, generation, [run.worker]
+        return state.to_json()
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Resume from a state (:meth:`state_dict`, :meth:`ShardLoader.state_dict`): the
+        next pass continues it. Call it before iterating.
+
+        Raises :class:`~tarkit.errors.UsageError` naming the setting when the state
+        belongs to another dataset, seed or shuffle, or (in a DataLoader worker) to
+        another number of workers, ranks or batch size: torchdata restores each worker
+        on its own state, so only tarkit's loader can resume on another topology.
+        """
+        parsed = LoaderState.from_json(state)
+        parsed.check(
+            fingerprint=fingerprint(self.urls, self.infos),
+            shards=len(self.urls),
+            seed=self.seed,
+            shuffle=self.shuffle,
+        )
+        info = get_worker_info()
+        if info is not None:
+            check_worker_state(parsed, self.topology(info.num_workers), info.id)
+            self._worker_resume = parsed
             return
-        _, world = self.rank_and_world()
+        self._resume = parsed
+        self._current = None
+        self._clock.pin(parsed.epoch, resume=parsed.generation is not None)
+
+    def _fresh_state(self, epoch: int) -> LoaderState:
+        """The state of a pass of ``epoch`` that has not begun."""
+        samples = sum(i.samples for i in self.infos) if self.infos is not None else None
+        return LoaderState(
+            fingerprint(self.urls, self.infos), len(self.urls), samples, self.seed,
+            self.shuffle, epoch,
+        )  # fmt: skip
+
+    def _where(self, item: Any) -> tuple[str, str]:
+        """(shard, key) of the sample an item of the pipeline came from."""
+        if self._transforms.active:
+            return self._transforms.current
+        return item.get("__url__", "-"), item.get("__key__", "?")
+
+    def _warn_if_idle(
+        self, epoch: int, topology: Topology, rank: int, resume: LoaderState | None
+    ) -> None:
+        """Warn once if a worker of this rank has nothing to read (the same every epoch)."""
+        if resume is not None:
+            return  # a resumed pass: workers may well have finished their share
+        workers = topology.workers
+        if all(not self._run(epoch, topology, rank, w, None).empty for w in range(workers)):
+            return
+        if not self._state.first(WARNED_IDLE):
+            return
+        world = topology.world
         if self.infos is None:
             what = f"{len(self.urls)} shards"
             hint = " (a manifest with offsets lets tarkit split shards: tarindex --offsets)"
@@ -297,3 +399,10 @@ class ShardDataset(IterableDataset):
                 f"tarkit: {event}; reconnections are counted in ShardDataset.skipped.reconnections",
                 stacklevel=2,
             )
+
+
+def _counted(items: Iterator[Any], run: WorkerRun) -> Iterator[Any]:
+    """``items``, each counted as delivered by ``run`` as it is handed on."""
+    for item in items:
+        run.delivered()
+        yield item

@@ -9,14 +9,12 @@ process sees what its workers skipped.
 
 from __future__ import annotations
 
-import contextlib
-import multiprocessing
 from dataclasses import dataclass, field
-from typing import Any
 
 import torch
 
 from ..errors import InputError, SourceError
+from .shared import SharedLock
 
 # Why samples or shards were skipped under handler="skip". The first four are about
 # shards (the rest of the shard, or of the worker's piece of it, is skipped).
@@ -33,13 +31,13 @@ _SHARD_REASONS = 4
 _ROWS = 64  # counter rows in shared memory: one per DataLoader worker (modulo)
 _EXAMPLE = 400  # bytes kept of the first message of each reason
 # Cells of the shared numbers tensor before the counter rows.
-_EPOCH, WARNED_IDLE, _WARNED_SKIP, _HEAD = 0, 1, 2, 3
+WARNED_IDLE, _WARNED_SKIP, _HEAD = 0, 1, 2
 _COLUMNS = len(REASONS) + 1  # samples skipped per reason, then samples repeated
 
 
 @dataclass
 class SkipCounts:
-    """What ``handler="skip"`` skipped since the last ``set_epoch`` (all workers summed).
+    """What ``handler="skip"`` skipped in an epoch (all workers summed).
 
     ``samples`` and ``shards`` count by reason (a shard counts once however many
     workers read pieces of it); ``repeated`` counts samples repeated to keep
@@ -77,13 +75,13 @@ class SkipCounts:
 
 
 class SharedState:
-    """Epoch, skip counts and warning flags in shared memory, seen by the dataset and its
-    worker copies.
+    """Skip counts and warning flags in shared memory, seen by the dataset and its worker
+    copies.
 
     Torch shared-memory tensors: forked workers share them, spawned workers get them
-    through torch's pickler, and a plain ``pickle`` copies their values. A lock makes
-    "first" mean first among forked workers (two workers skipping at once would both
-    warn, or mix their examples); spawned workers and copies go without it.
+    through torch's pickler, and a plain ``pickle`` copies their values. A
+    :class:`~tarkit.loading.shared.SharedLock` makes "first" mean first among workers
+    (two workers skipping at once would both warn, or mix their examples).
     """
 
     def __init__(self, shards: int) -> None:
@@ -92,22 +90,7 @@ class SharedState:
         self.examples = torch.zeros((len(REASONS), _EXAMPLE), dtype=torch.uint8).share_memory_()
         # Reconnections of remote reads, and whether they were warned of.
         self.reconnections = torch.zeros(2, dtype=torch.int64).share_memory_()
-        self.lock = _fork_lock()
-
-    def __getstate__(self) -> dict[str, Any]:
-        # Only a forked child can share the lock (inheriting it); pickling it fails.
-        return {**self.__dict__, "lock": None}
-
-    def _locked(self) -> contextlib.AbstractContextManager[Any]:
-        return self.lock if self.lock is not None else contextlib.nullcontext()
-
-    @property
-    def epoch(self) -> int:
-        return int(self.numbers[_EPOCH])
-
-    @epoch.setter
-    def epoch(self, epoch: int) -> None:
-        self.numbers[_EPOCH] = int(epoch)
+        self.lock = SharedLock()
 
     def reset(self) -> None:
         self.numbers[_WARNED_SKIP:] = 0
@@ -118,7 +101,7 @@ class SharedState:
     def add(self, row: int, reason: str, samples: int, shard: int | None, message: str) -> bool:
         """Count a skip; True when it is the first of this dataset (time to warn)."""
         index = REASONS.index(reason)
-        with self._locked():
+        with self.lock:
             self.numbers[_HEAD + (row % _ROWS) * _COLUMNS + index] += samples
             if shard is not None and int(self.shard_reasons[shard]) == 0:
                 self.shard_reasons[shard] = index + 1
@@ -131,19 +114,19 @@ class SharedState:
 
     def reconnected(self) -> bool:
         """Count a reconnection; True for the first since the reset (time to warn)."""
-        with self._locked():
+        with self.lock:
             self.reconnections[0] += 1
             first = int(self.reconnections[1]) == 0
             self.reconnections[1] = 1
             return first
 
     def repeat(self, row: int, samples: int) -> None:
-        with self._locked():
+        with self.lock:
             self.numbers[_HEAD + (row % _ROWS) * _COLUMNS + len(REASONS)] += samples
 
     def first(self, cell: int) -> bool:
         """Set a flag; True for the one process that set it."""
-        with self._locked():
+        with self.lock:
             return self._first(cell)
 
     def _first(self, cell: int) -> bool:
@@ -165,14 +148,6 @@ class SharedState:
             if raw:
                 result.examples[reason] = raw.decode("utf-8", "replace")
         return result
-
-
-def _fork_lock() -> Any:
-    """A lock for forked children (no resource tracker process), or None without fork."""
-    try:
-        return multiprocessing.get_context("fork").Lock()
-    except ValueError:  # pragma: no cover - Windows
-        return None
 
 
 def shard_reason(exc: Exception) -> str:

@@ -36,6 +36,8 @@ class Transforms:
         self.map = map
         self.handler = handler
         self.skip = skip
+        # The (shard, key) of the sample the item last yielded came from.
+        self.current: tuple[str, str] = ("-", "?")
 
     @property
     def active(self) -> bool:
@@ -61,7 +63,10 @@ class Transforms:
                 if index + 1 < len(stages):
                     items = feed.mark(items, stages[index + 1][0])
             try:
-                yield from items
+                for item in items:
+                    sample = feed.current or {}
+                    self.current = (sample.get("__url__", "-"), sample.get("__key__", "?"))
+                    yield item
                 return
             except Exception as exc:  # a stage failed on feed.current: rebuild the chain
                 if exc is feed.upstream:
