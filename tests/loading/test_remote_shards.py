@@ -125,3 +125,16 @@ def test_one_warning_names_the_first_reconnection(
         "ShardDataset.skipped.reconnections"
     ]
     assert dataset.skipped.reconnections == 2
+
+
+def test_tarkit_loader_takes_its_settings_from_the_environment(
+    http_server: ShardServer, urls: list[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import tarkit
+
+    monkeypatch.setenv("TARKIT_TIMEOUT", "1")  # the workers read it when they open a shard
+    expected = inject(http_server)
+    loader = tarkit.loader(urls, batch_size=10, num_workers=2)
+    got = Counter(key for batch in loader for key in batch["__key__"])
+    assert got == EVERY_KEY
+    assert loader.skipped.reconnections == expected
