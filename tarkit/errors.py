@@ -108,10 +108,12 @@ class SourceError(TarkitError):
     """An input cannot be opened or read to its end.
 
     ``reason`` classifies it for code that must tell cases apart (never the message):
-    :attr:`MISSING` for a file or object that does not exist, else None.
+    :attr:`MISSING` for a file or object that does not exist, :attr:`CHANGED` for a
+    remote object that changed between two parts of one read, else None.
     """
 
     MISSING = "missing"
+    CHANGED = "changed"
 
     def __init__(self, message: str, *, reason: str | None = None) -> None:
         super().__init__(message)

@@ -83,9 +83,10 @@ class MapProgressLine:
     def summary(progress: MapProgress) -> str:
         already = f" ({progress.resumed} already complete)" if progress.resumed else ""
         rate = f" ({progress.samples_per_second:.0f} samples/s)" if progress.samples else ""
+        again = f", {progress.reconnections} reconnections" if progress.reconnections else ""
         return (
             f"{progress.done}/{progress.total} shards{already}, {progress.samples} samples "
-            f"in {progress.seconds:.2f} s{rate}, {progress.failed} failed"
+            f"in {progress.seconds:.2f} s{rate}, {progress.failed} failed{again}"
         )
 
     def close(self) -> None:

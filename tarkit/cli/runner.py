@@ -1,5 +1,8 @@
 """What every command shares: exit statuses, error and warning lines, signals.
 
+A remote input that reconnects prints one warning line per reconnection (URL, byte
+offset, cause): :func:`run` makes that the process's reporter of reconnections.
+
 Exit statuses: 0 success; 1 the run finished but skipped something under a lenient
 option; 2 bad input, bad usage or a failure; 130 Ctrl-C; 141 output pipe closed (quiet);
 143 SIGTERM. Errors are one line on stderr, ``<tool>: error: <message>``; a traceback
@@ -18,6 +21,7 @@ from typing import TYPE_CHECKING, NoReturn
 
 from ..errors import TarkitError
 from ..format.samples import SkipLog
+from ..storage import report_reconnections
 
 if TYPE_CHECKING:
     from ..format.manifest import ShardInfo
@@ -143,6 +147,7 @@ def run(tool: str, body: Callable[[], int | None]) -> NoReturn:
     """Run a command's body and exit with the status it earned."""
     signal.signal(signal.SIGTERM, _on_sigterm)
     _tune_malloc()
+    report_reconnections(lambda event: warn(tool, str(event)))
     debug = bool(os.environ.get("TARKIT_DEBUG"))
     try:
         status = body() or EXIT_OK

@@ -47,6 +47,27 @@ def _collated(batch: list[Any], sources: list[Where], collate: Callable[[list[An
         raise collate_error(batch, sources, exc) from exc
 
 
+def padded(
+    items: Iterator[Any], expected: int, repeated: Callable[[int], object], none: str, source: str
+) -> Iterator[Any]:
+    """Exactly ``expected`` items (``equal_batches``): samples skipped under
+    ``handler="skip"`` are made up by repeating the last item (``repeated`` is told how
+    many); an :class:`~tarkit.errors.InputError` (``none`` says why, ``source`` where) when
+    every one was skipped."""
+    count = 0
+    last: Any = None
+    for item in items:
+        count += 1
+        last = item
+        yield item
+    if count < expected:
+        if count == 0:
+            raise InputError(f"{none}: equal_batches cannot make them up", source=source)
+        repeated(expected - count)
+        for _ in range(expected - count):
+            yield last
+
+
 def collate_error(batch: list[Any], sources: list[Where], exc: BaseException) -> InputError:
     """The error of a batch that does not collate: the first two samples whose fields
     differ in shape, or the collate function's own message.

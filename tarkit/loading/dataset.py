@@ -21,21 +21,22 @@ from typing import Any, Literal
 import torch
 from torch.utils.data import IterableDataset, default_collate, get_worker_info
 
-from ..errors import InputError, UsageError
+from ..errors import UsageError
 from ..format.manifest import Manifest
+from ..storage import Reconnection, RetryPolicy, retry_policy
 from ..storage.cache import ShardCache
 from . import splitting
-from .batching import batches
+from .batching import batches, padded
 from .epochs import EpochClock
 from .handoff import handed_over
-from .mixing import MixRun, Mixture, mixture_of
+from .mixing import MixRun, Mixture, dataset_fingerprint, mixture_of, mixture_settings
 from .plans import EpochPlan, Generation, Shuffling, Topology, WorkerPosition, derive_positions
 from .reading import PieceReader
 from .resume import Derive, check_worker_state, resume_point, rotation
 from .runs import INITIAL, WorkerRun
 from .shards import resolve_shards
 from .skips import WARNED_IDLE, SharedState, SkipCounts
-from .state import LoaderState, fingerprint
+from .state import LoaderState
 from .transforms import Transforms
 
 Derived = tuple[list[WorkerPosition], "int | None"]
@@ -75,6 +76,12 @@ class ShardDataset(IterableDataset):
     :attr:`skipped`. ``equal_batches`` (needs a manifest) makes every rank yield the same
     number of samples and batches. ``cache_dir``/``cache_size``: see :mod:`tarkit.storage.cache`.
     ``rank``/``world_size`` override the detected ones.
+
+    Remote shards (and manifests) are read with ``storage_options`` (fsspec's), and a read
+    that drops or stalls reconnects at the byte it reached: at most ``retries``
+    reconnections in a row, ``timeout`` seconds to connect and between bytes (None:
+    ``TARKIT_RETRIES``/``TARKIT_TIMEOUT`` in the workers, else 5 and 30 s; docs/remote.md).
+    Reconnections are counted in ``skipped.reconnections``, with one warning per epoch.
     """
 
     def __init__(
@@ -98,6 +105,9 @@ class ShardDataset(IterableDataset):
         cache_size: int | str | None = None,
         rank: int | None = None,
         world_size: int | None = None,
+        storage_options: Mapping[str, Any] | None = None,
+        retries: int | None = None,
+        timeout: float | None = None,
     ) -> None:
         super().__init__()
         if handler not in ("raise", "skip"):
@@ -106,18 +116,21 @@ class ShardDataset(IterableDataset):
             raise UsageError("batch_size must be at least 1")
         if shuffle < 0:
             raise UsageError("shuffle must be a buffer size of 0 or more")
+        retry_policy(retries, timeout, base=RetryPolicy())  # malformed settings fail here
         self.mixture: Mixture | None = None
         if isinstance(urls, Mapping):
             if manifest is not None:
                 raise UsageError("a mixture's sources name their own manifests, not manifest=")
-            sources = {name: resolve_shards(spec, None) for name, spec in urls.items()}
+            sources = {
+                name: resolve_shards(spec, None, storage_options) for name, spec in urls.items()
+            }
             self.urls = [u for found, _ in sources.values() for u in found]
             self.infos = None
         else:
             if weights is not None or epoch_samples is not None:
                 raise UsageError("weights= and epoch_samples= mix several sources: give urls "
                                  "as a dict of them")  # fmt: skip
-            self.urls, self.infos = resolve_shards(urls, manifest)
+            self.urls, self.infos = resolve_shards(urls, manifest, storage_options)
         if equal_batches and self.infos is None and not isinstance(urls, Mapping):
             raise UsageError(
                 "equal_batches needs a manifest with sample counts (tarindex -o manifest.json)"
@@ -138,14 +151,17 @@ class ShardDataset(IterableDataset):
         self._state = SharedState(len(self.urls))
         self._clock = EpochClock()
         self._reader = PieceReader(
-            self.urls, self.infos, handler=handler, cache=self.cache, skip=self._skip
-        )
+            self.urls, self.infos, handler=handler, cache=self.cache, skip=self._skip,
+            storage_options=storage_options, retries=retries, timeout=timeout,
+            reconnected=self._reconnected,
+        )  # fmt: skip
         if isinstance(urls, Mapping):
             readers, base = {}, 0
             for name, (found, infos) in sources.items():
                 readers[name] = (found, infos, PieceReader(
                     found, infos, handler=handler, cache=self.cache, skip=self._skip,
-                    shard_base=base,
+                    shard_base=base, storage_options=storage_options, retries=retries,
+                    timeout=timeout, reconnected=self._reconnected,
                 ))  # fmt: skip
                 base += len(found)
             self.mixture = mixture_of(readers, dict(weights) if weights else None, epoch_samples,
@@ -322,7 +338,10 @@ class ShardDataset(IterableDataset):
         if self._transforms.active:
             items = self._transforms(items, worker)
         if self.equal_batches and run.expected is not None:
-            items = self._padded(items, run.expected - run.position.taken, worker, rank)
+            items = padded(
+                items, run.expected - run.position.taken, lambda n: self._state.repeat(worker, n),
+                f"every sample of rank {rank} worker {worker} was skipped", self.urls[0],
+            )  # fmt: skip
         if self.batch_size:
             items = batches(
                 items,
@@ -369,11 +388,11 @@ class ShardDataset(IterableDataset):
         """
         parsed = LoaderState.from_json(state)
         parsed.check(
-            fingerprint=self._fingerprint(),
+            fingerprint=dataset_fingerprint(self.mixture, self.urls, self.infos),
             shards=len(self.urls),
             seed=self.seed,
             shuffle=self.shuffle,
-            mixture=self._mixture_settings(),
+            mixture=mixture_settings(self.mixture),
         )
         info = get_worker_info()
         if info is not None:
@@ -391,21 +410,10 @@ class ShardDataset(IterableDataset):
         else:
             samples = sum(i.samples for i in self.infos) if self.infos is not None else None
         return LoaderState(
-            self._fingerprint(), len(self.urls), samples, self.seed, self.shuffle, epoch,
-            mixture=self._mixture_settings(),
+            dataset_fingerprint(self.mixture, self.urls, self.infos), len(self.urls), samples,
+            self.seed, self.shuffle, epoch,
+            mixture=mixture_settings(self.mixture),
         )  # fmt: skip
-
-    def _fingerprint(self) -> str:
-        if self.mixture is None:
-            return fingerprint([("", self.urls, self.infos)])
-        return fingerprint([(s.name, s.urls, s.infos) for s in self.mixture.sources])
-
-    def _mixture_settings(self) -> dict[str, Any] | None:
-        mixture = self.mixture
-        if mixture is None:
-            return None
-        weights = {s.name: w for s, w in zip(mixture.sources, mixture.weights, strict=True)}
-        return {"weights": weights, "epoch_samples": mixture.epoch_samples}
 
     @property
     def source_counts(self) -> dict[str, int]:
@@ -450,30 +458,18 @@ class ShardDataset(IterableDataset):
             stacklevel=3,
         )
 
-    def _padded(self, items: Iterator[Any], expected: int, row: int, rank: int) -> Iterator[Any]:
-        """Exactly ``expected`` items: skipped samples are made up by repeating the last one."""
-        count = 0
-        last: Any = None
-        for item in items:
-            count += 1
-            last = item
-            yield item
-        if count < expected:
-            if count == 0:
-                raise InputError(
-                    f"every sample of rank {rank} worker {row} was skipped: "
-                    "equal_batches cannot make them up",
-                    source=self.urls[0],
-                )
-            self._state.repeat(row, expected - count)
-            for _ in range(expected - count):
-                yield last
-
     def _skip(self, row: int, reason: str, samples: int, shard: int | None, message: str) -> None:
         if self._state.add(row, reason, samples, shard, message):
             warnings.warn(
                 f"tarkit: skipping bad input ({message}); the counts of skipped samples and "
                 "shards are in ShardDataset.skipped",
+                stacklevel=2,
+            )
+
+    def _reconnected(self, event: Reconnection) -> None:
+        if self._state.reconnected():
+            warnings.warn(
+                f"tarkit: {event}; reconnections are counted in ShardDataset.skipped.reconnections",
                 stacklevel=2,
             )
 

@@ -43,6 +43,7 @@ from .plans import (
 )
 from .reading import PieceReader
 from .runs import INITIAL, WorkerRun
+from .state import fingerprint
 
 
 @dataclass
@@ -328,3 +329,21 @@ def mixture_of(
         mixed.append(Source(name, urls, infos, reader))
     return Mixture(mixed, [float(weights[n]) for n in names], epoch_samples, seed=seed,
                    shuffle=shuffle)  # fmt: skip
+
+
+def dataset_fingerprint(
+    mixture: Mixture | None, urls: Sequence[str], infos: Sequence[ShardInfo] | None
+) -> str:
+    """The fingerprint of a dataset's shards (:func:`~tarkit.loading.state.fingerprint`),
+    every source of a mixture's."""
+    if mixture is None:
+        return fingerprint([("", urls, infos)])
+    return fingerprint([(s.name, s.urls, s.infos) for s in mixture.sources])
+
+
+def mixture_settings(mixture: Mixture | None) -> dict[str, Any] | None:
+    """What a state records of a mixture: its weights by source, and its epoch rule."""
+    if mixture is None:
+        return None
+    weights = {s.name: w for s, w in zip(mixture.sources, mixture.weights, strict=True)}
+    return {"weights": weights, "epoch_samples": mixture.epoch_samples}

@@ -6,6 +6,9 @@ and, given byte offsets, starts mid-shard by seeking (:func:`~tarkit.storage.ope
 for HTTP, a seek or :func:`~tarkit.storage.skip_bytes` otherwise). Remote shards go
 through the shard cache when one is given. A bad shard raises, or with
 ``handler="skip"`` is counted (the samples of the piece it could not deliver) and left.
+Remote shards reconnect at the byte reached (:mod:`tarkit.storage.retrying`), with the
+reader's ``retries`` and ``timeout`` (None: from the environment, read in the worker) and
+each reconnection told to ``reconnected``.
 """
 
 from __future__ import annotations
@@ -19,7 +22,16 @@ from ..format.compression import compression_for, open_decompressed, sniff
 from ..format.manifest import ShardInfo
 from ..format.samples import group_samples, split_name
 from ..format.tar import read_members
-from ..storage import HTTP, location, open_source, open_source_at, skip_bytes
+from ..storage import (
+    HTTP,
+    Reconnection,
+    StorageOptions,
+    location,
+    open_source,
+    open_source_at,
+    retry_policy,
+    skip_bytes,
+)
 from ..storage.cache import ShardCache
 from .skips import UNREADABLE, shard_reason
 from .splitting import Piece
@@ -40,6 +52,10 @@ class PieceReader:
         cache: ShardCache | None,
         skip: SkipReport,
         shard_base: int = 0,
+        storage_options: StorageOptions | None = None,
+        retries: int | None = None,
+        timeout: float | None = None,
+        reconnected: Callable[[Reconnection], object] | None = None,
     ) -> None:
         self.urls = urls
         self.infos = infos
@@ -47,6 +63,10 @@ class PieceReader:
         self.cache = cache
         self.skip = skip
         self.shard_base = shard_base  # where these shards start in the skip counts
+        self.storage_options = storage_options
+        self.retries = retries
+        self.timeout = timeout
+        self.reconnected = reconnected
 
     def samples(self, pieces: Sequence[Piece], row: int) -> Iterator[dict[str, Any]]:
         """The samples of ``pieces``, one after another (``row``: the worker, for counts)."""
@@ -113,13 +133,17 @@ class PieceReader:
     def _open(self, url: str, offset: int) -> tuple[Any, BinaryIO]:
         """Open a shard; the returned tar stream starts at byte ``offset`` of the tar."""
         where = location(url)
+        options = self.storage_options
+        policy = (
+            retry_policy(self.retries, self.timeout, self.reconnected) if where.remote else None
+        )
         if self.cache is not None and where.remote:
-            source = self.cache.open(url)
+            source = self.cache.open(url, options, policy)
         elif offset and where.kind == HTTP and not compression_for(url):
-            source = open_source_at(url, offset)
+            source = open_source_at(url, offset, options, policy)
             return source, source.stream
         else:
-            source = open_source(url)
+            source = open_source(url, options, policy)
         try:
             return source, self._tar_stream(source.stream, url, offset)
         except BaseException as exc:

@@ -17,7 +17,7 @@ from typing import Literal
 
 from ..errors import InputError, SourceError, UsageError
 from ..format.manifest import Manifest, ShardInfo
-from ..storage import expand_inputs, load_manifest, location, manifest_urls
+from ..storage import StorageOptions, expand_inputs, load_manifest, location, manifest_urls
 
 _TAR_SUFFIXES = (
     ".tar",
@@ -33,7 +33,9 @@ _TAR_SUFFIXES = (
 
 
 def resolve_shards(
-    urls: str | Sequence[str] | None, manifest: str | Manifest | Literal[False] | None
+    urls: str | Sequence[str] | None,
+    manifest: str | Manifest | Literal[False] | None,
+    storage_options: StorageOptions | None = None,
 ) -> tuple[list[str], list[ShardInfo] | None]:
     """Shard URLs and, with a manifest, their entries (see :class:`ShardDataset`'s ``urls``).
 
@@ -59,7 +61,7 @@ def resolve_shards(
                     raise UsageError(f"{urls}: no tar shards in this directory")
                 urls = [os.path.join(urls, n) for n in names]
     if isinstance(manifest, str):
-        manifest = load_manifest(manifest)
+        manifest = load_manifest(manifest, storage_options)
     expanded = None
     if urls is not None:
         expanded = expand_inputs([urls] if isinstance(urls, str) else list(urls))

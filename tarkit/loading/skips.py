@@ -42,12 +42,15 @@ class SkipCounts:
     ``samples`` and ``shards`` count by reason (a shard counts once however many
     workers read pieces of it); ``repeated`` counts samples repeated to keep
     ``equal_batches``; ``examples`` holds the first message of each reason.
+    ``reconnections`` counts the times a remote shard's read reconnected at the byte it
+    had reached (nothing was skipped: the read went on; docs/remote.md).
     """
 
     samples: dict[str, int] = field(default_factory=dict)
     shards: dict[str, int] = field(default_factory=dict)
     repeated: int = 0
     examples: dict[str, str] = field(default_factory=dict)
+    reconnections: int = 0
 
     @property
     def total_samples(self) -> int:
@@ -85,12 +88,15 @@ class SharedState:
         self.numbers = torch.zeros(_HEAD + _ROWS * _COLUMNS, dtype=torch.int64).share_memory_()
         self.shard_reasons = torch.zeros(max(shards, 1), dtype=torch.int8).share_memory_()
         self.examples = torch.zeros((len(REASONS), _EXAMPLE), dtype=torch.uint8).share_memory_()
+        # Reconnections of remote reads, and whether they were warned of.
+        self.reconnections = torch.zeros(2, dtype=torch.int64).share_memory_()
         self.lock = SharedLock()
 
     def reset(self) -> None:
         self.numbers[_WARNED_SKIP:] = 0
         self.shard_reasons.zero_()
         self.examples.zero_()
+        self.reconnections.zero_()
 
     def add(self, row: int, reason: str, samples: int, shard: int | None, message: str) -> bool:
         """Count a skip; True when it is the first of this dataset (time to warn)."""
@@ -105,6 +111,14 @@ class SharedState:
                     bytearray(data), dtype=torch.uint8
                 )
             return self._first(_WARNED_SKIP)
+
+    def reconnected(self) -> bool:
+        """Count a reconnection; True for the first since the reset (time to warn)."""
+        with self.lock:
+            self.reconnections[0] += 1
+            first = int(self.reconnections[1]) == 0
+            self.reconnections[1] = 1
+            return first
 
     def repeat(self, row: int, samples: int) -> None:
         with self.lock:
@@ -124,7 +138,7 @@ class SharedState:
     def counts(self) -> SkipCounts:
         rows = self.numbers[_HEAD:].view(_ROWS, _COLUMNS).sum(dim=0).tolist()
         flags = torch.bincount(self.shard_reasons.long(), minlength=len(REASONS) + 1).tolist()
-        result = SkipCounts(repeated=rows[len(REASONS)])
+        result = SkipCounts(repeated=rows[len(REASONS)], reconnections=int(self.reconnections[0]))
         for index, reason in enumerate(REASONS):
             if rows[index]:
                 result.samples[reason] = rows[index]

@@ -13,7 +13,7 @@ import json
 import pickle
 import time
 from collections import deque
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -50,6 +50,7 @@ class MapResult:
     rows: int = 0
     rejects: list[str] = field(default_factory=list)
     seconds: float = 0.0
+    reconnections: int = 0  # remote inputs' reads that reconnected at the byte reached
 
     @property
     def samples(self) -> int:
@@ -66,6 +67,8 @@ class MapProgress:
     ``warning`` (a shard was mapped but members were skipped) or ``finished``.
     ``samples`` counts the input samples of the shards mapped so far; on the local
     engine, also those read so far by shards still running (reported every half second).
+    ``reconnections`` counts the times the mapped shards' remote inputs reconnected at
+    the byte reached (a shard that reconnected also gets a ``warning``).
     """
 
     total: int
@@ -73,6 +76,7 @@ class MapProgress:
     resumed: int = 0
     failed: int = 0
     retries: int = 0
+    reconnections: int = 0
     samples: int = 0
     seconds: float = 0.0
     event: str = "tick"
@@ -98,6 +102,7 @@ def map_shards(
     num_cpus: float = 1,
     manifest: str | None = None,
     progress: Callable[[MapProgress], object] | None = None,
+    storage_options: Mapping[str, Any] | None = None,
 ) -> MapResult:
     """Map every input shard to its output shard with ``fn``; one task per shard.
 
@@ -124,6 +129,9 @@ def map_shards(
     :class:`MapError` is raised, naming the shards, samples and errors. Only when every
     shard is done are ``metadata`` (rows in input order; ``.jsonl`` or ``.tsv``) and
     ``manifest`` written. ``progress`` is called with a :class:`MapProgress`.
+    ``storage_options`` go to fsspec for remote inputs and outputs; a remote input that
+    drops mid-shard reconnects at the byte reached (``TARKIT_RETRIES``,
+    ``TARKIT_TIMEOUT``; docs/remote.md), counted in ``reconnections``.
     """
     started = time.monotonic()
     input_list = _expand(inputs, "inputs")
@@ -142,8 +150,9 @@ def map_shards(
         raise UsageError(f"num_cpus must not be negative (got {num_cpus})")
     mapper = _as_mapper(fn, engine)
 
+    options = dict(storage_options) if storage_options else None
     tasks = deque(
-        ShardTask(i, source, output, resume)
+        ShardTask(i, source, output, resume, storage_options=options)
         for i, (source, output) in enumerate(zip(input_list, output_list, strict=True))
     )
     state = MapProgress(total=len(tasks))
@@ -178,6 +187,10 @@ def map_shards(
                     report("resumed" if outcome.resumed else "done", task.input)
                     if outcome.skipped_members:
                         report("warning", task.input, outcome.skipped_members)
+                    if outcome.reconnections:
+                        n = outcome.reconnections
+                        what = f"{n} reconnection{'s' * (n > 1)} while reading, each at the byte reached"
+                        report("warning", task.input, what)
                     continue
                 if isinstance(outcome, str):  # its worker died
                     outcome = ShardResult(task.index, failure=ShardFailure(
@@ -197,9 +210,9 @@ def map_shards(
     finally:
         runner.close(cancel=not finished)
         for task in in_flight.values():
-            remove_stale_temp(task.output)
+            remove_stale_temp(task.output, options)
         for index in failures:
-            remove_stale_temp(output_list[index])
+            remove_stale_temp(output_list[index], options)
 
     ordered = [results[i] for i in sorted(results)]
     result.shards = [r.info for r in ordered if r.info is not None]
@@ -211,19 +224,22 @@ def map_shards(
     rows = [row for r in ordered for row in r.rows]
     result.rows = len(rows)
     if metadata is not None:
-        publish(metadata, format_metadata(rows, metadata_format(metadata)).encode("utf-8"))
+        text = format_metadata(rows, metadata_format(metadata))
+        publish(metadata, text.encode("utf-8"), options)
     if manifest is not None:
         entries = [
             ShardInfo(relative_url(manifest, s.url), s.samples, s.bytes, s.sha256)
             for s in result.shards
         ]
-        save_manifest(Manifest(entries, manifest), manifest)
+        save_manifest(Manifest(entries, manifest), manifest, options)
     report("finished")
     return result
 
 
 def _count(state: MapProgress, result: MapResult, outcome: ShardResult) -> None:
     state.done += 1
+    state.reconnections += outcome.reconnections
+    result.reconnections += outcome.reconnections
     if outcome.resumed:
         state.resumed += 1
         result.resumed += 1

@@ -15,7 +15,9 @@ Publishing is atomic and ordered so that a finished-looking output is always com
    the object, if it gives one.
 
 With ``resume``, a task whose output exists and matches its record is not redone: its
-record is returned.
+record is returned. A remote input that reconnects mid-shard
+(:mod:`tarkit.storage.retrying`) goes on at the byte reached; the result counts the
+reconnections.
 """
 
 from __future__ import annotations
@@ -28,7 +30,7 @@ from ..errors import InputError, ShardFailure, SourceError
 from ..format.manifest import ShardInfo
 from ..format.samples import Sample, SkipLog
 from ..format.tar import END_OF_ARCHIVE
-from ..storage import StagedFile, location, remove_stale_temp
+from ..storage import StagedFile, location, open_source, remove_stale_temp, retry_policy
 from ..writing.shard_writer import SampleEncoder
 from .engines.base import ShardMapper, ShardResult, ShardTask
 from .records import completed_record, write_record
@@ -47,19 +49,28 @@ def run_shard(
     started = time.monotonic()
     result = ShardResult(task.index, worker=f"{_hostname()}:{os.getpid()}")
     key: str | None = None
+    options = task.storage_options
+
+    def reconnected(event: object) -> None:
+        result.reconnections += 1
+
     try:
         if task.resume:
-            record = completed_record(task.output, task.input)
+            record = completed_record(task.output, task.input, options)
             if record is not None:
                 result.info, result.rows, result.rejects = record
                 result.resumed = True
                 return result
-        remove_stale_temp(task.output)
-        with StagedFile(task.output, hashing=True) as staged:
-            from ..stream.stages import read_samples
+        remove_stale_temp(task.output, options)
+        policy = retry_policy(on_reconnect=reconnected)
+        with (
+            StagedFile(task.output, options, hashing=True) as staged,
+            open_source(task.input, options, policy) as source,
+        ):
+            from ..stream.stages import source_samples
 
             skips = SkipLog()
-            counted = _Counter(read_samples([task.input], skips=skips), progress)
+            counted = _Counter(source_samples(source, skips=skips), progress)
             encoder = SampleEncoder()
             written = 0
             for outputs, row in mapper.map_shard(iter(counted), task.input):
@@ -79,14 +90,16 @@ def run_shard(
                 result.skipped_members = skips.summary()
             size, sha256 = staged.finish()
             info = ShardInfo(task.output, written, size, sha256)
-            write_record(task.output, task.input, info, result.rows, result.rejects)
+            source.close()  # a pipe: input's exit status counts before the output is published
+            write_record(task.output, task.input, info, result.rows, result.rejects, None, options)
             staged.publish()
             published = staged.info()
             if published is not None and published.etag is not None:
                 # A re-run can then tell this object from another of the same size.
                 write_record(
-                    task.output, task.input, info, result.rows, result.rejects, published.etag
-                )
+                    task.output, task.input, info, result.rows, result.rejects, published.etag,
+                    options,
+                )  # fmt: skip
         result.info = info
     except ShardFailure as failure:  # the mapper names the sample that failed
         failure.output, failure.attempts = task.output, task.attempt

@@ -4,8 +4,10 @@
 ``http(s)://``, fsspec URLs), :mod:`~tarkit.storage.sources` opens inputs,
 :mod:`~tarkit.storage.outputs` publishes outputs atomically,
 :mod:`~tarkit.storage.filesystems` is the one fsspec opener,
-:mod:`~tarkit.storage.manifests` reads and writes manifests, and
-:mod:`~tarkit.storage.cache` caches remote shards on local disk.
+:mod:`~tarkit.storage.manifests` reads and writes manifests,
+:mod:`~tarkit.storage.cache` caches remote shards on local disk, and
+:mod:`~tarkit.storage.retrying` (with :mod:`~tarkit.storage.http`) makes remote reads
+reconnect at the byte reached.
 """
 
 from .filesystems import ObjectInfo, StorageOptions, filesystem, object_info
@@ -25,6 +27,7 @@ from .locations import (
 )
 from .manifests import load_manifest, manifest_urls, save_manifest
 from .outputs import Sink, StagedFile, publish, remove_stale_temp, stdout_stream, temp_place
+from .retrying import Reconnection, RetryPolicy, report_reconnections, retry_policy
 from .sources import (
     HashingReader,
     Source,
@@ -44,6 +47,8 @@ __all__ = [
     "HashingReader",
     "Location",
     "ObjectInfo",
+    "Reconnection",
+    "RetryPolicy",
     "Sink",
     "Source",
     "StagedFile",
@@ -63,7 +68,9 @@ __all__ = [
     "read_bytes",
     "relative_url",
     "remove_stale_temp",
+    "report_reconnections",
     "resolve_url",
+    "retry_policy",
     "save_manifest",
     "skip_bytes",
     "stdout_stream",

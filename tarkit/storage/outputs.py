@@ -9,7 +9,12 @@ name and published under its final name only when complete.
   file or the whole new one, never part of it.
 - An fsspec URL (``s3://…``) is staged in the temporary directory (``$TMPDIR``, else
   ``/tmp``) as ``tarkit-upload-<12 hex digits of the URL's sha256>-NAME.XXXX.tmp`` and
-  uploaded whole when complete: the object appears only then.
+  uploaded whole when complete (``fs.put_file``): the object appears only then. s3fs
+  sends a file under 100 MiB in one PUT and a larger one as a multipart upload of
+  50 MiB parts, completed at the end (an object appears only on completion) and aborted
+  when a part fails; tarkit aborts it too when the upload is interrupted (Ctrl-C,
+  SIGTERM), and a resuming writer aborts those a killed run left
+  (:func:`remove_stale_temp`).
 
 A run killed with SIGKILL can leave a temporary file; :func:`remove_stale_temp` removes
 those of one output (writers call it when they resume). :class:`Sink` is the output of a
@@ -34,7 +39,7 @@ from typing import BinaryIO
 
 from ..errors import OutputError
 from ..format.compression import compression_for, measure, open_compressor
-from .filesystems import ObjectInfo, StorageOptions, filesystem, object_info
+from .filesystems import ObjectInfo, StorageOptions, abort_uploads, filesystem, object_info
 from .locations import FILE, FSSPEC, STDIO, location
 from .sources import PIPE_BUFFER, enlarge_pipe
 
@@ -57,8 +62,11 @@ def temp_place(spec: str) -> tuple[str, str]:
     return os.path.dirname(os.path.abspath(where.path)), f".{base}."
 
 
-def remove_stale_temp(spec: str) -> None:
-    """Remove the temporary files an interrupted writer left for the output ``spec``."""
+def remove_stale_temp(spec: str, storage_options: StorageOptions | None = None) -> None:
+    """Remove what an interrupted writer left for the output ``spec``: its temporary
+    files and, for ``s3://``, the multipart uploads it started and never completed."""
+    if location(spec).kind == FSSPEC:
+        abort_uploads(spec, storage_options)
     directory, prefix = temp_place(spec)
     try:
         names = os.listdir(directory)
@@ -178,6 +186,9 @@ class StagedFile:
                     fs.put_file(self.temp_path, path)
                 except Exception as exc:  # fsspec back ends raise many kinds
                     raise OutputError(f"{self.spec}: upload failed: {exc}") from None
+                except BaseException:  # interrupted: leave no parts of it behind
+                    abort_uploads(self.spec, self.storage_options)
+                    raise
             else:
                 try:
                     os.replace(self.temp_path, location(self.spec).path)

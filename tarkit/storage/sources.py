@@ -7,9 +7,15 @@ byte offset), whatever its kind (:mod:`tarkit.storage.locations`):
 - a path, ``file:PATH``: the file;
 - ``pipe:CMD``: the command's stdout; its exit status is checked when the input is
   closed (141 is fine when tarkit stopped reading early);
-- ``http://``, ``https://``: streamed; a body shorter than its Content-Length is an error;
+- ``http://``, ``https://``: streamed (:mod:`tarkit.storage.http`);
 - any other ``scheme://`` URL (``s3://``…): through fsspec
   (:mod:`tarkit.storage.filesystems`), with the caller's ``storage_options``.
+
+Both remote kinds are read through a :class:`~tarkit.storage.retrying.ResumingStream`:
+a dropped, reset or stalled connection is reopened at the byte reached, with the
+caller's :class:`~tarkit.storage.retrying.RetryPolicy` (None: ``TARKIT_RETRIES`` and
+``TARKIT_TIMEOUT``, else 5 reconnections and 30 s). A ``pipe:`` command is never timed
+out: a command that stops producing is waited for.
 
 :class:`HashingReader` counts and hashes what is read through it (a shard's size and
 sha256 for a manifest); :func:`read_bytes` reads a small file whole.
@@ -26,8 +32,10 @@ import sys
 from typing import BinaryIO
 
 from ..errors import InputError, SourceError
-from .filesystems import StorageOptions, filesystem
-from .locations import FILE, FSSPEC, HTTP, PIPE, STDIO, location
+from .filesystems import FsspecObject, StorageOptions
+from .http import HttpObject
+from .locations import FILE, HTTP, PIPE, STDIO, location
+from .retrying import Connector, ResumingStream, RetryPolicy, retry_policy
 
 PIPE_BUFFER = 1 << 20
 BUFFER = 1 << 20
@@ -126,49 +134,13 @@ def describe_exit(status: int | None) -> str:
     return f"exited with status {status}"
 
 
-class _HttpBody(io.RawIOBase):
-    """An HTTP response body that fails when it ends before its Content-Length."""
-
-    def __init__(self, response, name: str) -> None:  # type: ignore[no-untyped-def]
-        self._response = response
-        self._name = name
-        length = response.headers.get("Content-Length")
-        self._expected = int(length) if length and length.isdigit() else None
-        self._received = 0
-        self.status = response.status
-
-    def readable(self) -> bool:
-        return True
-
-    def read1(self, n: int = -1) -> bytes:  # type: ignore[override]
-        import http.client
-
-        try:
-            data = self._response.read1(n if n and n > 0 else 1 << 20)
-        except (http.client.HTTPException, OSError) as exc:
-            raise SourceError(f"{self._name}: connection failed: {exc}") from None
-        self._received += len(data)
-        if not data and self._expected is not None and self._received < self._expected:
-            raise SourceError(
-                f"{self._name}: connection closed after {self._received} of {self._expected} bytes"
-            )
-        return data
-
-    def read(self, n: int | None = -1) -> bytes:  # type: ignore[override]
-        if n is not None and n >= 0:
-            return self.read1(n) if n else b""
-        # All of it (manifest.load reads a whole body): one read1 may stop short.
-        return b"".join(iter(lambda: self.read1(1 << 20), b""))
-
-    def close(self) -> None:
-        self._response.close()
-        super().close()
-
-
-def open_source(spec: str, storage_options: StorageOptions | None = None) -> Source:
+def open_source(
+    spec: str, storage_options: StorageOptions | None = None, policy: RetryPolicy | None = None
+) -> Source:
     """Open one input for reading. Raises :class:`SourceError` if it cannot be opened.
 
-    ``storage_options`` go to fsspec for an fsspec URL (credentials, ``endpoint_url``…).
+    ``storage_options`` go to fsspec for an fsspec URL (credentials, ``endpoint_url``…);
+    ``policy`` says how a remote input reconnects (None: from the environment).
     """
     where = location(spec)
     if where.kind == STDIO:
@@ -186,10 +158,8 @@ def open_source(spec: str, storage_options: StorageOptions | None = None) -> Sou
         assert process.stdout is not None
         enlarge_pipe(process.stdout.fileno())
         return Source(spec, process.stdout, process)  # type: ignore[arg-type]
-    if where.kind == HTTP:
-        return _open_http(spec)
-    if where.kind == FSSPEC:
-        return _open_fsspec(spec, storage_options)
+    if where.remote:
+        return _open_remote(spec, storage_options, policy)
     try:
         stream = open(where.path, "rb", buffering=PIPE_BUFFER)  # noqa: SIM115
     except FileNotFoundError:
@@ -201,25 +171,27 @@ def open_source(spec: str, storage_options: StorageOptions | None = None) -> Sou
     return Source(spec, stream)
 
 
-def open_source_at(spec: str, start: int, storage_options: StorageOptions | None = None) -> Source:
+def open_source_at(
+    spec: str,
+    start: int,
+    storage_options: StorageOptions | None = None,
+    policy: RetryPolicy | None = None,
+) -> Source:
     """Open one input so that its stream begins at byte ``start``.
 
     HTTP(S) asks for a byte range (and reads past the bytes itself when the server
     ignores the request); seekable files and fsspec URLs seek; ``pipe:`` and stdin read
     past the bytes. Raises :class:`SourceError` if the input is shorter than ``start``.
     """
-    if start and location(spec).kind == HTTP:
-        source = _open_http(spec, start)
-        if getattr(source.stream, "status", 206) == 206:
-            return source
-    else:
-        source = open_source(spec, storage_options)
-        if not start:
-            return source
-        seekable = getattr(source.stream, "seekable", None)
-        if seekable is not None and seekable():
-            source.stream.seek(start)
-            return source
+    if location(spec).remote:
+        return _open_remote(spec, storage_options, policy, start)
+    source = open_source(spec, storage_options)
+    if not start:
+        return source
+    seekable = getattr(source.stream, "seekable", None)
+    if seekable is not None and seekable():
+        source.stream.seek(start)
+        return source
     try:
         skip_bytes(source.stream, start)
     except EOFError:
@@ -239,30 +211,16 @@ def skip_bytes(stream: BinaryIO, count: int) -> None:
         left -= len(chunk)
 
 
-def _open_http(spec: str, start: int = 0) -> Source:
-    import urllib.error
-    import urllib.request
-
-    request = urllib.request.Request(spec, headers={"Range": f"bytes={start}-"} if start else {})
-    try:
-        response = urllib.request.urlopen(request, timeout=60)  # noqa: S310
-    except urllib.error.HTTPError as exc:
-        raise SourceError(f"{spec}: HTTP {exc.code} {exc.reason}") from None
-    except (urllib.error.URLError, OSError) as exc:
-        reason = getattr(exc, "reason", exc)
-        raise SourceError(f"{spec}: cannot connect: {reason}") from None
-    return Source(spec, _HttpBody(response, spec))  # type: ignore[arg-type]
-
-
-def _open_fsspec(spec: str, storage_options: StorageOptions | None) -> Source:
-    fs, path = filesystem(spec, storage_options)
-    try:
-        stream = fs.open(path, "rb")
-    except FileNotFoundError:
-        raise SourceError(f"{spec}: no such object", reason=SourceError.MISSING) from None
-    except Exception as exc:  # fsspec back ends raise many kinds
-        raise SourceError(f"{spec}: cannot open: {exc}") from None
-    return Source(spec, stream)
+def _open_remote(
+    spec: str, storage_options: StorageOptions | None, policy: RetryPolicy | None, start: int = 0
+) -> Source:
+    policy = policy or retry_policy()
+    connector: Connector
+    if location(spec).kind == HTTP:
+        connector = HttpObject(spec)
+    else:
+        connector = FsspecObject(spec, storage_options, policy.timeout)
+    return Source(spec, ResumingStream(connector, policy, start))  # type: ignore[arg-type]
 
 
 def read_bytes(spec: str, storage_options: StorageOptions | None = None) -> bytes | None:
@@ -271,14 +229,15 @@ def read_bytes(spec: str, storage_options: StorageOptions | None = None) -> byte
     Raises :class:`SourceError` when it exists but cannot be read.
     """
     where = location(spec)
-    if where.kind == FSSPEC:
-        fs, path = filesystem(spec, storage_options)
+    if where.remote:
         try:
-            return bytes(fs.cat_file(path))
-        except FileNotFoundError:
-            return None
-        except Exception as exc:  # fsspec back ends raise many kinds
-            raise SourceError(f"{spec}: cannot read: {exc}") from None
+            source = open_source(spec, storage_options)
+        except SourceError as exc:
+            if exc.reason == SourceError.MISSING:
+                return None
+            raise
+        with source:
+            return bytes(source.stream.read())
     if where.kind == FILE:
         try:
             with open(where.path, "rb") as stream:

@@ -23,7 +23,7 @@ from ..errors import OutputError, UsageError
 from ..format.compression import open_decompressed
 from ..format.samples import Sample, SkipLog, group_samples, same_key_error
 from ..format.tar import TarWriter, read_members
-from ..storage import Sink, Source, expand_inputs, open_source
+from ..storage import Sink, Source, StorageOptions, expand_inputs, open_source
 
 T = TypeVar("T")
 WRITE_CHUNK = 1 << 20
@@ -37,16 +37,17 @@ def read_samples(
     skips: SkipLog | None = None,
     ignore_zeros: bool = False,
     allow_empty: bool = False,
+    storage_options: StorageOptions | None = None,
 ) -> Iterator[Sample]:
     """Yield the samples of every input in order (brace-expanded; none means stdin).
 
     Each input is opened only when the previous one is done, and closed (its
     ``pipe:`` command's exit status checked) before the next. Stopping early closes
-    the current input without reading the rest. Raises
-    :class:`~tarkit.errors.TarkitError` for any bad input.
+    the current input without reading the rest. ``storage_options`` go to fsspec for
+    fsspec URLs. Raises :class:`~tarkit.errors.TarkitError` for any bad input.
     """
     for spec in expand_inputs(inputs):
-        with open_source(spec) as source:
+        with open_source(spec, storage_options) as source:
             yield from source_samples(
                 source, strict=strict, skips=skips, ignore_zeros=ignore_zeros,
                 allow_empty=allow_empty,

@@ -78,15 +78,16 @@ def index_shards(
     manifest_path: str | None = None,
     strict: bool = False,
     skips: SkipLog | None = None,
+    storage_options: StorageOptions | None = None,
 ) -> Manifest:
     """The manifest of the shards ``specs`` (brace-expanded), in the order given.
 
     ``manifest_path`` is where the manifest will be written: local shards beside or
-    below it are named relative to it.
+    below it are named relative to it. ``storage_options`` go to fsspec.
     """
     shards = [
         index_shard(spec, offsets=offsets, manifest_path=manifest_path, strict=strict,
-                    skips=skips)
+                    skips=skips, storage_options=storage_options)
         for spec in expand_inputs(specs)
     ]  # fmt: skip
     return Manifest(shards, manifest_path)

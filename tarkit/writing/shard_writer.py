@@ -262,7 +262,7 @@ class ShardWriter:
         if resume:
             self.shards = completed_shards(pattern, start, storage_options)
             self.samples_done = sum(s.samples for s in self.shards)
-            remove_stale_temp(shard_name(pattern, start + len(self.shards)))
+            remove_stale_temp(shard_name(pattern, start + len(self.shards)), storage_options)
 
     @property
     def samples(self) -> int:

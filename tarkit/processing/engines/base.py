@@ -23,13 +23,15 @@ Outputs = list[Any]  # output samples: dicts as ShardWriter takes them, or Sampl
 
 @dataclass(frozen=True)
 class ShardTask:
-    """What one task does: map ``input`` (shard number ``index``) into ``output``."""
+    """What one task does: map ``input`` (shard number ``index``) into ``output``, reading
+    and writing remote locations with fsspec's ``storage_options``."""
 
     index: int
     input: str
     output: str
     resume: bool = True
     attempt: int = 1
+    storage_options: dict[str, Any] | None = None
 
 
 @dataclass
@@ -43,6 +45,7 @@ class ShardResult:
     rows: list[Row] = field(default_factory=list)
     rejects: list[str] = field(default_factory=list)
     skipped_members: str | None = None
+    reconnections: int = 0  # of the input's read, at the byte reached
     failure: ShardFailure | None = None
     seconds: float = 0.0
     worker: str = ""
