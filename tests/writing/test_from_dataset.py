@@ -170,7 +170,7 @@ def test_progress_is_a_callback_of_counts_and_nothing_is_written_to_stderr(
     (tmp_path / "a-2.tar").unlink()
     seen.clear()
     shard_dataset(Pictures(5), str(tmp_path / "a-%d.tar"), maxcount=2, progress=seen.append,
-                  resume=True)  # fmt: skip
+                  mode="resume")  # fmt: skip
     assert [(p.samples, p.shards, p.resumed) for p in seen] == [(5, 2, 4), (5, 3, 4)]
     iterable: list[ShardProgress] = []
     shard_dataset(iter([{"txt": "x"}]), str(tmp_path / "i-%d.tar"), progress=iterable.append)
@@ -190,7 +190,7 @@ class Slow:
             time.sleep(120)  # the test kills the process here
         return Image.new("RGB", (8, 8), (i, 0, 0)), i
 
-shard_dataset(Slow(), sys.argv[1], maxcount=10, shuffle=False, resume=True,
+shard_dataset(Slow(), sys.argv[1], maxcount=10, shuffle=False, mode="resume",
               manifest=sys.argv[1].replace("s-%03d.tar", "m.json"))
 """
 
@@ -244,7 +244,7 @@ def test_writing_to_s3_uploads_only_complete_shards_and_resumes(
     assert not [n for n in os.listdir(temp_place(pattern)[0]) if n.startswith(prefixes)]
 
     fs.rm("sharding-lib/data/s-02.tar")  # as if the run had stopped before its last shard
-    again = shard_dataset(Pictures(12), pattern, maxcount=5, storage_options=options, resume=True)
+    again = shard_dataset(Pictures(12), pattern, maxcount=5, storage_options=options, mode="resume")
     assert [s.samples for s in again.shards] == [5, 5, 2]
     assert fs.cat("sharding-lib/data/s-02.tar") == local[2]
 
