@@ -169,7 +169,7 @@ def test_tarsplit_interrupted_leaves_only_whole_shards_and_a_rerun_completes(
     assert "Traceback" not in stderr, stderr
     check_interrupted(tmp_path / "out", reference, how)
 
-    subprocess.run([*split, "in.tar"], cwd=tmp_path, check=True, timeout=60)
+    subprocess.run([*split, "in.tar", "--resume"], cwd=tmp_path, check=True, timeout=60)
     check_completed(tmp_path / "out", reference)
 
 
