@@ -136,7 +136,7 @@ def shard(
         typer.Option(
             "--rejects",
             help="With --on-error skip: where to list the skipped items (index, source, "
-            "cause; default: rejects.tsv beside the shards).",
+            "cause; default: beside the shards, train-rejects.tsv for -o train-%06d.tar).",
             show_default=False,
         ),
     ] = None,  # fmt: skip
@@ -174,7 +174,7 @@ def shard(
         from ..writing.files import NOT_AN_IMAGE
         from ..writing.from_dataset import is_map_style, shard_dataset
         from ..writing.from_files import shard_files
-        from ..writing.rejects import Rejected
+        from ..writing.rejects import Rejected, default_rejects
 
         rejected: list[Rejected] = []
 
@@ -223,7 +223,7 @@ def shard(
         report_skips(tool, skips)
         if rejected:
             noun = "item" if len(rejected) == 1 else "items"
-            where = rejects or "rejects.tsv beside the shards"
+            where = rejects or default_rejects(output)
             warn(tool, f"skipped {len(rejected)} {noun} that failed (listed in {where})")
         if verbose:
             shards = "shard" if len(result.shards) == 1 else "shards"

@@ -44,8 +44,12 @@ def list_files(pattern: str, storage_options: StorageOptions | None = None) -> l
         return []
     except Exception as exc:  # fsspec back ends raise many kinds
         raise SourceError(f"{pattern}: cannot list: {exc}") from None
+    # Written with the pattern's own scheme (gcs:// stays gcs://, not fsspec's gs://).
+    scheme = pattern[: pattern.index("://") + 3]
     return sorted(
-        fs.unstrip_protocol(name) for name, info in found.items() if info.get("type") != "directory"
+        scheme + name.split("://", 1)[-1]
+        for name, info in found.items()
+        if info.get("type") != "directory"
     )
 
 

@@ -32,7 +32,7 @@ from ..sizes import check_on_error
 from ..storage import location, publish
 from .huggingface import FieldNames, hf_samples, is_hf_dataset
 from .patterns import CREATE, OVERWRITE, RESUME
-from .rejects import ON_ERROR, REJECTS_FILE, Rejected, load_rejects, save_rejects
+from .rejects import ON_ERROR, Rejected, default_rejects, load_rejects, save_rejects
 from .shard_writer import DEFAULT_MAXCOUNT, DEFAULT_MAXSIZE, DEFAULT_PATTERN, ShardWriter
 
 ToSample = Callable[[Any, int], Mapping[str, Any]]
@@ -296,7 +296,8 @@ def shard_dataset(
     unfinished one is removed, and ``mode="resume"`` continues (the result is the bytes
     an uninterrupted run writes). With ``on_error="skip"`` it is left out instead:
     ``on_reject`` is called with its :class:`~tarkit.writing.rejects.Rejected`, and the
-    rejects file (``rejects``, default ``rejects.tsv`` beside the shards) lists it.
+    rejects file (``rejects``, default beside the shards:
+    :func:`~tarkit.writing.rejects.default_rejects`) lists it.
     """
     if num_workers < 0:
         raise UsageError(f"num_workers must not be negative (got {num_workers})")
@@ -313,7 +314,7 @@ def shard_dataset(
     if transform.format is not None:
         image_ext = transform.format
     skipping = on_error == "skip"
-    rejects = rejects or (location(pattern).sibling(REJECTS_FILE) if skipping else None)
+    rejects = rejects or (default_rejects(pattern) if skipping else None)
     rejected: list[Rejected] = []
     published: list[int | None] = [None]  # how many rejects the rejects file lists
 

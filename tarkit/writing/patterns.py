@@ -160,6 +160,15 @@ def existing_shards(
     return sorted(found, key=lambda shard: (shard.number, shard.url))
 
 
+def pattern_prefix(pattern: str) -> str:
+    """The file name of a shard pattern up to the shard number.
+
+    >>> pattern_prefix("out/train-%06d.tar"), pattern_prefix("s3://b/{shard:04d}.tar")
+    ('train-', '')
+    """
+    return _pieces(location(pattern).basename)[0][0]
+
+
 def pending_name(spec: str) -> str:
     """Where ``overwrite`` keeps a complete shard until the whole new set is: a hidden
     name beside it (a shard pattern gives the pattern of those names).

@@ -3,8 +3,9 @@
 The rejects file has one line per item that failed to load, decode or encode, in the
 order met: ``index<TAB>source<TAB>cause`` — the item's index in the dataset, where it
 came from (a file's path, a plan's line; empty when the dataset does not say) and the
-error, tabs and newlines escaped. It is written beside the shards (``rejects.tsv``)
-as shards complete, so that ``mode="resume"`` knows how many items the complete shards
+error, tabs and newlines escaped. It is written beside the shards, named after their
+pattern (:func:`default_rejects`: ``train-rejects.tsv`` for ``train-%06d.tar``), as shards
+complete, so that ``mode="resume"`` knows how many items the complete shards
 stand for, and whole at the end.
 
 >>> line = Rejected(7, "photos/cat/1.jpg", "cannot decode\\tthe image").line()
@@ -19,10 +20,20 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ..errors import InputError
-from ..storage import StorageOptions, publish, read_bytes
+from ..storage import StorageOptions, location, publish, read_bytes
+from .patterns import pattern_prefix
 
-REJECTS_FILE = "rejects.tsv"
 ON_ERROR = ("fail", "skip")
+
+
+def default_rejects(pattern: str) -> str:
+    """Where the rejects of the shards ``pattern`` names go by default: beside them, named
+    after them, so that two sets in one folder keep two lists.
+
+    >>> default_rejects("shards/train-%06d.tar"), default_rejects("%04d.tar")
+    ('shards/train-rejects.tsv', 'rejects.tsv')
+    """
+    return location(pattern).sibling(f"{pattern_prefix(pattern)}rejects.tsv")
 
 
 @dataclass(frozen=True)

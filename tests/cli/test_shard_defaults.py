@@ -218,12 +218,11 @@ def test_on_error_skip_leaves_out_a_corrupt_jpeg_lists_it_and_exits_1(tmp_path: 
     assert lines[0].startswith(f"tarkit shard: warning: skipping item 117 ({victim}): ")
     assert "cannot decode the image" in lines[0]
     assert lines[-1] == (
-        "tarkit shard: warning: skipped 1 item that failed (listed in rejects.tsv beside the "
-        "shards)"
+        f"tarkit shard: warning: skipped 1 item that failed (listed in {out}/s-rejects.tsv)"
     )
     samples = samples_in(out)
     assert len(samples) == 199 and "class2/017" not in dict(samples)
-    index, source, cause = (out / "rejects.tsv").read_text().rstrip("\n").split("\t")
+    index, source, cause = (out / "s-rejects.tsv").read_text().rstrip("\n").split("\t")
     assert (index, source) == ("117", str(victim)) and "cannot decode the image" in cause
 
 

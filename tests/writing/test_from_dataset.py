@@ -306,7 +306,7 @@ def test_on_error_skip_leaves_out_failing_items_and_lists_them_beside_the_shards
                              on_error="skip", on_reject=seen.append)  # fmt: skip
     assert manifest.samples == 18
     assert [(r.index, r.source) for r in seen] == [(3, "row 3"), (11, "row 11")]
-    assert (tmp_path / "rejects.tsv").read_text() == (
+    assert (tmp_path / "s-rejects.tsv").read_text() == (
         "3\trow 3\tdataset: item 3: ValueError: item 3 is broken\n"
         "11\trow 11\tdataset: item 11: ValueError: item 11 is broken\n"
     )
