@@ -329,8 +329,9 @@ def _check_earlier(outputs: str | Sequence[str], output_list: list[str], mode: s
     if earlier:
         n = len(earlier)
         raise OutputError(
-            f"{outputs}: {n} earlier output{'s' if n != 1 else ''} of tarkit map match the "
-            f"output pattern but are not outputs of this run, first {earlier[0]}: outputs "
+            f"{outputs}: {n} earlier output{'s' if n != 1 else ''} of tarkit map "
+            f"{'match' if n != 1 else 'matches'} the output pattern but "
+            f"{'are' if n != 1 else 'is'} not of this run, first {earlier[0]}: outputs "
             "read by pattern would mix two runs. Pass --overwrite (mode='overwrite') to redo "
             "every shard and remove them once this run is complete"
         )
@@ -339,7 +340,8 @@ def _check_earlier(outputs: str | Sequence[str], output_list: list[str], mode: s
         if present:
             n = len(present)
             raise OutputError(
-                f"{n} output{'s' if n != 1 else ''} already exist, first {present[0]}: "
+                f"{n} output{'s already exist' if n != 1 else ' already exists'}, first "
+                f"{present[0]}: "
                 "pass mode='resume' to keep the complete ones or mode='overwrite' to redo them"
             )
 

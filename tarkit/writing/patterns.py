@@ -186,15 +186,17 @@ def remove_pending(pattern: str, storage_options: StorageOptions | None = None) 
         remove_file(shard.url, storage_options)
 
 
-def _files(found: list[ExistingShard]) -> str:
-    return f"{len(found)} file{'s' if len(found) != 1 else ''}"
+def _files(found: list[ExistingShard], plural: str, singular: str) -> str:
+    """``3 files match`` / ``1 file matches``: the count, the noun and the verb."""
+    return f"{len(found)} files {plural}" if len(found) != 1 else f"1 file {singular}"
 
 
 def refuse_existing(pattern: str, found: list[ExistingShard], start: int = 0) -> OutputError:
     """The error of a ``create`` writer that found files matching its pattern."""
     numbers = f" (shard numbers from {start} on)" if start else ""
     return OutputError(
-        f"{pattern}: {_files(found)} already match the output pattern{numbers}, first "
+        f"{pattern}: {_files(found, 'already match', 'already matches')} the output "
+        f"pattern{numbers}, first "
         f"{found[0].url}: writing now would mix two runs' shards. Pass --overwrite "
         "(mode='overwrite') to replace them once the new shards are complete, or --resume "
         "(mode='resume') to continue the run that wrote them"
@@ -204,8 +206,9 @@ def refuse_existing(pattern: str, found: list[ExistingShard], start: int = 0) ->
 def refuse_strangers(pattern: str, found: list[ExistingShard]) -> OutputError:
     """The error of a ``resume`` writer that found files that are not its run's shards."""
     return OutputError(
-        f"{pattern}: {_files(found)} match the output pattern but are not complete shards of "
-        f"the run being resumed (shards follow each other from the first number), first "
+        f"{pattern}: {_files(found, 'match', 'matches')} the output pattern but "
+        f"{'are' if len(found) != 1 else 'is'} not a complete shard of the run being resumed "
+        "(shards follow each other from the first number), first "
         f"{found[0].url}: they come from another run. Remove them, or pass --overwrite "
         "(mode='overwrite') to write the whole set anew"
     )

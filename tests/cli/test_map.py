@@ -334,7 +334,7 @@ def test_outputs_of_an_earlier_run_that_this_run_would_not_write_are_refused_the
     assert refused.returncode == 2
     assert refused.stderr.endswith(
         f"tarkit map: error: {tmp_path}/out/: 2 earlier outputs of tarkit map match the output "
-        f"pattern but are not outputs of this run, first {tmp_path}/out/in-2.tar: outputs read "
+        f"pattern but are not of this run, first {tmp_path}/out/in-2.tar: outputs read "
         "by pattern would mix two runs. Pass --overwrite (mode='overwrite') to redo every shard "
         "and remove them once this run is complete\n"
     )

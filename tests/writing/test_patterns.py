@@ -118,7 +118,7 @@ def test_resume_refuses_files_that_are_not_shards_of_the_run_it_continues(
     pattern = str(tmp_path / "s-%03d.tar")
     write_set(pattern, 4, 2)
     (tmp_path / "s-007.tar").write_bytes((tmp_path / "s-000.tar").read_bytes())
-    with pytest.raises(OutputError, match="1 file match the output pattern but are not"):
+    with pytest.raises(OutputError, match="1 file matches the output pattern but is not"):
         ShardWriter(pattern, maxcount=2, mode="resume")
     (tmp_path / "s-007.tar").unlink()
     resumed = ShardWriter(pattern, maxcount=2, mode="resume")
