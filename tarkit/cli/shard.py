@@ -33,7 +33,7 @@ class Layout(str, Enum):
     "already match -o are an error: --overwrite replaces them, --resume continues an "
     "interrupted run.\n\n"
     "Example: tarkit shard photos/ -o 'shards/train-%06d.tar' -s 500M "
-    "--resize 256x256# --format jpg -p 2",
+    "--resize 256x256:crop --format jpg -p 2",
     no_args_is_help=True,
 )
 def shard(
@@ -95,7 +95,7 @@ def shard(
         typer.Option(
             "--resize",
             help="Resize images: WxH fits inside and WxH^ covers (both keep the aspect "
-            "ratio, so sizes differ), WxH# covers and crops the centre to exactly WxH (what "
+            "ratio, so sizes differ), WxH:crop covers and crops the centre to exactly WxH (what "
             "batches of tensors need), WxH! stretches to exactly WxH; with --dataset, every "
             "image of every item.",
             show_default=False,

@@ -275,29 +275,29 @@ def encode_sample(
     return b"".join(parts)
 
 
-RESIZE_MODES = {"": "fit", "!": "exact", "^": "cover", "#": "crop"}
+RESIZE_MODES = {"": "fit", "!": "exact", "^": "cover", ":crop": "crop"}
 
 
 def parse_resize(text: str) -> tuple[int, int, str]:
-    """Parse an image size: ``WxH`` fits inside W×H, ``WxH^`` covers it, ``WxH#`` covers it
-    and crops the centre to exactly W×H, ``WxH!`` resizes to exactly W×H (distorting).
+    """Parse an image size: ``WxH`` fits inside W×H, ``WxH^`` covers it, ``WxH:crop`` covers
+    it and crops the centre to exactly W×H, ``WxH!`` resizes to exactly W×H (distorting).
 
-    Only ``WxH#`` and ``WxH!`` give every image the same size (what a batch of tensors
+    Only ``WxH:crop`` and ``WxH!`` give every image the same size (what a batch of tensors
     needs); the others keep the aspect ratio, so sizes differ.
 
     >>> parse_resize("224x224"), parse_resize("64x48!"), parse_resize("256x256^")
     ((224, 224, 'fit'), (64, 48, 'exact'), (256, 256, 'cover'))
-    >>> parse_resize("224x224#")
+    >>> parse_resize("224x224:crop")
     (224, 224, 'crop')
     """
     from ..errors import UsageError
 
-    suffix = text[-1:] if text[-1:] in RESIZE_MODES else ""
+    suffix = next((s for s in RESIZE_MODES if s and text.endswith(s)), "")
     body = text[: len(text) - len(suffix)]
     width, sep, height = body.lower().partition("x")
     if not sep or not width.isdigit() or not height.isdigit() or not int(width) or not int(height):
         raise UsageError(
-            f"--resize {text!r}: expected WxH (fit inside), WxH^ (cover), WxH# (cover and "
+            f"--resize {text!r}: expected WxH (fit inside), WxH^ (cover), WxH:crop (cover and "
             "crop the centre to exactly WxH) or WxH! (exactly, distorting)"
         )
     return int(width), int(height), RESIZE_MODES[suffix]

@@ -279,7 +279,7 @@ def shard_dataset(
     for images encoded by extension. ``progress`` is called with a :class:`ShardProgress`
     after every sample and at the end.
 
-    ``resize`` (``"256x256#"``, see :func:`~tarkit.format.encoding.parse_resize`) and
+    ``resize`` (``"256x256:crop"``, see :func:`~tarkit.format.encoding.parse_resize`) and
     ``image_format`` (``"jpg"``, ``"png"``, ``"webp"``…) apply to every image field of
     every sample, after ``to_sample``: PIL images and encoded image bytes alike, as
     ``tarkit shard --resize/--format`` do; a new format renames the field (``seg.png`` →

@@ -128,19 +128,21 @@ def test_a_failing_item_costs_only_its_unfinished_shard_and_resume_continues(
 ) -> None:
     photos = make_folder(tmp_path / "photos", classes=2, per_class=10)
     clean = run(["tarkit", "shard", str(photos), "-o", str(tmp_path / "clean" / "s-%d.tar"),
-                 "-c", "4", "--resize", "16x16#"])  # fmt: skip
+                 "-c", "4", "--resize", "16x16:crop"])  # fmt: skip
     assert clean.returncode == 0, clean.stderr
     # The 14th item in the shuffled order is cut short: a decoding error.
     victim = photos / (samples_in(tmp_path / "clean")[13][0] + ".jpg")
     good = victim.read_bytes()
     victim.write_bytes(good[: len(good) // 2])
     pattern = str(tmp_path / "out" / "s-%d.tar")
-    failed = run(["tarkit", "shard", str(photos), "-o", pattern, "-c", "4", "--resize", "16x16#"])
+    failed = run(
+        ["tarkit", "shard", str(photos), "-o", pattern, "-c", "4", "--resize", "16x16:crop"]
+    )
     assert failed.returncode == 2
     assert f"{victim}: field 'jpg': cannot decode the image" in failed.stderr
     assert [p.name for p in shards_in(tmp_path / "out")] == ["s-0.tar", "s-1.tar", "s-2.tar"]
     victim.write_bytes(good)
-    resumed = run(["tarkit", "shard", str(photos), "-o", pattern, "-c", "4", "--resize", "16x16#",
+    resumed = run(["tarkit", "shard", str(photos), "-o", pattern, "-c", "4", "--resize", "16x16:crop",
                    "--resume"])  # fmt: skip
     assert resumed.returncode == 0, resumed.stderr
     assert contents(tmp_path / "out") == contents(tmp_path / "clean")
@@ -151,7 +153,7 @@ def test_a_failing_item_costs_only_its_unfinished_shard_and_resume_continues(
 
 @pytest.mark.parametrize(
     "resize,sizes",
-    [("24x24#", {(24, 24)}), ("24x16!", {(24, 16)}), ("24x24", None), ("24x24^", None)],
+    [("24x24:crop", {(24, 24)}), ("24x16!", {(24, 16)}), ("24x24", None), ("24x24^", None)],
 )
 def test_resize_modes_crop_and_exact_give_one_size_fit_and_cover_keep_the_aspect(
     tmp_path: Path, resize: str, sizes: set[tuple[int, int]] | None
@@ -174,7 +176,7 @@ def test_resize_modes_crop_and_exact_give_one_size_fit_and_cover_keep_the_aspect
 def test_a_bad_resize_names_every_mode(tmp_path: Path) -> None:
     result = run(["tarkit", "shard", str(tmp_path), "--resize", "24x", "-o", "s-%d.tar"])
     assert result.returncode == 2
-    assert "WxH# (cover and crop the centre to exactly WxH)" in result.stderr
+    assert "WxH:crop (cover and crop the centre to exactly WxH)" in result.stderr
 
 
 def test_the_readme_shard_then_load_example_gives_stacked_batches(tmp_path: Path) -> None:
@@ -212,7 +214,7 @@ def test_on_error_skip_leaves_out_a_corrupt_jpeg_lists_it_and_exits_1(tmp_path: 
     victim = corrupt_folder(tmp_path / "photos")
     out = tmp_path / "out"
     result = run(["tarkit", "shard", str(tmp_path / "photos"), "-o", str(out / "s-%d.tar"),
-                  "-c", "50", "--resize", "32x32#", "--on-error", "skip", "-p", "2"])  # fmt: skip
+                  "-c", "50", "--resize", "32x32:crop", "--on-error", "skip", "-p", "2"])  # fmt: skip
     assert result.returncode == 1, result.stderr
     lines = result.stderr.splitlines()
     assert lines[0].startswith(f"tarkit shard: warning: skipping item 117 ({victim}): ")
