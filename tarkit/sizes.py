@@ -11,7 +11,9 @@ notation Python reads as a float (``1e9``, ``2.5e6``), is a count of bytes.
 
 Counts of things done at once (``-p``, ``workers``) are checked by :func:`check_parallel`,
 here because every layer takes one (``stream`` reads inputs ahead, ``processing`` runs
-commands and workers) and this module is the one they all may import.
+commands and workers) and this module is the one they all may import; so is the
+``--on-error`` policy (:func:`check_on_error`: ``tarproc`` and ``tarkit map`` in
+``processing``, ``tarkit shard`` in ``writing``).
 """
 
 from __future__ import annotations
@@ -104,3 +106,20 @@ def check_parallel(value: int, option: str = "-p") -> int:
     if value < 1:
         raise UsageError(f"{option} must be at least 1 (got {value})")
     return value
+
+
+ON_ERROR = ("fail", "skip", "keep")
+
+
+def check_on_error(on_error: str, policies: tuple[str, ...] = ON_ERROR) -> str:
+    """Return ``on_error`` if it is one of ``policies`` (what to do with an item that
+    fails: ``fail``, ``skip``, ``keep``); else raise :class:`~tarkit.errors.UsageError`.
+
+    >>> check_on_error("retry")
+    Traceback (most recent call last):
+    ...
+    tarkit.errors.UsageError: --on-error must be one of fail, skip, keep (got 'retry')
+    """
+    if on_error not in policies:
+        raise UsageError(f"--on-error must be one of {', '.join(policies)} (got {on_error!r})")
+    return on_error

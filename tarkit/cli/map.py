@@ -28,7 +28,8 @@ EXAMPLE = (
     help="Map every input shard to an output shard, in parallel, with a shell command run "
     "on every sample (-c, tarproc's model: sample.<field> files in a private temporary "
     "directory) or a Python function (--fn package.module:function). Each output is "
-    "written atomically with a record beside it; a re-run skips outputs that are complete; "
+    "written atomically with a record beside it; a re-run skips outputs that are complete "
+    "(--overwrite redoes them); "
     "a failed shard is retried, then reported, after the other shards are done.\n\n" + EXAMPLE,
     no_args_is_help=True,
 )
@@ -148,9 +149,15 @@ def map_command(
             help="With -c: sample-<part>.<field> files become separate samples <key>/<part>.",
         ),
     ] = False,  # fmt: skip
-    no_resume: Annotated[
-        bool, typer.Option("--no-resume", help="Redo every shard, even complete ones.")
-    ] = False,
+    overwrite: Annotated[
+        bool,
+        typer.Option(
+            "--overwrite",
+            help="Redo every shard, even complete ones, and remove the outputs of an earlier "
+            "run that match -o but are not outputs of this one (without it they are an "
+            "error) once every shard is done.",
+        ),
+    ] = False,  # fmt: skip
     quiet: Annotated[
         bool, typer.Option("-q", "--quiet", help="No progress; with -c, no command output.")
     ] = False,
@@ -185,7 +192,8 @@ def map_command(
         try:
             result = map_shards(
                 mapper, expand_inputs(inputs), output, engine=engine, workers=shards_at_once,
-                retries=retries, metadata=metadata, resume=not no_resume, address=address,
+                retries=retries, metadata=metadata, mode="overwrite" if overwrite else "resume",
+                address=address,
                 num_cpus=num_cpus, manifest=manifest, progress=display,
             )  # fmt: skip
         except MapError as exc:

@@ -7,7 +7,7 @@ from typing import Annotated, Optional
 import typer
 
 from . import options as o
-from .runner import report_skips, run, skip_log, typer_main
+from .runner import report_skips, run, skip_log, typer_main, warn
 
 app = typer.Typer(add_completion=False, rich_markup_mode=None)
 
@@ -88,7 +88,9 @@ def tarcreate(
         else:
             if dereference:
                 raise UsageError("-L is for --dir")
-            members = plan_members(read_plan(plan, delimiter, key_format=key))  # type: ignore[arg-type]
+            rows = read_plan(plan, delimiter, key_format=key,  # type: ignore[arg-type]
+                             warn=lambda message: warn(tool, message))  # fmt: skip
+            members = plan_members(rows)
         write_members(members, Sink(output))
         report_skips(tool, skips)
         return 0

@@ -11,7 +11,7 @@ keyed ``<key>/<part>``, parts in sorted order.
 
 A sample *fails* when its command exits non-zero, is killed by a signal, runs past
 the timeout or leaves an output that is not a plain file. The policy (``on_error``,
-checked by :func:`check_on_error`) decides: ``fail`` stops everything (running commands
+checked by :func:`tarkit.sizes.check_on_error`) decides: ``fail`` stops everything (running commands
 are killed) and raises :class:`~tarkit.errors.CommandFailed`; ``skip`` leaves the sample
 out and ``keep`` passes it through unchanged, both reporting a :class:`Rejection`.
 
@@ -44,8 +44,9 @@ from typing import Union
 from ..errors import InputError, UsageError
 from ..format.samples import Sample
 from ..format.tar import FILE, Member, encode_member
+from ..sizes import ON_ERROR as ON_ERROR  # the policy check every layer shares
+from ..sizes import check_on_error as check_on_error
 
-ON_ERROR = ("fail", "skip", "keep")
 STDERR_TAIL_BYTES = 4096
 STDERR_TAIL_LINES = 3
 _FILE_FLAGS = os.O_CREAT | os.O_EXCL | os.O_WRONLY | os.O_NOFOLLOW | os.O_CLOEXEC
@@ -159,20 +160,6 @@ def exit_status(code: int, timed_out: bool) -> str:
         except ValueError:
             return f"signal {-code}"
     return "" if code == 0 else f"exit {code}"
-
-
-def check_on_error(on_error: str) -> str:
-    """Return ``on_error`` if it is a policy (``fail``, ``skip``, ``keep``); else raise
-    :class:`~tarkit.errors.UsageError`.
-
-    >>> check_on_error("retry")
-    Traceback (most recent call last):
-    ...
-    tarkit.errors.UsageError: --on-error must be one of fail, skip, keep (got 'retry')
-    """
-    if on_error not in ON_ERROR:
-        raise UsageError(f"--on-error must be one of {', '.join(ON_ERROR)} (got {on_error!r})")
-    return on_error
 
 
 def unsafe_field_reason(field_name: str) -> str | None:

@@ -9,6 +9,7 @@ task per shard (:mod:`tarkit.processing.shard_task`) runs on an engine
 
 from __future__ import annotations
 
+import glob as globbing
 import json
 import pickle
 import time
@@ -17,20 +18,24 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from ..errors import MapError, ShardFailure, UsageError
+from ..errors import MapError, OutputError, ShardFailure, UsageError
 from ..format.manifest import Manifest, ShardInfo
 from ..sizes import check_parallel
 from ..storage import (
     PIPE,
     expand_inputs,
+    list_files,
     location,
     publish,
     relative_url,
+    remove_file,
     remove_stale_temp,
     save_manifest,
 )
+from ..writing.patterns import CREATE, OVERWRITE, RESUME, check_mode
 from .engines.base import Engine, Row, ShardMapper, ShardResult, ShardTask
 from .mappers import SampleMapper
+from .records import record_path, recorded_outputs
 
 __all__ = ["MapError", "MapProgress", "MapResult", "ShardFailure", "map_shards"]
 
@@ -97,7 +102,7 @@ def map_shards(
     workers: int | None = None,
     retries: int = 2,
     metadata: str | None = None,
-    resume: bool = True,
+    mode: str = RESUME,
     address: str | None = None,
     num_cpus: float = 1,
     manifest: str | None = None,
@@ -122,8 +127,13 @@ def map_shards(
     or ``RAY_ADDRESS``, else a local Ray; ``workers`` then limits tasks in flight).
 
     Outputs are written atomically with a record beside each (``.NAME.map.json``:
-    its manifest entry and metadata rows). With ``resume``, outputs whose record
-    matches the file are kept, not redone. A shard that fails is tried ``retries``
+    its manifest entry and metadata rows). ``mode`` says what to do with outputs already
+    there: ``"resume"`` (default) keeps those whose record matches the file and redoes
+    the others; ``"overwrite"`` redoes every one; ``"create"`` refuses to start when any
+    exists. An earlier run's outputs that match the output pattern (a brace pattern's
+    braces as ``*``, or the directory) but are not outputs of this run are refused, but
+    with ``"overwrite"``, which removes them (and their records) once every shard is
+    done: outputs read by pattern never mix two runs. A shard that fails is tried ``retries``
     more times (not when its input is a local file that tarkit cannot read: that
     would fail again); when attempts are exhausted the other shards still run, and then
     :class:`MapError` is raised, naming the shards, samples and errors. Only when every
@@ -140,6 +150,8 @@ def map_shards(
     else:
         output_list = _expand(outputs, "outputs")
     _check_plan(input_list, output_list)
+    check_mode(mode)
+    _check_earlier(outputs, output_list, mode)
     if metadata is not None:
         metadata_format(metadata)
     if retries < 0:
@@ -152,7 +164,7 @@ def map_shards(
 
     options = dict(storage_options) if storage_options else None
     tasks = deque(
-        ShardTask(i, source, output, resume, storage_options=options)
+        ShardTask(i, source, output, mode == RESUME, storage_options=options)
         for i, (source, output) in enumerate(zip(input_list, output_list, strict=True))
     )
     state = MapProgress(total=len(tasks))
@@ -221,6 +233,10 @@ def map_shards(
     if failures:
         report("finished")
         raise MapError([failures[i] for i in sorted(failures)], result)
+    if mode == OVERWRITE:
+        for earlier in _earlier_outputs(outputs, output_list):
+            remove_file(earlier)
+            remove_file(record_path(earlier))
     rows = [row for r in ordered for row in r.rows]
     result.rows = len(rows)
     if metadata is not None:
@@ -286,6 +302,64 @@ def _check_plan(inputs: list[str], outputs: list[str]) -> None:
     clash = seen.intersection(inputs)
     if clash:
         raise UsageError(f"output {sorted(clash)[0]!r} is also an input")
+
+
+def output_glob(outputs: str | Sequence[str]) -> str | None:
+    """The glob of the outputs an earlier run may have left: the directory's files, or
+    the brace pattern with each brace group as ``*``; None for a list of outputs.
+
+    >>> output_glob("out/"), output_glob("o/x-{000..009}-{a,b}.tar"), output_glob(["a.tar"])
+    ('out/*', 'o/x-*-*.tar', None)
+    """
+    if not isinstance(outputs, str):
+        return None
+    if outputs.endswith("/"):
+        return globbing.escape(outputs) + "*"
+    parts, depth, literal = [], 0, ""
+    for char in outputs:
+        if char == "{":
+            if depth == 0:
+                parts.append(globbing.escape(literal) + "*")
+                literal = ""
+            depth += 1
+        elif char == "}" and depth:
+            depth -= 1
+        elif depth == 0:
+            literal += char
+    return "".join(parts) + globbing.escape(literal)
+
+
+def _earlier_outputs(outputs: str | Sequence[str], output_list: list[str]) -> list[str]:
+    """Outputs of an earlier map run that match the output pattern but are not this run's."""
+    pattern = output_glob(outputs)
+    if pattern is None:
+        return []
+    ours = set(output_list)
+    return [found for found in recorded_outputs(pattern) if found not in ours]
+
+
+def _check_earlier(outputs: str | Sequence[str], output_list: list[str], mode: str) -> None:
+    """Refuse what ``mode`` does not take: earlier outputs that are not this run's, and
+    (``create``) any output that exists."""
+    earlier = [] if mode == OVERWRITE else _earlier_outputs(outputs, output_list)
+    if earlier:
+        n = len(earlier)
+        raise OutputError(
+            f"{outputs}: {n} earlier output{'s' if n != 1 else ''} of tarkit map "
+            f"{'match' if n != 1 else 'matches'} the output pattern but "
+            f"{'are' if n != 1 else 'is'} not of this run, first {earlier[0]}: outputs "
+            "read by pattern would mix two runs. Pass --overwrite (mode='overwrite') to redo "
+            "every shard and remove them once this run is complete"
+        )
+    if mode == CREATE:
+        present = [o for o in output_list if list_files(globbing.escape(o))]
+        if present:
+            n = len(present)
+            raise OutputError(
+                f"{n} output{'s already exist' if n != 1 else ' already exists'}, first "
+                f"{present[0]}: "
+                "pass mode='resume' to keep the complete ones or mode='overwrite' to redo them"
+            )
 
 
 def _as_mapper(fn: Callable[[dict[str, Any]], Any] | ShardMapper, engine: str) -> ShardMapper:

@@ -22,6 +22,7 @@ from ..format.manifest import ShardInfo
 from ..storage import (
     HashingReader,
     StorageOptions,
+    list_files,
     location,
     object_info,
     open_source,
@@ -116,3 +117,12 @@ def completed_record(
     if digest.size != info.bytes or digest.sha256.hexdigest() != info.sha256:
         return None
     return info, rows, rejects
+
+
+def recorded_outputs(pattern: str, storage_options: StorageOptions | None = None) -> list[str]:
+    """The files matching the glob ``pattern`` that have a record beside them: outputs
+    of an earlier :func:`~tarkit.map_shards` run (whatever its inputs)."""
+    records = set(list_files(record_path(pattern), storage_options))
+    return [
+        found for found in list_files(pattern, storage_options) if record_path(found) in records
+    ]

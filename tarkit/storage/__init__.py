@@ -3,6 +3,7 @@
 :mod:`~tarkit.storage.locations` tells the kinds apart (stdio, file, ``pipe:``,
 ``http(s)://``, fsspec URLs), :mod:`~tarkit.storage.sources` opens inputs,
 :mod:`~tarkit.storage.outputs` publishes outputs atomically,
+:mod:`~tarkit.storage.listing` lists, moves and removes the files already there,
 :mod:`~tarkit.storage.filesystems` is the one fsspec opener,
 :mod:`~tarkit.storage.manifests` reads and writes manifests,
 :mod:`~tarkit.storage.cache` caches remote shards on local disk, and
@@ -11,6 +12,7 @@ reconnect at the byte reached.
 """
 
 from .filesystems import ObjectInfo, StorageOptions, filesystem, object_info
+from .listing import list_files, move_file, remove_file
 from .locations import (
     FILE,
     FSSPEC,
@@ -58,15 +60,18 @@ __all__ = [
     "expand_inputs",
     "filesystem",
     "is_remote",
+    "list_files",
     "load_manifest",
     "location",
     "manifest_urls",
+    "move_file",
     "object_info",
     "open_source",
     "open_source_at",
     "publish",
     "read_bytes",
     "relative_url",
+    "remove_file",
     "remove_stale_temp",
     "report_reconnections",
     "resolve_url",

@@ -203,7 +203,11 @@ class FileTree:
         item: dict[str, object] = {"__key__": sample.key}
         for field, path in sample.files:
             item[field] = read_file(os.path.join(self.root, path))
-        return self.transform.sample(item, os.path.join(self.root, sample.key))
+        return self.transform.sample(item, self.item_source(index))
+
+    def item_source(self, index: int) -> str:
+        """Where item ``index`` comes from: its key's path below the root."""
+        return os.path.join(self.root, self.samples[index].key)
 
 
 def _in_a_class(path: str) -> bool:
@@ -250,10 +254,14 @@ class ImageFolder:
     def __len__(self) -> int:
         return len(self.items)
 
+    def item_source(self, index: int) -> str:
+        """Where item ``index`` comes from: the image's path."""
+        return os.path.join(self.root, self.items[index][1])
+
     def __getitem__(self, index: int) -> dict[str, object]:
         key, path, label = self.items[index]
         ext = extension(path)
-        full = os.path.join(self.root, path)
+        full = self.item_source(index)
         sample: dict[str, object] = {
             "__key__": key,
             "jpg" if ext == "jpeg" else ext: read_file(full),

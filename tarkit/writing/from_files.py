@@ -3,28 +3,28 @@
 :func:`open_files` picks the dataset for a source — :class:`~tarkit.writing.files.ImageFolder`
 or :class:`~tarkit.writing.files.FileTree` for a directory (by ``layout``, see
 :func:`~tarkit.writing.files.detect_layout`), :class:`~tarkit.writing.plan.PlanDataset`
-for a plan — and :func:`shard_files` shards it with :func:`~tarkit.shard_dataset`, then
-publishes an ImageFolder's class list.
+for a plan — and :func:`shard_files` shards it with :func:`~tarkit.shard_dataset`, in a
+seeded random order unless told otherwise (a loader shuffles within a buffer of a few
+thousand samples, so shards written class after class would give batches of one or two
+classes), saving an ImageFolder's class list beside the shards.
 """
 
 from __future__ import annotations
 
-import json
 import os
+from collections.abc import Callable
 from typing import Any
 
 from ..errors import SourceError, UsageError
 from ..format.encoding import DEFAULT_QUALITY, ImageTransform
 from ..format.manifest import Manifest
 from ..format.samples import SkipLog
-from ..storage import location, publish
 from .files import FileTree, ImageFolder, detect_layout
 from .from_dataset import shard_dataset
 from .plan import PlanDataset
 from .shard_writer import DEFAULT_PATTERN
 
 LAYOUTS = ("auto", "imagefolder", "tree")
-CLASSES_FILE = "classes.json"
 
 
 def open_files(
@@ -36,10 +36,11 @@ def open_files(
     key_format: str | None = None,
     strict: bool = False,
     skips: SkipLog | None = None,
+    warn: Callable[[str], object] | None = None,
 ) -> FileTree | ImageFolder | PlanDataset:
     """The dataset for ``source``: a directory read by ``layout`` (``auto``,
-    ``imagefolder`` or ``tree``), else a CSV/TSV plan (``delimiter`` and ``key_format``
-    as :func:`~tarkit.writing.plan.read_plan` takes them).
+    ``imagefolder`` or ``tree``), else a CSV/TSV plan (``delimiter``, ``key_format`` and
+    ``warn`` as :func:`~tarkit.writing.plan.read_plan` takes them).
 
     Files a layout cannot use are skipped into ``skips`` (or raise under ``strict``), as
     :mod:`tarkit.writing.files` says. Raises :class:`UsageError` for an unknown layout
@@ -58,7 +59,7 @@ def open_files(
         return FileTree(source, transform, strict=strict, skips=skips)
     if not os.path.exists(source):
         raise SourceError(f"{source}: no such file or directory")
-    return PlanDataset(source, transform, delimiter, key_format=key_format)
+    return PlanDataset(source, transform, delimiter, key_format=key_format, warn=warn)
 
 
 def shard_files(
@@ -71,26 +72,24 @@ def shard_files(
     resize: str | None = None,
     image_format: str | None = None,
     quality: int = DEFAULT_QUALITY,
+    verify: bool = False,
+    shuffle: bool = True,
     strict: bool = False,
     skips: SkipLog | None = None,
-    classes: str | None = None,
+    warn: Callable[[str], object] | None = None,
     **options: Any,
 ) -> Manifest:
     """Shard the dataset :func:`open_files` makes of ``source``; return the manifest.
 
-    ``resize``, ``image_format`` and ``quality`` re-encode the images as the files are
-    read (see :class:`~tarkit.format.encoding.ImageTransform`); ``options`` are
-    :func:`~tarkit.shard_dataset`'s (``num_workers``, ``shuffle``, ``maxcount``,
-    ``manifest``, ``progress``…). For an ImageFolder, the class names in index order
-    are then published as JSON at ``classes`` (default: ``classes.json`` beside the
-    shards).
+    The items are written in a permutation seeded by ``seed`` (default 0) unless
+    ``shuffle=False``, which keeps the source's order. ``resize``, ``image_format`` and
+    ``quality`` re-encode the images as the files are read, and ``verify`` decodes every
+    image (see :class:`~tarkit.format.encoding.ImageTransform`); ``options`` are
+    :func:`~tarkit.shard_dataset`'s (``num_workers``, ``seed``, ``maxcount``, ``mode``,
+    ``manifest``, ``on_error``, ``progress``…). An ImageFolder's class names, in index
+    order, are saved as JSON at ``classes`` (default: ``classes.json`` beside the shards).
     """
-    transform = ImageTransform(resize, image_format, quality)
+    transform = ImageTransform(resize, image_format, quality, verify=verify)
     dataset = open_files(source, layout, transform, delimiter=delimiter, key_format=key_format,
-                         strict=strict, skips=skips)  # fmt: skip
-    result = shard_dataset(dataset, pattern, quality=quality, **options)
-    if isinstance(dataset, ImageFolder):
-        names = json.dumps(dataset.classes, ensure_ascii=False, indent=1) + "\n"
-        publish(classes or location(pattern).sibling(CLASSES_FILE), names.encode("utf-8"),
-                options.get("storage_options"))  # fmt: skip
-    return result
+                         strict=strict, skips=skips, warn=warn)  # fmt: skip
+    return shard_dataset(dataset, pattern, quality=quality, shuffle=shuffle, **options)

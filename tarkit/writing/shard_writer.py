@@ -18,7 +18,11 @@ Guarantees, for ``tarsplit``, ``tarkit shard`` and library users alike:
 - Each shard is a :class:`~tarkit.storage.StagedFile`: written under a temporary name and
   published (renamed, or uploaded to an fsspec URL such as ``s3://…``) when complete. An
   interrupted run never leaves a finished-looking partial shard; a SIGKILL can leave the
-  temporary file, which ``resume=True`` removes.
+  temporary file, which ``mode="resume"`` removes.
+- Files an earlier run left under the pattern are never mixed with the new shards:
+  ``mode`` (:mod:`tarkit.writing.patterns`) refuses to start (``create``, the default),
+  replaces them once the new set is complete (``overwrite``), or continues the
+  interrupted run that wrote them (``resume``).
 - Samples are turned into bytes by :class:`SampleEncoder`. The same samples and limits
   always give byte-identical shards.
 
@@ -40,7 +44,7 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from ..errors import OutputError, SampleError, SourceError, UsageError
+from ..errors import OutputError, SampleError, UsageError
 from ..format.compression import size_budget
 from ..format.manifest import Manifest, ShardInfo
 from ..format.samples import Sample, same_key_error
@@ -49,50 +53,30 @@ from ..storage import (
     StagedFile,
     StorageOptions,
     describe_exit,
+    move_file,
     relative_url,
+    remove_file,
     remove_stale_temp,
     save_manifest,
+)
+from .patterns import (
+    CREATE,
+    OVERWRITE,
+    RESUME,
+    check_mode,
+    check_pattern,
+    completed_shards,
+    existing_shards,
+    pending_name,
+    refuse_existing,
+    refuse_strangers,
+    remove_pending,
+    shard_name,
 )
 
 DEFAULT_PATTERN = "shard-%06d.tar"
 DEFAULT_MAXCOUNT = 100_000
 DEFAULT_MAXSIZE = 1 << 30  # 1G
-
-
-def shard_name(pattern: str, number: int) -> str:
-    """The name of shard ``number``: ``pattern`` takes ``%06d`` or ``{shard:06d}``.
-
-    >>> shard_name("shard-%06d.tar", 3)
-    'shard-000003.tar'
-    >>> shard_name("s3://b/train-{shard:04d}.tar.gz", 12)
-    's3://b/train-0012.tar.gz'
-    """
-    if "{shard" in pattern:
-        return pattern.format(shard=number)
-    return pattern % number
-
-
-def check_pattern(pattern: str) -> None:
-    """Raise :class:`UsageError` unless ``pattern`` names a different file per shard.
-
-    >>> check_pattern("out.tar")
-    Traceback (most recent call last):
-    ...
-    tarkit.errors.UsageError: shard pattern 'out.tar' has no shard number: use one %06d or {shard:06d}, as in shard-%06d.tar
-    """
-    first: str | None
-    second: str | None
-    try:
-        first, second = shard_name(pattern, 0), shard_name(pattern, 1)
-    except (ValueError, TypeError, KeyError, IndexError, AttributeError):
-        first = second = None
-    if first is None or first == second:
-        what = "is malformed" if "%" in pattern or "{" in pattern else "has no shard number"
-        raise UsageError(
-            f"shard pattern {pattern!r} {what}: use one %06d or {{shard:06d}}, as in shard-%06d.tar"
-        )
-    if first.endswith(("/", os.sep)):
-        raise UsageError(f"shard pattern {pattern!r} names a directory, not a file")
 
 
 def run_post(post: str | Callable[[str], object], path: str) -> None:
@@ -201,12 +185,18 @@ class ShardWriter:
     None; a manifest then has none): hashing costs about a sixth of copying small
     samples, for output nobody checks.
 
-    ``resume=True`` keeps the complete shards already present from ``start`` on (an
-    interrupted run's) and continues after them: ``samples_done`` says how many samples
-    they hold, so the caller skips that many before writing. Stale temporary files are
-    removed.
+    ``mode`` says what to do with files that already match the pattern from ``start``
+    on (:mod:`tarkit.writing.patterns`): ``"create"`` (default) raises
+    :class:`OutputError` naming how many and the first; ``"overwrite"`` keeps each new
+    shard under a hidden pending name until :meth:`close`, which gives them their names,
+    runs ``post`` on each and removes the other matching files (``on_shard`` is called
+    as each shard is complete); ``"resume"`` keeps the complete shards of an
+    interrupted run and continues after them: ``samples_done`` says how many samples
+    they hold, so the caller skips that many before writing (stale temporary files are
+    removed; another matching file raises :class:`OutputError`).
 
-    As a context manager, leaving with an exception aborts: complete shards stay, the
+    As a context manager, leaving with an exception aborts: complete shards stay (with
+    ``overwrite``, the pending ones are removed and the old files stay as they were), the
     unfinished one's temporary file is removed (:attr:`discarded` describes it) and no
     manifest is written.
     """
@@ -223,7 +213,7 @@ class ShardWriter:
         manifest: str | None = None,
         on_shard: Callable[[ShardInfo], object] | None = None,
         storage_options: Mapping[str, Any] | None = None,
-        resume: bool = False,
+        mode: str = CREATE,
         mtime: int | None = None,
         checksums: bool = True,
     ) -> None:
@@ -250,6 +240,7 @@ class ShardWriter:
         self.shards: list[ShardInfo] = []
         self.samples_done = 0
         self._file: StagedFile | None = None
+        self._name = ""  # the final name of the shard being written
         self._count = 0
         # Tar bytes written since the compressor was last measured, and how many may
         # follow them (see the module docstring).
@@ -259,9 +250,28 @@ class ShardWriter:
         self._encoder = SampleEncoder(self.mtime)
         self._closed = False
         self.discarded: Discarded | None = None
-        if resume:
+        self.mode = check_mode(mode)
+        # overwrite: the files the new set replaces, and its shards under pending names
+        self._replaced: list[str] = []
+        self._pending: list[str] = []
+        self._start_over(storage_options)
+
+    def _start_over(self, storage_options: StorageOptions | None) -> None:
+        """Look at what an earlier run left under the pattern, as ``mode`` says."""
+        pattern, start = self.pattern, self.start
+        existing = existing_shards(pattern, start, storage_options)
+        remove_pending(pattern, storage_options)
+        if self.mode == CREATE and existing:
+            raise refuse_existing(pattern, existing, start)
+        if self.mode == OVERWRITE:
+            self._replaced = [shard.url for shard in existing]
+        if self.mode == RESUME:
             self.shards = completed_shards(pattern, start, storage_options)
             self.samples_done = sum(s.samples for s in self.shards)
+            kept = {s.url for s in self.shards}
+            strangers = [shard for shard in existing if shard.url not in kept]
+            if strangers:
+                raise refuse_strangers(pattern, strangers)
             remove_stale_temp(shard_name(pattern, start + len(self.shards)), storage_options)
 
     @property
@@ -337,11 +347,13 @@ class ShardWriter:
                 f"the samples need more than {n} {shards} (maxshards {n}): the first {n} "
                 f"{shards} are complete, the rest of the samples was not written"
             )
+        name = shard_name(self.pattern, self.start + len(self.shards))
         self._file = StagedFile(
-            shard_name(self.pattern, self.start + len(self.shards)),
+            pending_name(name) if self.mode == OVERWRITE else name,
             self.storage_options,
             hashing=self.checksums,
         )
+        self._name = name
         self._count = 0
         self._unmeasured = 0
         self._budget = size_budget(self._file.compression, self.maxsize)
@@ -359,15 +371,31 @@ class ShardWriter:
         self._file = None
         # One sample alone may be larger than maxsize; more than one over it is a bug.
         size, sha256 = shard.commit(self.maxsize if self._count > 1 else None)
-        info = ShardInfo(url=shard.spec, samples=self._count, bytes=size, sha256=sha256)
+        info = ShardInfo(url=self._name, samples=self._count, bytes=size, sha256=sha256)
         self.samples_done += self._count
         self._count = 0
         self._unmeasured = 0
         self.shards.append(info)
+        if self.mode == OVERWRITE:
+            self._pending.append(shard.spec)
         if self.on_shard is not None:
             self.on_shard(info)
+        if self.post is not None and self.mode != OVERWRITE:
+            run_post(self.post, info.url)
+
+    def _put_in_place(self) -> None:
+        """overwrite: give the pending shards their names, then remove the old files."""
+        options = self.storage_options
+        for pending, shard in zip(self._pending, self.shards, strict=True):
+            move_file(pending, shard.url, options)
+        self._pending = []
+        new = {shard.url for shard in self.shards}
+        for url in self._replaced:
+            if url not in new:
+                remove_file(url, options)
         if self.post is not None:
-            run_post(self.post, shard.spec)
+            for shard in self.shards:
+                run_post(self.post, shard.url)
 
     def close(self) -> None:
         """Finish the last shard (if it has samples) and write the manifest."""
@@ -376,6 +404,8 @@ class ShardWriter:
         if self._file is not None:
             self._finish()
         self._closed = True
+        if self.mode == OVERWRITE:
+            self._put_in_place()
         if self.manifest is not None:
             save_manifest(self.manifest_of(), self.manifest, self.storage_options)
 
@@ -396,8 +426,12 @@ class ShardWriter:
         self._closed = True
         if self._file is not None:
             self._file.abort()
-            self.discarded = Discarded(self._file.spec, self._count, self._first_key)
+            if self.mode != OVERWRITE:  # with overwrite no new shard stays anyway
+                self.discarded = Discarded(self._name, self._count, self._first_key)
             self._file = None
+        for pending in self._pending:
+            remove_file(pending, self.storage_options)
+        self._pending = []
 
     def __enter__(self) -> ShardWriter:
         return self
@@ -407,32 +441,6 @@ class ShardWriter:
             self.close()
         else:
             self.abort()
-
-
-def completed_shards(
-    pattern: str, start: int = 0, storage_options: StorageOptions | None = None
-) -> list[ShardInfo]:
-    """The complete shards present from number ``start`` on, up to the first missing one.
-
-    Each is read whole (:func:`~tarkit.writing.index.index_shard`) to count its samples
-    and hash its bytes; a shard that does not read cleanly raises
-    :class:`~tarkit.errors.InputError` (shards appear only when complete, so that means
-    something else wrote it).
-    """
-    from .index import index_shard
-
-    found: list[ShardInfo] = []
-    number = start
-    while True:
-        path = shard_name(pattern, number)
-        try:
-            found.append(index_shard(path, strict=True, storage_options=storage_options))
-        except SourceError as exc:
-            if exc.reason == SourceError.MISSING:
-                break
-            raise
-        number += 1
-    return found
 
 
 def _key_of(sample: Sample | Mapping[str, Any]) -> Any:

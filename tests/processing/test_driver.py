@@ -296,7 +296,7 @@ def test_a_rerun_maps_only_the_shards_that_are_missing_or_do_not_match(
     assert (result.processed, result.resumed) == (1, 3)
 
     (marks / "calls").unlink()
-    result = map_shards(fns.shout, others, [str(p) for p in outputs], workers=2, resume=False)
+    result = map_shards(fns.shout, others, [str(p) for p in outputs], workers=2, mode="overwrite")
     assert len(fns.calls(marks)) == SHARDS * PER_SHARD and result.processed == SHARDS
 
 

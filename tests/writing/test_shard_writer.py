@@ -21,12 +21,8 @@ from tarkit.format.encoding import encode_sample
 from tarkit.format.samples import group_samples
 from tarkit.format.tar import member_size_on_disk, read_members
 from tarkit.storage import StagedFile
-from tarkit.writing.shard_writer import (
-    ShardWriter,
-    check_pattern,
-    completed_shards,
-    shard_name,
-)
+from tarkit.writing.patterns import check_pattern, completed_shards, shard_name
+from tarkit.writing.shard_writer import ShardWriter
 
 
 def read_samples_raw(archive: bytes) -> list[bytes]:
@@ -350,7 +346,7 @@ def test_resume_continues_after_complete_shards_with_identical_bytes(tmp_path: P
     interrupted.write_all(samples[:8])  # two shards done, the third in a temporary file
     interrupted._file.buffered.flush()  # type: ignore[union-attr]  # as a killed run leaves it
     manifest = tmp_path / "cut" / "m.json"
-    resumed = ShardWriter(pattern, maxcount=3, resume=True, manifest=str(manifest))
+    resumed = ShardWriter(pattern, maxcount=3, mode="resume", manifest=str(manifest))
     assert resumed.samples_done == 6
     with resumed:
         resumed.write_all(samples[resumed.samples_done :])
