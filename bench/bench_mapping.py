@@ -60,7 +60,7 @@ def _local_throughput(workdir: Path, quick: bool) -> tuple[list[str], float | No
     for jobs in (1, 2):
         command = (
             f"PYTHONPATH={shlex.quote(str(BENCH))} tarkit map --fn bench_mapping:resize "
-            f"{inputs} -o {shlex.quote(str(out))}/ -j {jobs} --no-resume"
+            f"{inputs} -o {shlex.quote(str(out))}/ -j {jobs} --overwrite"
         )
         try:
             seconds = median(timeit_reported(command, setup=f"rm -rf {shlex.quote(str(out))}"))
@@ -98,7 +98,7 @@ def _per_shard(engine: str, inputs: list[str], workdir: Path, **options: Any) ->
     out = workdir / f"tiny-{engine}"
     shutil.rmtree(out, ignore_errors=True)
     started = time.perf_counter()
-    map_shards(nothing, inputs, f"{out}/", engine=engine, resume=False, **options)
+    map_shards(nothing, inputs, f"{out}/", engine=engine, mode="overwrite", **options)
     return (time.perf_counter() - started) / len(inputs)
 
 

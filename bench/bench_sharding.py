@@ -121,7 +121,7 @@ def shard_photos(dataset: Photos, directory: Path, workers: int) -> None:
     from tarkit.writing.from_dataset import shard_dataset
 
     shard_dataset(dataset, str(directory / "p-%06d.tar"), num_workers=workers,
-                  to_sample=reencode, progress=False)  # fmt: skip
+                  to_sample=reencode)  # fmt: skip
 
 
 def _verdict(ratio: float, target: float) -> str:

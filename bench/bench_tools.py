@@ -73,6 +73,13 @@ CASES = [
     ),
     Case("tarcat", "tarcat < f > out", "tarcat < {f} > {out}", "tarcat", CLEAN_OUT),
     Case(
+        "tarcat_where",
+        "tarcat --where 'cls >= 0' < f > out (reads cls, keeps every sample)",
+        "tarcat --where 'cls >= 0' < {f} > {out}",
+        "tarcat",
+        CLEAN_OUT,
+    ),
+    Case(
         "tarcat_pipe",
         "cat f | tarcat | cat > out",
         "cat {f} | tarcat | cat > {out}",
@@ -295,6 +302,12 @@ def targets_table(
             10,
             at_most=False,
         ),
+        Target(
+            "`tarcat --where 'cls >= 0'` ÷ `tarcat`, small (issue 13)",
+            ratio("small", "tarcat_where", "tarcat"),
+            "×",
+            1.5,
+        ),
         Target("start-up: `tarcat -c 1 tiny.tar`", startup_ms, "ms", 150),
         Target("modules of torch, numpy imported by `tarcat -c 1`", heavy_imports, "", 0),
         Target("`cat f | tarcat | cat` ÷ `cat f | cat`, small", ratio("small", "tarcat_pipe", "cat"), "×", None),
@@ -360,7 +373,7 @@ def per_member_table(shard: Path, repeat: int) -> list[str]:
     from tarkit.format import scanner
     from tarkit.format.samples import group_samples
     from tarkit.format.tar import read_members
-    from tarkit.storage.sources import Sink
+    from tarkit.storage import Sink
     from tarkit.stream.stages import write_samples
 
     data = shard.read_bytes()

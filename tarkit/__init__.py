@@ -10,6 +10,7 @@ from .errors import (
     CompressionError,
     HeaderError,
     InputError,
+    MapError,
     OutputError,
     SampleError,
     SourceError,
@@ -26,12 +27,11 @@ __version__ = "0.1.0"
 # Imported on first use, so ``import tarkit`` does not load torch and the tools start fast.
 _LAZY = {
     "ShardDataset": "loading.dataset",
-    "ShardLoader": "loading.dataset",
-    "loader": "loading.dataset",
+    "ShardLoader": "loading.loader",
+    "loader": "loading.loader",
     "shard_dataset": "writing.from_dataset",
     "ShardWriter": "writing.shard_writer",
     "map_shards": "processing.driver",
-    "MapError": "processing.driver",
 }
 
 

@@ -151,7 +151,7 @@ def train(
     """Train the digits classifier from shards; return per-epoch loss and test accuracy."""
     import torch
 
-    from .loading.dataset import loader
+    from .loading import loader
 
     torch.manual_seed(seed)
     torch.set_num_threads(1)  # two workers decode on the other core

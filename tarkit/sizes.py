@@ -1,4 +1,4 @@
-"""Byte sizes as people write them on a command line: ``1e9``, ``500M``, ``1G``, ``64K``.
+"""Byte sizes and counts as people write them on a command line: ``1e9``, ``500M``, ``-p 4``.
 
 Suffixes follow GNU ``split`` and ``sort``: ``K``, ``M``, ``G``, ``T`` (and ``KiB``…) are
 powers of 1024; ``KB``, ``MB``, ``GB``, ``TB`` are powers of 1000. A bare number, in any
@@ -8,6 +8,12 @@ notation Python reads as a float (``1e9``, ``2.5e6``), is a count of bytes.
 (65536, 1000000000, 1500000)
 >>> format_size(3 * 1024**3)
 '3.0 GiB'
+
+Counts of things done at once (``-p``, ``workers``) are checked by :func:`check_parallel`,
+here because every layer takes one (``stream`` reads inputs ahead, ``processing`` runs
+commands and workers) and this module is the one they all may import; so is the
+``--on-error`` policy (:func:`check_on_error`: ``tarproc`` and ``tarkit map`` in
+``processing``, ``tarkit shard`` in ``writing``).
 """
 
 from __future__ import annotations
@@ -84,3 +90,36 @@ def format_size(size: int) -> str:
         if value < 1024 or unit == "TiB":
             break
     return f"{value:.1f} {unit}"
+
+
+def check_parallel(value: int, option: str = "-p") -> int:
+    """Return ``value``, a count of things done at once; raise :class:`~tarkit.errors.UsageError`
+    naming ``option`` unless it is at least 1.
+
+    >>> check_parallel(4)
+    4
+    >>> check_parallel(0, "workers")
+    Traceback (most recent call last):
+    ...
+    tarkit.errors.UsageError: workers must be at least 1 (got 0)
+    """
+    if value < 1:
+        raise UsageError(f"{option} must be at least 1 (got {value})")
+    return value
+
+
+ON_ERROR = ("fail", "skip", "keep")
+
+
+def check_on_error(on_error: str, policies: tuple[str, ...] = ON_ERROR) -> str:
+    """Return ``on_error`` if it is one of ``policies`` (what to do with an item that
+    fails: ``fail``, ``skip``, ``keep``); else raise :class:`~tarkit.errors.UsageError`.
+
+    >>> check_on_error("retry")
+    Traceback (most recent call last):
+    ...
+    tarkit.errors.UsageError: --on-error must be one of fail, skip, keep (got 'retry')
+    """
+    if on_error not in policies:
+        raise UsageError(f"--on-error must be one of {', '.join(policies)} (got {on_error!r})")
+    return on_error

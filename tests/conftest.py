@@ -10,7 +10,8 @@ from collections.abc import Callable, Iterable
 from pathlib import Path
 
 import pytest
-from shard_server import Server
+from fault_proxy import FaultProxy
+from shard_server import ShardServer
 
 from tarkit.format.tar import TarWriter
 
@@ -128,9 +129,9 @@ def archive_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 @pytest.fixture
-def http_server() -> Iterable[Server]:
-    """A plain HTTP server on 127.0.0.1 (:class:`shard_server.Server`)."""
-    server = Server()
+def http_server() -> Iterable[ShardServer]:
+    """The test HTTP server on 127.0.0.1, faults on demand (:class:`shard_server.ShardServer`)."""
+    server = ShardServer()
     yield server
     server.stop()
 
@@ -164,6 +165,15 @@ def s3_server() -> Iterable[str]:
         yield f"http://127.0.0.1:{port}"
     finally:
         server.stop()
+
+
+@pytest.fixture
+def s3_proxy(s3_server: str) -> Iterable[FaultProxy]:
+    """A fault-injecting TCP proxy in front of the test S3 server (:mod:`fault_proxy`):
+    ``s3_proxy.url`` is an endpoint URL whose connections break on demand."""
+    proxy = FaultProxy(int(s3_server.rsplit(":", 1)[1]))
+    yield proxy
+    proxy.stop()
 
 
 @pytest.fixture

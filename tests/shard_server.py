@@ -1,22 +1,71 @@
-"""An HTTP server on 127.0.0.1 for loader and cache tests: byte ranges, hit counts, gates.
+"""The one HTTP server of the test suite: files on 127.0.0.1, with network faults on demand.
 
-``files`` maps a path to bytes. ``hits`` counts GET requests per path. ``gates[path] =
-(n, event)`` sends the first ``n`` bytes of that file, then waits (at most 20 s) for the
-event before sending the rest. ``truncate[path] = n`` sends only ``n`` bytes of a body
-while announcing its full length. ``honour_ranges = False`` answers range requests with
-the whole file, as some servers do.
+``files`` maps a path to bytes. Every answer carries ``Content-Length``, an ``ETag`` (a
+hash of the content) and ``Last-Modified`` (``validators = False`` leaves both out);
+``Range: bytes=N-`` is honoured (``honour_ranges = False``: the whole file, with 200, as
+some servers do) unless an ``If-Range`` no longer matches, which gets the whole file with
+200, as RFC 9110 says (``honour_if_range = False`` ignores ``If-Range``).
 
-``Server`` (the ``http_server`` fixture of conftest) is the plain one: it serves ``files`` (path →
-bytes) and, under ``/cut/<path>``, sends a full Content-Length but closes the connection
-halfway.
+Records: ``hits`` counts GET requests per path, ``ranges`` lists ``(path, start)`` of every
+range honoured, ``requests`` every ``(path, headers)``.
+
+Faults strike the next requests of a path, one each, in order
+(``server.fail("/a.tar", drop(1000), status(503))``):
+
+- ``drop(n)``: send ``n`` bytes of the body, then close the connection;
+- ``reset(n)``: send ``n`` bytes, then reset the connection (TCP RST);
+- ``stall(n, seconds)``: send ``n`` bytes, then nothing for ``seconds`` (``stop()`` ends it);
+- ``status(code, retry_after)``: answer ``code`` (with ``Retry-After`` when given), no body;
+- ``replace(n, data)``: send ``n`` bytes, then give the path the content ``data`` and
+  close the connection (the file changed while being read).
+
+``cut[path] = n``: no answer ever goes past byte ``n`` of the file (the connection closes
+there, every time). ``gates[path] = (n, event)``: send ``n`` bytes, then wait for the event
+(at most 20 s) before the rest. ``drop_every[path] = n``: every answer closes after ``n``
+bytes of its body (a flaky network, for the benchmark).
 """
 
 from __future__ import annotations
 
+import email.utils
+import hashlib
 import http.server
 import re
+import socket
+import struct
 import threading
 from collections import Counter
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class Fault:
+    kind: str  # drop, reset, stall, status, replace
+    after: int = 0
+    seconds: float = 0.0
+    code: int = 0
+    retry_after: str | None = None
+    data: bytes = b""
+
+
+def drop(after: int) -> Fault:
+    return Fault("drop", after)
+
+
+def reset(after: int) -> Fault:
+    return Fault("reset", after)
+
+
+def stall(after: int, seconds: float = 60.0) -> Fault:
+    return Fault("stall", after, seconds=seconds)
+
+
+def status(code: int, retry_after: str | int | None = None) -> Fault:
+    return Fault("status", code=code, retry_after=None if retry_after is None else str(retry_after))
+
+
+def replace(after: int, data: bytes) -> Fault:
+    return Fault("replace", after, data=data)
 
 
 class ShardServer:
@@ -24,49 +73,34 @@ class ShardServer:
         self.files: dict[str, bytes] = {}
         self.hits: Counter[str] = Counter()
         self.ranges: list[tuple[str, int]] = []
+        self.requests: list[tuple[str, dict[str, str]]] = []
+        self.faults: dict[str, list[Fault]] = {}
+        self.cut: dict[str, int] = {}
+        self.drop_every: dict[str, int] = {}
         self.gates: dict[str, tuple[int, threading.Event]] = {}
-        self.truncate: dict[str, int] = {}
         self.honour_ranges = True
+        self.honour_if_range = True
+        self.validators = True
+        self.stopping = threading.Event()
+        self._versions: Counter[str] = Counter()
+        self._etags: dict[str, tuple[bytes, str]] = {}
+        self._lock = threading.Lock()
         server = self
 
         class Handler(http.server.BaseHTTPRequestHandler):
             protocol_version = "HTTP/1.1"
 
             def do_GET(self) -> None:  # noqa: N802
-                server.hits[self.path] += 1
-                data = server.files.get(self.path)
-                if data is None:
-                    self.send_error(404)
-                    return
-                start = 0
-                match = re.fullmatch(r"bytes=(\d+)-", self.headers.get("Range", ""))
-                if match and server.honour_ranges:
-                    start = int(match.group(1))
-                    server.ranges.append((self.path, start))
-                    self.send_response(206)
-                    self.send_header("Content-Range", f"bytes {start}-{len(data) - 1}/{len(data)}")
-                else:
-                    self.send_response(200)
-                body = data[start:]
-                self.send_header("Content-Length", str(len(body)))
-                self.end_headers()
-                body = body[: server.truncate.get(self.path, len(body))]
-                gate = server.gates.get(self.path)
-                try:
-                    if gate is not None:
-                        self.wfile.write(body[: gate[0]])
-                        self.wfile.flush()
-                        gate[1].wait(20)
-                        body = body[gate[0] :]
-                    self.wfile.write(body)
-                    self.wfile.flush()
-                except (BrokenPipeError, ConnectionResetError):
-                    pass
-                if self.path in server.truncate:
-                    self.close_connection = True
+                server.serve(self)
 
             def log_message(self, *args: object) -> None:
                 pass
+
+            def finish(self) -> None:
+                try:
+                    super().finish()
+                except OSError:
+                    pass
 
         self.httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
         self.httpd.daemon_threads = True
@@ -74,40 +108,107 @@ class ShardServer:
         self.thread = threading.Thread(target=self.httpd.serve_forever, args=(0.05,), daemon=True)
         self.thread.start()
 
+    def fail(self, path: str, *faults: Fault) -> None:
+        """Make the next requests of ``path`` meet ``faults``, one each, in order."""
+        with self._lock:
+            self.faults.setdefault(path, []).extend(faults)
+
+    def put(self, path: str, data: bytes) -> None:
+        """Give ``path`` new content (a new ETag and Last-Modified)."""
+        with self._lock:
+            self.files[path] = data
+            self._versions[path] += 1
+
+    def etag(self, path: str) -> str:
+        data = self.files[path]
+        known = self._etags.get(path)
+        if known is None or known[0] is not data:  # hashing hundreds of MB takes a while
+            known = (data, '"' + hashlib.sha256(data).hexdigest()[:20] + '"')
+            self._etags[path] = known
+        return known[1]
+
+    def last_modified(self, path: str) -> str:
+        return email.utils.formatdate(1_700_000_000 + self._versions[path], usegmt=True)
+
+    def serve(self, handler: http.server.BaseHTTPRequestHandler) -> None:
+        path = handler.path
+        with self._lock:
+            self.hits[path] += 1
+            self.requests.append((path, dict(handler.headers.items())))
+            queue = self.faults.get(path)
+            fault = queue.pop(0) if queue else None
+            data = self.files.get(path)
+        if fault is not None and fault.kind == "status":
+            handler.send_response(fault.code)
+            if fault.retry_after is not None:
+                handler.send_header("Retry-After", fault.retry_after)
+            handler.send_header("Content-Length", "0")
+            handler.end_headers()
+            return
+        if data is None:
+            handler.send_error(404)
+            return
+        etag, modified = self.etag(path), self.last_modified(path)
+        start = 0
+        match = re.fullmatch(r"bytes=(\d+)-", handler.headers.get("Range", ""))
+        if_range = handler.headers.get("If-Range")
+        fresh = if_range is None or not self.honour_if_range or if_range in (etag, modified)
+        if match and self.honour_ranges and fresh:
+            start = int(match.group(1))
+            if start >= len(data):
+                handler.send_response(416)
+                handler.send_header("Content-Range", f"bytes */{len(data)}")
+                handler.send_header("Content-Length", "0")
+                handler.end_headers()
+                return
+            self.ranges.append((path, start))
+            handler.send_response(206)
+            handler.send_header("Content-Range", f"bytes {start}-{len(data) - 1}/{len(data)}")
+        else:
+            handler.send_response(200)
+        body = memoryview(data)[start:]  # no copy: the benchmark serves hundreds of MB
+        handler.send_header("Content-Length", str(len(body)))
+        if self.validators:
+            handler.send_header("ETag", etag)
+            handler.send_header("Last-Modified", modified)
+        handler.end_headers()
+        limit = len(body)
+        if path in self.cut:
+            limit = max(0, self.cut[path] - start)
+        if path in self.drop_every:
+            limit = min(limit, self.drop_every[path])
+        if fault is not None:
+            limit = min(limit, fault.after)
+        gate = self.gates.get(path)
+        try:
+            if gate is not None and gate[0] < limit:
+                handler.wfile.write(body[: gate[0]])
+                handler.wfile.flush()
+                gate[1].wait(20)
+                handler.wfile.write(body[gate[0] : limit])
+            else:
+                handler.wfile.write(body[:limit])
+            handler.wfile.flush()
+        except (BrokenPipeError, ConnectionResetError):
+            handler.close_connection = True
+            return
+        if limit == len(body):
+            return
+        handler.close_connection = True
+        kind = fault.kind if fault is not None and limit == fault.after else "drop"
+        if kind == "stall":
+            self.stopping.wait(fault.seconds)  # type: ignore[union-attr]
+        elif kind == "replace":
+            self.put(path, fault.data)  # type: ignore[union-attr]
+        elif kind == "reset":
+            handler.connection.setsockopt(
+                socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0)
+            )
+            handler.connection.close()
+
     def stop(self) -> None:
+        self.stopping.set()
         for _, event in self.gates.values():
             event.set()
-        self.httpd.shutdown()
-        self.httpd.server_close()
-
-
-class Server:
-    def __init__(self) -> None:
-        self.files: dict[str, bytes] = {}
-        server = self
-
-        class Handler(http.server.BaseHTTPRequestHandler):
-            def do_GET(self) -> None:  # noqa: N802
-                cut = self.path.startswith("/cut/")
-                data = server.files.get(self.path[4:] if cut else self.path)
-                if data is None:
-                    self.send_error(404, "Not Found")
-                    return
-                self.send_response(200)
-                self.send_header("Content-Length", str(len(data)))
-                self.end_headers()
-                self.wfile.write(data[: len(data) // 2] if cut else data)
-                self.wfile.flush()
-                self.close_connection = True
-
-            def log_message(self, *args: object) -> None:
-                pass
-
-        self.httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.url = f"http://127.0.0.1:{self.httpd.server_address[1]}"
-        self.thread = threading.Thread(target=self.httpd.serve_forever, daemon=True)
-        self.thread.start()
-
-    def stop(self) -> None:
         self.httpd.shutdown()
         self.httpd.server_close()

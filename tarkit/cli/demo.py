@@ -91,11 +91,11 @@ def run_demo(out: Path, epochs: int, workers: int) -> int:
     demo.step("Shard a real dataset (scikit-learn's 1,797 handwritten digits, as PNG + cls)")
     demo.sh(
         f"tarkit shard --dataset tarkit.demo:digits_train -o {o}/shards/train-%06d.tar "
-        f"-c 400 --shuffle --seed 0 -p {workers} --manifest {o}/shards/train.json"
+        f"-c 400 --seed 0 -p {workers} --manifest {o}/shards/train.json --overwrite"
     )
     demo.sh(
         f"tarkit shard --dataset tarkit.demo:digits_test -o {o}/shards/test-%06d.tar "
-        f"--manifest {o}/shards/test.json"
+        f"--manifest {o}/shards/test.json --overwrite"
     )
     demo.sh(f"ls -l {o}/shards")
 
@@ -111,7 +111,7 @@ def run_demo(out: Path, epochs: int, workers: int) -> int:
         f"tarcat {o}/shards/train-*.tar "
         f"| tarproc -p 2 -c 'python -m tarkit.demo augment' "
         f"| tarsplit -c 400 -o {o}/augmented/train-aug-%06d.tar "
-        f"--manifest {o}/augmented/manifest.json"
+        f"--manifest {o}/augmented/manifest.json --overwrite"
     )
     demo.sh(
         f"tarshow -c 64 --grid {o}/augmented-contact-sheet.png {o}/augmented/train-aug-000000.tar"

@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import os
 import sys
-import time
+from collections.abc import Callable
 from typing import Annotated, Any, Optional
 
 from . import declare as typer  # typer itself only when needed: declare.py
+from .imports import load_function
+from .progress import MapProgressLine
 from .runner import run, typer_main, warn
 
 app = typer.Typer(add_completion=False, rich_markup_mode=None)
@@ -25,7 +27,8 @@ EXAMPLE = (
     help="Map every input shard to an output shard, in parallel, with a shell command run "
     "on every sample (-c, tarproc's model: sample.<field> files in a private temporary "
     "directory) or a Python function (--fn package.module:function). Each output is "
-    "written atomically with a record beside it; a re-run skips outputs that are complete; "
+    "written atomically with a record beside it; a re-run skips outputs that are complete "
+    "(--overwrite redoes them); "
     "a failed shard is retried, then reported, after the other shards are done.\n\n" + EXAMPLE,
     no_args_is_help=True,
 )
@@ -145,9 +148,15 @@ def map_command(
             help="With -c: sample-<part>.<field> files become separate samples <key>/<part>.",
         ),
     ] = False,  # fmt: skip
-    no_resume: Annotated[
-        bool, typer.Option("--no-resume", help="Redo every shard, even complete ones.")
-    ] = False,
+    overwrite: Annotated[
+        bool,
+        typer.Option(
+            "--overwrite",
+            help="Redo every shard, even complete ones, and remove the outputs of an earlier "
+            "run that match -o but are not outputs of this one (without it they are an "
+            "error) once every shard is done.",
+        ),
+    ] = False,  # fmt: skip
     quiet: Annotated[
         bool, typer.Option("-q", "--quiet", help="No progress; with -c, no command output.")
     ] = False,
@@ -155,15 +164,17 @@ def map_command(
     tool = ctx.command_path
 
     def body() -> int:
-        from ..errors import UsageError
-        from ..processing.driver import MapError, map_shards
+        from ..errors import MapError, UsageError
+        from ..processing.driver import map_shards
+        from ..processing.engines.base import ShardMapper
 
         if (command is None) == (fn is None):
             raise UsageError("give either -c COMMAND or --fn package.module:function")
+        mapper: Callable[[dict[str, Any]], Any] | ShardMapper
         if fn is not None:
             if samples_at_once != 1 or on_error != "fail" or rejects or timeout or multi:
                 raise UsageError("-p, --on-error, --rejects, --timeout and --multi go with -c")
-            mapper: Any = load_function(fn)
+            mapper = load_function("--fn", fn)
         else:
             from ..processing.mappers import METADATA_FIELD, ShellCommand
 
@@ -174,13 +185,14 @@ def map_command(
                 parallel=samples_at_once, on_error=on_error, timeout=timeout, multi=multi,
                 quiet=quiet, metadata_field=METADATA_FIELD if metadata else None,
             )  # fmt: skip
-        from ..storage.sources import expand_inputs
+        from tarkit.storage import expand_inputs
 
-        display = ProgressLine(tool, quiet)
+        display = MapProgressLine(tool, quiet)
         try:
             result = map_shards(
                 mapper, expand_inputs(inputs), output, engine=engine, workers=shards_at_once,
-                retries=retries, metadata=metadata, resume=not no_resume, address=address,
+                retries=retries, metadata=metadata, mode="overwrite" if overwrite else "resume",
+                address=address,
                 num_cpus=num_cpus, manifest=manifest, progress=display,
             )  # fmt: skip
         except MapError as exc:
@@ -191,9 +203,9 @@ def map_command(
         finally:
             display.close()
         if rejects is not None:
-            from ..processing.shard_task import write_text
+            from tarkit.storage import publish
 
-            write_text(rejects, "".join(line + "\n" for line in result.rejects))
+            publish(rejects, "".join(line + "\n" for line in result.rejects).encode("utf-8"))
         if result.rejects:
             warn(tool, f"{len(result.rejects)} samples failed their command "
                        f"({'kept unchanged' if on_error == 'keep' else 'left out'})")  # fmt: skip
@@ -201,90 +213,6 @@ def map_command(
         return 0
 
     run(tool, body)
-
-
-def load_function(spec: str) -> Any:
-    """Import ``package.module:function``; the current directory is searched first."""
-    import importlib
-
-    from ..errors import UsageError
-
-    module_name, _, name = spec.partition(":")
-    if not module_name or not name:
-        raise UsageError(f"--fn {spec!r}: expected package.module:function")
-    if os.getcwd() not in sys.path:
-        sys.path.insert(0, os.getcwd())
-    try:
-        module = importlib.import_module(module_name)
-    except ImportError as exc:
-        raise UsageError(f"--fn {spec!r}: cannot import {module_name}: {exc}") from None
-    function = module
-    for part in name.split("."):
-        function = getattr(function, part, None)  # type: ignore[assignment]
-        if function is None:
-            raise UsageError(f"--fn {spec!r}: {module_name} has no {name}")
-    if not callable(function):
-        raise UsageError(f"--fn {spec!r}: {name} is not a function")
-    return function
-
-
-class ProgressLine:
-    """The progress display on stderr: one updating line on a terminal, else a few lines.
-
-    Shards done/total, samples/s and failures; retries and failures as their own lines.
-    """
-
-    def __init__(self, tool: str, quiet: bool) -> None:
-        self.tool = tool
-        self.quiet = quiet
-        self.terminal = sys.stderr.isatty()
-        self.shown = 0.0
-        self.width = 0
-        self.last: Any = None
-
-    def __call__(self, progress: Any) -> None:
-        self.last = progress
-        if progress.event == "retry":
-            self._line(f"warning: retrying {progress.message}")
-        elif progress.event == "failed":
-            self._line(f"failed: {progress.message}")
-        elif progress.event == "warning":
-            self._line(f"warning: {progress.shard}: {progress.message}")
-        if self.quiet or not self.terminal:
-            return
-        now = time.monotonic()
-        if now - self.shown >= 0.2 or progress.event == "finished":
-            self.shown = now
-            self._status(self.summary(progress))
-
-    def summary(self, progress: Any) -> str:
-        already = f" ({progress.resumed} already complete)" if progress.resumed else ""
-        rate = f" ({progress.samples_per_second:.0f} samples/s)" if progress.samples else ""
-        return (
-            f"{progress.done}/{progress.total} shards{already}, {progress.samples} samples "
-            f"in {progress.seconds:.2f} s{rate}, {progress.failed} failed"
-        )
-
-    def _status(self, text: str) -> None:
-        line = f"{self.tool}: {text}"
-        sys.stderr.write("\r" + line.ljust(self.width))
-        sys.stderr.flush()
-        self.width = len(line)
-
-    def _line(self, text: str) -> None:
-        if self.terminal and self.width:
-            sys.stderr.write("\r" + " " * self.width + "\r")
-            self.width = 0
-        sys.stderr.write(f"{self.tool}: {text}\n")
-        sys.stderr.flush()
-
-    def close(self) -> None:
-        if self.terminal and self.width:
-            sys.stderr.write("\n")
-            self.width = 0
-        elif not self.quiet and self.last is not None:
-            sys.stderr.write(f"{self.tool}: {self.summary(self.last)}\n")
-        sys.stderr.flush()
 
 
 def main() -> None:

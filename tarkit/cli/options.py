@@ -91,7 +91,33 @@ PlanKey = Annotated[
     typer.Option(
         "--key",
         help="Make keys of plan rows from this format: {row} (from 0) and text columns, "
-        "e.g. 'train/{row:06d}' or '{cls}/{row:06d}'. Default: {row:09d}.",
+        "e.g. 'train/{row:06d}' or '{class.txt}/{row:06d}'. Default: {row:09d}.",
         show_default=False,
     ),
 ]
+Overwrite = Annotated[
+    bool,
+    typer.Option(
+        "--overwrite",
+        help="Replace the files that already match the output pattern (without it they are "
+        "an error): the new shards take their names when all are complete, then the other "
+        "matching files are removed; a run that fails leaves the old ones as they were.",
+    ),
+]
+Resume = Annotated[
+    bool,
+    typer.Option(
+        "--resume",
+        help="Keep the complete shards of an interrupted run with the same input and "
+        "options, and continue after them.",
+    ),
+]
+
+
+def write_mode(overwrite: bool, resume: bool = False) -> str:
+    """The writers' ``mode`` for --overwrite and --resume (at most one of them)."""
+    from ..errors import UsageError
+
+    if overwrite and resume:
+        raise UsageError("--overwrite and --resume exclude each other")
+    return "overwrite" if overwrite else "resume" if resume else "create"

@@ -1,5 +1,8 @@
 """What every command shares: exit statuses, error and warning lines, signals.
 
+A remote input that reconnects prints one warning line per reconnection (URL, byte
+offset, cause): :func:`run` makes that the process's reporter of reconnections.
+
 Exit statuses: 0 success; 1 the run finished but skipped something under a lenient
 option; 2 bad input, bad usage or a failure; 130 Ctrl-C; 141 output pipe closed (quiet);
 143 SIGTERM. Errors are one line on stderr, ``<tool>: error: <message>``; a traceback
@@ -13,11 +16,15 @@ import re
 import signal
 import sys
 from collections.abc import Callable
-from typing import NoReturn
+from typing import TYPE_CHECKING, NoReturn
 
 from ..errors import TarkitError
 from ..format.samples import SkipLog
+from ..storage import report_reconnections
 from .declare import Typer
+
+if TYPE_CHECKING:
+    from ..format.manifest import ShardInfo
 
 EXIT_OK, EXIT_SKIPPED, EXIT_ERROR = 0, 1, 2
 EXIT_INTERRUPTED, EXIT_PIPE, EXIT_TERMINATED = 130, 141, 143
@@ -68,6 +75,20 @@ def report_skips(tool: str, skips: SkipLog) -> None:
     """Print the summary line when more than one member was skipped."""
     if skips.total > 1:
         warn(tool, skips.summary())
+
+
+def shard_reporter(tool: str) -> Callable[[ShardInfo], None]:
+    """What -v prints for each finished shard: ``tool: path: N samples, SIZE``."""
+    from ..sizes import format_size
+
+    def report(shard: ShardInfo) -> None:
+        noun = "sample" if shard.samples == 1 else "samples"
+        sys.stderr.write(
+            f"{tool}: {shard.url}: {shard.samples} {noun}, {format_size(shard.bytes)}\n"
+        )
+        sys.stderr.flush()
+
+    return report
 
 
 def _fill_closed_std_streams() -> None:
@@ -126,6 +147,7 @@ def run(tool: str, body: Callable[[], int | None]) -> NoReturn:
     """Run a command's body and exit with the status it earned."""
     signal.signal(signal.SIGTERM, _on_sigterm)
     _tune_malloc()
+    report_reconnections(lambda event: warn(tool, str(event)))
     debug = bool(os.environ.get("TARKIT_DEBUG"))
     try:
         status = body() or EXIT_OK

@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import sys
 from enum import Enum
 from typing import Annotated, Any, Optional
 
 from . import declare as typer  # typer itself only when needed: declare.py
 from . import options as o
-from .runner import run, typer_main, warn
+from .imports import load_function
+from .progress import ShardProgressLine
+from .runner import report_skips, run, shard_reporter, skip_log, typer_main, warn
 
 app = typer.Typer(add_completion=False, rich_markup_mode=None)
 
@@ -22,11 +25,14 @@ class Layout(str, Enum):
     help="Turn SOURCE into shards: a directory in ImageFolder layout (class_x/xxx.jpg), any "
     "directory tree (files grouped by key, like tarcreate --dir), a CSV/TSV plan (like "
     "tarcreate), or the Dataset returned by --dataset module:function.\n\n"
-    "Items are read and encoded in -p worker processes; the output is the same for any "
-    "number of workers and from run to run. Shards are written under temporary names and "
-    "renamed when complete; --resume continues an interrupted run.\n\n"
-    "Example: tarkit shard photos/ -o 'shards/train-%06d.tar' -s 500M --shuffle "
-    "--resize 256x256^ --format jpg -p 2",
+    "Items are written in a seeded random order (--no-shuffle keeps the source's order), "
+    "so that every shard holds a mix of classes; they are read and encoded in -p worker "
+    "processes, and the output is the same for any number of workers and from run to run. "
+    "Shards are written under temporary names and renamed when complete. Files that "
+    "already match -o are an error: --overwrite replaces them, --resume continues an "
+    "interrupted run.\n\n"
+    "Example: tarkit shard photos/ -o 'shards/train-%06d.tar' -s 500M "
+    "--resize 256x256:crop --format jpg -p 2",
     no_args_is_help=True,
 )
 def shard(
@@ -71,9 +77,15 @@ def shard(
     maxcount: o.MaxCount = 100_000,
     maxsize: o.MaxSize = "1G",
     shuffle: Annotated[
-        bool, typer.Option("--shuffle", help="Write the items in a seeded random order.")
-    ] = False,
-    seed: Annotated[int, typer.Option("--seed", help="Seed for --shuffle.")] = 0,
+        Optional[bool],
+        typer.Option(
+            "--shuffle/--no-shuffle",
+            help="Write the items in a random order seeded by --seed (the default), or in "
+            "the source's order. An iterable --dataset is written in its own order.",
+            show_default=False,
+        ),
+    ] = None,  # fmt: skip
+    seed: Annotated[int, typer.Option("--seed", help="Seed of the shuffle.")] = 0,
     workers: Annotated[
         int, typer.Option("-p", "--workers", help="DataLoader worker processes (0: none).")
     ] = 0,
@@ -81,8 +93,10 @@ def shard(
         Optional[str],
         typer.Option(
             "--resize",
-            help="Resize images: WxH fits inside, WxH! exactly, WxH^ "
-            "covers (keeps the aspect ratio); with --dataset, every image of every item.",
+            help="Resize images: WxH fits inside and WxH^ covers (both keep the aspect "
+            "ratio, so sizes differ), WxH:crop covers and crops the centre to exactly WxH (what "
+            "batches of tensors need), WxH! stretches to exactly WxH; with --dataset, every "
+            "image of every item.",
             show_default=False,
         ),
     ] = None,  # fmt: skip
@@ -99,14 +113,34 @@ def shard(
     quality: Annotated[
         int, typer.Option("--quality", help="JPEG/WebP quality for re-encoded images (1-100).")
     ] = 90,
-    resume: Annotated[
+    verify: Annotated[
         bool,
         typer.Option(
-            "--resume",
-            help="Keep the complete shards of an interrupted run with "
-            "the same options and continue after them.",
+            "--verify",
+            help="Decode every image even when it is not re-encoded, so that one no reader "
+            "can decode is an error (or, with --on-error skip, a reject) now.",
         ),
     ] = False,  # fmt: skip
+    on_error: Annotated[
+        str,
+        typer.Option(
+            "--on-error",
+            help="An item that cannot be read, decoded or encoded: 'fail' (stop; the "
+            "complete shards stay and --resume continues) or 'skip' it, list it in the "
+            "rejects file and exit 1 at the end.",
+        ),
+    ] = "fail",  # fmt: skip
+    rejects: Annotated[
+        Optional[str],
+        typer.Option(
+            "--rejects",
+            help="With --on-error skip: where to list the skipped items (index, source, "
+            "cause; default: beside the shards, train-rejects.tsv for -o train-%06d.tar).",
+            show_default=False,
+        ),
+    ] = None,  # fmt: skip
+    overwrite: o.Overwrite = False,
+    resume: o.Resume = False,
     start: o.FirstShard = 0,
     manifest: o.ManifestOut = None,
     classes: Annotated[
@@ -135,136 +169,70 @@ def shard(
     tool = ctx.command_path
 
     def body() -> int:
-        import os
-
         from ..errors import UsageError
-        from ..format.encoding import ImageTransform
-        from ..writing.from_dataset import shard_dataset
-        from .tarsplit import shard_reporter
+        from ..writing.files import NOT_AN_IMAGE
+        from ..writing.from_dataset import is_map_style, shard_dataset
+        from ..writing.from_files import shard_files
+        from ..writing.rejects import Rejected, default_rejects
 
-        # Files read from SOURCE are transformed as they are read; a Dataset's items by
-        # shard_dataset, after they become samples.
-        transform = ImageTransform(resize, image_format, quality)
-        status = 0
-        if key is not None and (dataset is not None or (source and os.path.isdir(source))):
-            raise UsageError("--key makes the keys of plan rows: it takes a .csv/.tsv SOURCE")
-        if dataset is not None:
-            items = load_factory(dataset, source)
-        elif source is None:
-            raise UsageError("give a SOURCE directory or plan, or --dataset module:function")
-        else:
-            items = open_files(source, layout.value, transform, delimiter, key)
-            status = _report_skipped(tool, source, items, strict)
-        result = shard_dataset(
-            items, output, num_workers=workers, shuffle=shuffle, seed=seed, maxcount=maxcount,
-            maxsize=maxsize, resume=resume, start=start, manifest=manifest, quality=quality,
-            resize=resize if dataset is not None else None,
-            image_format=image_format if dataset is not None else None,
-            progress=progress, on_shard=shard_reporter(tool) if verbose else None,
+        rejected: list[Rejected] = []
+
+        def on_reject(reject: Rejected) -> None:
+            if not rejected:
+                warn(tool, f"skipping item {reject.index} ({reject.source or 'no source'}): "
+                           f"{reject.cause}")  # fmt: skip
+            rejected.append(reject)
+
+        display = ShardProgressLine(tool, progress)
+        options: dict[str, Any] = dict(
+            num_workers=workers, seed=seed, maxcount=maxcount, maxsize=maxsize,
+            mode=o.write_mode(overwrite, resume), start=start, manifest=manifest,
+            classes=classes, quality=quality, verify=verify, on_error=on_error,
+            rejects=rejects, on_reject=on_reject, progress=display,
+            on_shard=shard_reporter(tool) if verbose else None,
         )  # fmt: skip
-        class_names = getattr(items, "classes", None)
-        if isinstance(class_names, list):
-            save_classes(class_names, classes or classes_beside(output))
+        if rejects is not None and on_error != "skip":
+            raise UsageError("--rejects goes with --on-error skip")
+        skips = skip_log(tool)
+        try:
+            if dataset is not None:
+                if key is not None:
+                    raise UsageError("--key makes the keys of plan rows: it takes a .csv/.tsv "
+                                     "SOURCE, not --dataset")  # fmt: skip
+                factory = load_function("--dataset", dataset)
+                items = factory(source) if source is not None else factory()
+                order = shuffle
+                if shuffle is None and not is_map_style(items):
+                    warn(tool, "--dataset gives an iterable: its items are written in its own "
+                               "order, not shuffled (return a map-style Dataset to shuffle)")  # fmt: skip
+                    order = False
+                result = shard_dataset(items, output, resize=resize, image_format=image_format,
+                                       shuffle=order is not False, **options)  # fmt: skip
+            elif source is None:
+                raise UsageError("give a SOURCE directory or plan, or --dataset module:function")
+            else:
+                result = shard_files(
+                    source, output, layout=layout.value, delimiter=delimiter, key_format=key,
+                    resize=resize, image_format=image_format, strict=strict, skips=skips,
+                    shuffle=shuffle is not False, warn=lambda message: warn(tool, message),
+                    **options,
+                )  # fmt: skip
+        finally:
+            display.close()
+        report_skips(tool, skips)
+        if rejected:
+            noun = "item" if len(rejected) == 1 else "items"
+            where = rejects or default_rejects(output)
+            warn(tool, f"skipped {len(rejected)} {noun} that failed (listed in {where})")
         if verbose:
-            import sys
-
             shards = "shard" if len(result.shards) == 1 else "shards"
             sys.stderr.write(f"{tool}: {result.samples} samples in {len(result.shards)} {shards}\n")
-        return status
+        # Files left out by an explicit --layout imagefolder earn 1, and so do items left
+        # out by --on-error skip; what every layout skips (symlinks, files without a
+        # field…) is only warned about, as in tarcreate.
+        return 1 if skips.counts.get(NOT_AN_IMAGE) or rejected else 0
 
     run(tool, body)
-
-
-def open_files(
-    source: str, layout: str, transform: Any, delimiter: str | None, key: str | None = None
-) -> Any:
-    """The dataset for a directory or plan SOURCE (``key``: the plan's key format)."""
-    import os
-
-    from ..errors import SourceError
-    from ..writing.file_datasets import FileTree, ImageFolder, PlanDataset, detect_layout
-
-    if os.path.isdir(source):
-        if layout == "auto":
-            layout = detect_layout(source)
-        if layout == "imagefolder":
-            return ImageFolder(source, transform)
-        return FileTree(source, transform)
-    if not os.path.exists(source):
-        raise SourceError(f"{source}: no such file or directory")
-    return PlanDataset(source, transform, delimiter, key_format=key)
-
-
-def load_factory(spec: str, source: str | None) -> Any:
-    """Import ``package.module:function`` (the current directory first on the path) and
-    call it, with ``source`` when one is given."""
-    import importlib
-    import os
-    import sys
-
-    from ..errors import UsageError
-
-    module_name, sep, function_name = spec.partition(":")
-    if not sep or not module_name or not function_name:
-        raise UsageError(f"--dataset {spec!r}: expected package.module:function")
-    if os.getcwd() not in sys.path and "" not in sys.path:
-        sys.path.insert(0, os.getcwd())
-    try:
-        module = importlib.import_module(module_name)
-    except ImportError as exc:
-        raise UsageError(f"--dataset {spec!r}: cannot import {module_name}: {exc}") from None
-    factory = getattr(module, function_name, None)
-    if not callable(factory):
-        raise UsageError(f"--dataset {spec!r}: {module_name} has no function {function_name}")
-    return factory(source) if source is not None else factory()
-
-
-def _report_skipped(tool: str, source: str, items: Any, strict: bool) -> int:
-    """Warn about the files the layout leaves out; the exit status they earn.
-
-    A tree skips files without a field (no dot in the name), with a warning, as
-    ``tarcreate --dir`` does (status 0). ImageFolder, only ever chosen by an explicit
-    ``--layout imagefolder`` when there are such files, skips the files that are not
-    images in a class directory: counted, reported, status 1. ``--strict`` makes
-    either an error.
-    """
-    from ..writing.file_datasets import ImageFolder
-
-    skipped = getattr(items, "skipped", [])
-    if not skipped:
-        return 0
-    from ..errors import InputError
-
-    image_folder = isinstance(items, ImageFolder)
-    why = "not an image in a class directory" if image_folder else "no dot in the name: no field"
-    count = len(skipped)
-    files = "file" if count == 1 else "files"
-    if strict:
-        raise InputError(f"{skipped[0]}: {why} ({count} such {files}); --strict makes that "
-                         "an error", source=source)  # fmt: skip
-    warn(tool, f"{source}: skipping {count} {files} ({why}), the first: {skipped[0]}")
-    return 1 if image_folder else 0
-
-
-def classes_beside(pattern: str) -> str:
-    """``classes.json`` in the directory of the shards.
-
-    >>> classes_beside("out/train-%06d.tar"), classes_beside("s3://b/d/s-%d.tar")
-    ('out/classes.json', 's3://b/d/classes.json')
-    """
-    import posixpath
-
-    head = posixpath.dirname(pattern)
-    return posixpath.join(head, "classes.json") if head else "classes.json"
-
-
-def save_classes(names: list[str], location: str) -> None:
-    """Save the class list (index order) as JSON, atomically."""
-    import json
-
-    from ..writing.shard_writer import publish
-
-    publish(location, (json.dumps(names, ensure_ascii=False, indent=1) + "\n").encode("utf-8"))
 
 
 def main() -> None:

@@ -43,8 +43,9 @@ def tar2tsv(
     tool = ctx.command_path
 
     def body() -> int:
+        from tarkit.storage import stdout_stream
+
         from ..format.samples import parse_field_spec
-        from ..storage.sources import stdout_stream
         from ..stream.stages import output_errors, read_samples, take
         from ..stream.tsv import tsv_lines, write_lines
 

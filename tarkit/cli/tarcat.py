@@ -34,7 +34,41 @@ def tarcat(
     shuffle: Annotated[
         int, typer.Option("--shuffle", help="Shuffle with a buffer of this many samples.")
     ] = 0,
-    seed: Annotated[int, typer.Option("--seed", help="Seed for --shuffle and --mix.")] = 0,
+    seed: Annotated[
+        int, typer.Option("--seed", help="Seed for --shuffle, --mix and --fraction.")
+    ] = 0,
+    where: Annotated[
+        Optional[str],
+        typer.Option(
+            "--where",
+            metavar="EXPR",
+            help="Keep the samples for which this expression holds, e.g. "
+            "'cls in (1, 2) and json.height > 200' or 'key ~ \"^train/\"' "
+            "(grammar in docs/tarcat.md). --where, --keys and --fraction apply before "
+            "--skip, --slice, -f, --shuffle and -c.",
+            show_default=False,
+        ),
+    ] = None,
+    keys: Annotated[
+        Optional[str],
+        typer.Option(
+            "--keys",
+            metavar="FILE",
+            help="Keep the samples whose key is listed in this file, one per line "
+            "('-' for stdin when the archives come from elsewhere).",
+            show_default=False,
+        ),
+    ] = None,
+    fraction: Annotated[
+        Optional[float],
+        typer.Option(
+            "--fraction",
+            metavar="F",
+            help="Keep each sample with this probability (0 to 1), drawn from a hash of "
+            "--seed and its key: the same samples in every run and in any order.",
+            show_default=False,
+        ),
+    ] = None,
     interleave: Annotated[
         bool,
         typer.Option(
@@ -71,8 +105,9 @@ def tarcat(
     tool = ctx.command_path
 
     def body() -> int:
+        from tarkit.storage import Sink
+
         from ..format.samples import parse_field_spec, select_fields
-        from ..storage.sources import Sink
         from ..stream.mixing import combine_inputs
         from ..stream.stages import shuffle_samples, slice_samples, take, write_samples
 
@@ -80,12 +115,21 @@ def tarcat(
             from ..errors import UsageError
 
             raise UsageError("--skip must not be negative")
+        keep = None
+        if where is not None or keys is not None or fraction is not None:
+            from ..stream.filters import filter_samples, sample_filter
+
+            keep = sample_filter(
+                expression=where, keys=keys, fraction=fraction, seed=seed, inputs=inputs or []
+            )
         skips = skip_log(tool)
         samples = combine_inputs(
             inputs or [], interleaved=interleave, weights=mix, seed=seed, until_all=until_all,
             parallel=parallel, strict=strict, skips=skips,
             ignore_zeros=ignore_zeros, allow_empty=allow_empty,
         )  # fmt: skip
+        if keep is not None:
+            samples = filter_samples(samples, keep)
         if skip:
             samples = slice_samples(samples, slice(skip, None))
         if slice_:

@@ -6,7 +6,7 @@ from typing import Annotated, Optional
 
 from . import declare as typer  # typer itself only when needed: declare.py
 from . import options as o
-from .runner import report_skips, run, skip_log, typer_main
+from .runner import report_skips, run, skip_log, typer_main, warn
 
 app = typer.Typer(add_completion=False, rich_markup_mode=None)
 
@@ -69,10 +69,12 @@ def tarcreate(
     tool = ctx.command_path
 
     def body() -> int:
+        from tarkit.storage import Sink
+
         from ..errors import UsageError
-        from ..storage.sources import Sink
-        from ..writing.files import list_tree, plan_members, tree_members, write_members
-        from ..writing.plan import read_plan
+        from ..stream.stages import write_members
+        from ..writing.files import list_tree, tree_members
+        from ..writing.plan import plan_members, read_plan
 
         if (plan is None) == (directory is None):
             raise UsageError("give a PLAN file or --dir DIR (one of them)")
@@ -85,7 +87,9 @@ def tarcreate(
         else:
             if dereference:
                 raise UsageError("-L is for --dir")
-            members = plan_members(read_plan(plan, delimiter, key_format=key))  # type: ignore[arg-type]
+            rows = read_plan(plan, delimiter, key_format=key,  # type: ignore[arg-type]
+                             warn=lambda message: warn(tool, message))  # fmt: skip
+            members = plan_members(rows)
         write_members(members, Sink(output))
         report_skips(tool, skips)
         return 0

@@ -40,10 +40,11 @@ def tarfirst(
     tool = ctx.command_path
 
     def body() -> int:
-        from ..errors import UsageError
+        from tarkit.storage import display_name, expand_inputs, stdout_stream
+
+        from ..errors import NotFound, UsageError
         from ..format.samples import parse_field_spec
-        from ..storage.sources import display_name, expand_inputs, stdout_stream
-        from ..stream.lookup import NotFound, first_field
+        from ..stream.lookup import first_field
         from ..stream.stages import output_errors, read_samples, write_all
 
         alternatives = None

@@ -51,29 +51,23 @@ def tarindex(
     tool = ctx.command_path
 
     def body() -> int:
-        from ..storage.sources import Sink
-        from ..stream.stages import output_errors, write_all
-        from ..writing.index import index_shards, manifest_bytes
+        from tarkit.storage import Sink
+        from tarkit.stream.stages import output_errors, write_all
+        from tarkit.writing.index import index_shards
 
         skips = skip_log(tool)
         manifest = index_shards(
             shards, offsets=offsets, manifest_path=output, strict=strict, skips=skips
         )
-        data = manifest_bytes(manifest)
-        if output is not None and "://" in output:
-            from ..writing.shard_writer import publish
-
-            publish(output, data)
-        else:
-            # A file is replaced atomically; a FIFO or device is written in place.
-            sink = Sink(output)
-            try:
-                with output_errors(sink):
-                    write_all(sink.stream, data)
-                    sink.commit()
-            except BaseException:
-                sink.abort()
-                raise
+        # A file or object appears whole; a FIFO or device is written in place.
+        sink = Sink(output)
+        try:
+            with output_errors(sink):
+                write_all(sink.stream, manifest.to_bytes())
+                sink.commit()
+        except BaseException:
+            sink.abort()
+            raise
         report_skips(tool, skips)
         return 0
 

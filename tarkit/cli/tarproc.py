@@ -91,21 +91,22 @@ def tarproc(
     tool = ctx.command_path
 
     def body() -> int:
+        from tarkit.storage import Sink
+
         from ..errors import UsageError
-        from ..processing.commands import ON_ERROR, Command, ProcReport, Rejection, map_command
-        from ..storage.sources import Sink
+        from ..processing.commands import Command, ProcReport, Rejection, check_on_error
+        from ..processing.supervisor import map_command
+        from ..sizes import check_parallel
         from ..stream.stages import read_samples, write_samples
 
-        if on_error not in ON_ERROR:
-            raise UsageError(f"--on-error must be one of {', '.join(ON_ERROR)} (got {on_error!r})")
+        check_on_error(on_error)
         if rejects is not None and on_error == "fail":
             raise UsageError("--rejects goes with --on-error skip or keep")
         if rejects == "-":
             raise UsageError("--rejects needs a file: stdout carries the tar stream")
         spec = Command(command, timeout=timeout, multi=multi, quiet=quiet, keep_dirs=keep_dirs)
         spec.check()
-        if parallel < 1:
-            raise UsageError(f"-p must be at least 1 (got {parallel})")
+        check_parallel(parallel)
         skips = skip_log(tool)
         report = ProcReport()
         rejects_sink = Sink(rejects) if rejects is not None else None

@@ -61,9 +61,10 @@ def tarshow(
     def body() -> int:
         import shutil
 
+        from tarkit.storage import stdout_stream
+
         from ..errors import UsageError
         from ..format.samples import parse_field_spec, select_fields
-        from ..storage.sources import stdout_stream
         from ..stream.stages import output_errors, read_samples, take
 
         if grid is not None and images:

@@ -68,9 +68,10 @@ def tarsort(
     tool = ctx.command_path
 
     def body() -> int:
+        from tarkit.storage import Sink
+
         from ..errors import UsageError
         from ..sizes import parse_size
-        from ..storage.sources import Sink
         from ..stream.sorting import SortOrder, sort_samples
         from ..stream.stages import close_iterator, write_samples
 

@@ -2,15 +2,11 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from typing import TYPE_CHECKING, Annotated, Optional
+from typing import Annotated, Optional
 
 from . import declare as typer  # typer itself only when needed: declare.py
 from . import options as o
-from .runner import report_skips, run, skip_log, typer_main, warn
-
-if TYPE_CHECKING:
-    from ..format.manifest import ShardInfo
+from .runner import report_skips, run, shard_reporter, skip_log, typer_main, warn
 
 app = typer.Typer(add_completion=False, rich_markup_mode=None)
 
@@ -20,7 +16,8 @@ app = typer.Typer(add_completion=False, rich_markup_mode=None)
     "Each shard is written under a temporary name and renamed when complete; no empty "
     "shard is ever written. On an input error the complete shards stay, the unfinished "
     "one is removed (a warning names it and the complete samples it held), and the exit "
-    "status is 2.\n\n"
+    "status is 2. Files that already match -o are an error: --overwrite replaces them, "
+    "--resume continues an interrupted run.\n\n"
     "Example: tarcat data-*.tar | tarsplit -s 500M -o 'out/train-%06d.tar' "
     "--manifest out/manifest.json",
     no_args_is_help=False,
@@ -51,6 +48,8 @@ def tarsplit(
         ),
     ] = None,
     manifest: o.ManifestOut = None,
+    overwrite: o.Overwrite = False,
+    resume: o.Resume = False,
     verbose: o.Verbose = False,
     strict: o.Strict = False,
     ignore_zeros: o.IgnoreZeros = False,
@@ -59,14 +58,18 @@ def tarsplit(
     tool = ctx.command_path
 
     def body() -> int:
+        import itertools
+
         from ..errors import InputError, SourceError
         from ..stream.stages import read_samples
         from ..writing.shard_writer import ShardWriter
 
+        mode = o.write_mode(overwrite, resume)
         writer = ShardWriter(
             output, maxcount=maxcount, maxsize=maxsize, maxshards=maxshards, start=start,
             post=post, manifest=manifest, on_shard=shard_reporter(tool) if verbose else None,
-            checksums=manifest is not None,  # only a manifest shows them
+            # only a manifest shows them (a resumed one lists the kept shards too)
+            checksums=manifest is not None, mode=mode,
         )  # fmt: skip
         skips = skip_log(tool)
         samples = read_samples(
@@ -75,33 +78,21 @@ def tarsplit(
         )  # fmt: skip
         try:
             with writer:
-                writer.write_all(samples)
+                # --resume: the samples of the complete shards are read again, not written
+                writer.write_all(itertools.islice(samples, writer.samples_done, None))
         except (InputError, SourceError):
             # The complete samples of the removed shard are lost to this run: say so,
             # above the error line.
             if writer.discarded is not None and writer.discarded.samples:
                 warn(tool, writer.discarded.describe(writer.samples_done))
+            elif mode == "overwrite":
+                warn(tool, "the new shards were removed: the files that matched "
+                           f"{output} are as they were")  # fmt: skip
             raise
         report_skips(tool, skips)
         return 0
 
     run(tool, body)
-
-
-def shard_reporter(tool: str) -> Callable[[ShardInfo], None]:
-    """What -v prints for each finished shard: ``tool: path: N samples, SIZE``."""
-    import sys
-
-    from ..sizes import format_size
-
-    def report(shard: ShardInfo) -> None:
-        noun = "sample" if shard.samples == 1 else "samples"
-        sys.stderr.write(
-            f"{tool}: {shard.url}: {shard.samples} {noun}, {format_size(shard.bytes)}\n"
-        )
-        sys.stderr.flush()
-
-    return report
 
 
 def main() -> None:

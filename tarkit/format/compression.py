@@ -116,7 +116,9 @@ class _Decompressed(io.RawIOBase):
             return self._read(n if n and n > 0 else 1 << 20)
         except EOFError:
             raise CompressionError(
-                f"{self._kind} stream is cut short", source=self._source
+                f"{self._kind} stream is cut short",
+                source=self._source,
+                reason=CompressionError.TRUNCATED,
             ) from None
         except (OSError, zlib.error, ValueError) as exc:
             raise CompressionError(

@@ -275,22 +275,32 @@ def encode_sample(
     return b"".join(parts)
 
 
+RESIZE_MODES = {"": "fit", "!": "exact", "^": "cover", ":crop": "crop"}
+
+
 def parse_resize(text: str) -> tuple[int, int, str]:
-    """Parse an image size ``WxH``: fit inside, ``WxH!``: exactly, ``WxH^``: cover.
+    """Parse an image size: ``WxH`` fits inside W×H, ``WxH^`` covers it, ``WxH:crop`` covers
+    it and crops the centre to exactly W×H, ``WxH!`` resizes to exactly W×H (distorting).
+
+    Only ``WxH:crop`` and ``WxH!`` give every image the same size (what a batch of tensors
+    needs); the others keep the aspect ratio, so sizes differ.
 
     >>> parse_resize("224x224"), parse_resize("64x48!"), parse_resize("256x256^")
     ((224, 224, 'fit'), (64, 48, 'exact'), (256, 256, 'cover'))
+    >>> parse_resize("224x224:crop")
+    (224, 224, 'crop')
     """
     from ..errors import UsageError
 
-    mode = {"!": "exact", "^": "cover"}.get(text[-1:], "fit")
-    body = text[:-1] if mode != "fit" else text
+    suffix = next((s for s in RESIZE_MODES if s and text.endswith(s)), "")
+    body = text[: len(text) - len(suffix)]
     width, sep, height = body.lower().partition("x")
     if not sep or not width.isdigit() or not height.isdigit() or not int(width) or not int(height):
         raise UsageError(
-            f"--resize {text!r}: expected WxH (fit inside), WxH! (exactly) or WxH^ (cover)"
+            f"--resize {text!r}: expected WxH (fit inside), WxH^ (cover), WxH:crop (cover and "
+            "crop the centre to exactly WxH) or WxH! (exactly, distorting)"
         )
-    return int(width), int(height), mode
+    return int(width), int(height), RESIZE_MODES[suffix]
 
 
 class ImageTransform:
@@ -301,10 +311,12 @@ class ImageTransform:
     format also renames the field (``seg.png`` → ``seg.jpg``). Other fields are left
     alone, and image fields too when neither a size nor a format is set. EXIF
     orientation is applied before resizing, since re-encoding drops the EXIF data.
+    ``verify`` decodes every image given as bytes even when nothing changes it, so that
+    an image no reader could decode fails here (:class:`SampleError`), not in training.
     """
 
     def __init__(self, resize: str | None = None, image_format: str | None = None,
-                 quality: int = DEFAULT_QUALITY) -> None:  # fmt: skip
+                 quality: int = DEFAULT_QUALITY, *, verify: bool = False) -> None:  # fmt: skip
         from ..errors import UsageError
 
         self.size = parse_resize(resize) if resize else None
@@ -317,9 +329,16 @@ class ImageTransform:
         if not 1 <= quality <= 100:
             raise UsageError(f"--quality {quality}: expected 1 to 100")
         self.quality = quality
+        self.verify = verify
 
     @property
     def active(self) -> bool:
+        """Whether image fields change (or, with ``verify``, are decoded)."""
+        return self.size is not None or self.format is not None or self.verify
+
+    @property
+    def changes(self) -> bool:
+        """Whether image fields are resized or re-encoded."""
         return self.size is not None or self.format is not None
 
     def apply(self, field: str, value: object, source: str) -> tuple[str, object]:
@@ -337,12 +356,17 @@ class ImageTransform:
         if isinstance(value, (bytes, bytearray, memoryview)):
             try:
                 with Image.open(io.BytesIO(value)) as opened:
+                    if not self.changes:
+                        opened.load()  # decodes every pixel: a cut or corrupt file fails
+                        return field, value
                     image = ImageOps.exif_transpose(opened)
                     image.load()
             except Exception as exc:  # Pillow raises many kinds for bad data
                 raise SampleError(
                     f"field {field!r}: cannot decode the image: {exc}", source=source
                 ) from None
+        elif not self.changes:
+            return field, value
         else:
             image = _as_image(value)
             if image is None:
@@ -379,13 +403,16 @@ class ImageTransform:
 
 def resize_image(image: Any, width: int, height: int, mode: str) -> Any:
     """Resize a PIL image to ``width``×``height``: ``fit`` inside keeping the aspect,
-    ``cover`` the box keeping the aspect, or ``exact``.
+    ``cover`` the box keeping the aspect, ``crop`` (cover, then the centre W×H), or
+    ``exact``.
 
     >>> from PIL import Image
     >>> resize_image(Image.new("RGB", (100, 50)), 40, 40, "fit").size
     (40, 20)
     >>> resize_image(Image.new("RGB", (100, 50)), 40, 40, "cover").size
     (80, 40)
+    >>> resize_image(Image.new("RGB", (100, 50)), 40, 40, "crop").size
+    (40, 40)
     """
     from PIL import Image
 
@@ -395,10 +422,14 @@ def resize_image(image: Any, width: int, height: int, mode: str) -> Any:
         scale = min if mode == "fit" else max
         factor = scale(width / image.width, height / image.height)
         size = (max(1, round(image.width * factor)), max(1, round(image.height * factor)))
-    if size == image.size:
-        return image
-    if image.mode not in ("1", "L", "LA", "RGB", "RGBA", "I", "F"):
-        image = image.convert(
-            "RGBA" if "A" in image.mode or "transparency" in image.info else "RGB"
-        )
-    return image.resize(size, Image.Resampling.LANCZOS)
+    if size != image.size:
+        if image.mode not in ("1", "L", "LA", "RGB", "RGBA", "I", "F"):
+            image = image.convert(
+                "RGBA" if "A" in image.mode or "transparency" in image.info else "RGB"
+            )
+        image = image.resize(size, Image.Resampling.LANCZOS)
+    if mode == "crop" and image.size != (width, height):
+        left = (image.width - width) // 2
+        top = (image.height - height) // 2
+        image = image.crop((left, top, left + width, top + height))
+    return image

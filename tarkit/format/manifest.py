@@ -15,21 +15,25 @@ One JSON format, written by ``tarsplit --manifest``, ``tarindex``, ``ShardWriter
     }
 
 ``url`` is relative to the manifest's own directory when the shard lies beside or below
-it, else a path or URL as given. ``keys`` and ``offsets`` (byte offset of each sample's
+it, else a path or URL as given (:func:`tarkit.storage.relative_url`). ``keys`` and ``offsets`` (byte offset of each sample's
 first header block in the uncompressed tar stream) are present only when indexed with
 offsets. Output is deterministic: the same shards give the same manifest bytes.
+
+This module is the format only (no I/O): :mod:`tarkit.storage.manifests` reads and
+writes manifests at their locations.
 """
 
 from __future__ import annotations
 
+import builtins
 import json
-import os
-import posixpath
+import re
 from dataclasses import dataclass, field
 
-from ..errors import InputError, OutputError, SourceError
+from ..errors import InputError
 
 FORMAT = "tarkit-manifest"
+_SURROGATE = re.compile("[\ud800-\udfff]")
 VERSION = 1
 
 
@@ -70,10 +74,6 @@ class Manifest:
     def bytes(self) -> int:
         return sum(s.bytes for s in self.shards)
 
-    def urls(self) -> list[str]:
-        """Shard URLs resolved against the manifest's location."""
-        return [resolve_url(self.location, s.url) for s in self.shards]
-
     def to_json(self) -> dict[str, object]:
         return {
             "format": FORMAT,
@@ -84,64 +84,22 @@ class Manifest:
         }
 
     def dumps(self) -> str:
-        """The manifest as JSON text (deterministic)."""
-        return json.dumps(self.to_json(), indent=1, ensure_ascii=False) + "\n"
+        r"""The manifest as JSON text (deterministic).
 
-    def save(self, path: str) -> None:
-        """Write the manifest atomically (temporary name, then rename)."""
-        directory = os.path.dirname(os.path.abspath(path))
-        temp = os.path.join(directory, f".{os.path.basename(path)}.tmp-{os.getpid()}")
-        try:
-            with open(temp, "w", encoding="utf-8") as f:
-                f.write(self.dumps())
-            os.replace(temp, path)
-        except OSError as exc:
-            try:
-                os.unlink(temp)
-            except OSError:
-                pass
-            raise OutputError(f"{path}: cannot write manifest: {exc.strerror}") from None
+        Keys and URLs that are not UTF-8 (read with ``surrogateescape``) keep their lone
+        surrogates as ``\udcXX`` escapes, which JSON readers turn back into the same
+        strings, so the text always encodes as UTF-8.
 
+        >>> text = Manifest([ShardInfo("caf\udce9.tar", 1, 512)]).dumps()
+        >>> '"caf\\udce9.tar"' in text, parse(text).shards[0].url == "caf\udce9.tar"
+        (True, True)
+        """
+        text = json.dumps(self.to_json(), indent=1, ensure_ascii=False) + "\n"
+        return _SURROGATE.sub(lambda m: f"\\u{ord(m.group()):04x}", text)
 
-def relative_url(manifest_path: str | None, shard_path: str) -> str:
-    """How a manifest at ``manifest_path`` names a local shard at ``shard_path``.
-
-    >>> relative_url("out/manifest.json", "out/shard-000000.tar")
-    'shard-000000.tar'
-    >>> relative_url("m.json", "s3://bucket/x.tar")
-    's3://bucket/x.tar'
-    >>> relative_url("s3://bucket/d/m.json", "s3://bucket/d/x.tar")
-    'x.tar'
-    """
-    if manifest_path is None:
-        return shard_path
-    if "://" in shard_path or "://" in manifest_path:
-        # Remote: relative only below the manifest's own "directory" (resolve_url's inverse).
-        base = posixpath.dirname(manifest_path) + "/"
-        if "://" in base and shard_path.startswith(base):
-            return shard_path[len(base) :]
-        return shard_path
-    base = os.path.dirname(os.path.abspath(manifest_path))
-    target = os.path.abspath(shard_path)
-    relative = os.path.relpath(target, base)
-    if relative.startswith(".."):
-        return target
-    return relative.replace(os.sep, "/")
-
-
-def resolve_url(location: str | None, url: str) -> str:
-    """Resolve a shard URL of a manifest found at ``location``.
-
-    >>> resolve_url("/data/m.json", "shard-0.tar")
-    '/data/shard-0.tar'
-    >>> resolve_url("http://h/d/m.json", "s-0.tar")
-    'http://h/d/s-0.tar'
-    """
-    if location is None or "://" in url or os.path.isabs(url) or url.startswith("pipe:"):
-        return url
-    if "://" in location:
-        return posixpath.join(posixpath.dirname(location), url)
-    return os.path.join(os.path.dirname(os.path.abspath(location)), url)
+    def to_bytes(self) -> builtins.bytes:
+        """The manifest as UTF-8 JSON: what every writer of a manifest writes."""
+        return self.dumps().encode("utf-8")
 
 
 def parse(text: str, location: str | None = None) -> Manifest:
@@ -173,17 +131,3 @@ def parse(text: str, location: str | None = None) -> Manifest:
         except (KeyError, TypeError, ValueError):
             raise InputError(f"malformed shard entry {i}", source=name) from None
     return Manifest(shards, location)
-
-
-def load(location: str) -> Manifest:
-    """Read a manifest from a path or URL (anything :func:`tarkit.storage.sources.open_source` opens)."""
-    from ..storage.sources import open_source
-
-    with open_source(location) as source:
-        try:
-            text = source.stream.read().decode("utf-8")
-        except UnicodeDecodeError:
-            raise InputError("manifest is not UTF-8 text", source=location) from None
-        except OSError as exc:
-            raise SourceError(f"{location}: cannot read: {exc}") from None
-    return parse(text, location)

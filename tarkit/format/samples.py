@@ -22,6 +22,12 @@ from .tar import DIRECTORY, FILE, Member, MemberReader
 # webdataset skips these metadata members without a word; so do we.
 _META = re.compile(r"__[^/]*__($|/)")
 
+NO_FIELD = "member without a field (no dot in the file name)"
+DIRECTORY_MEMBER = "directory member"
+METADATA_MEMBER = "webdataset metadata member"
+# Left out without a warning, by webdataset and by tarkit: they are not samples' data.
+QUIET_SKIPS = frozenset({DIRECTORY_MEMBER, METADATA_MEMBER})
+
 
 def split_name(name: str) -> tuple[str, str] | None:
     """Split a member path into (key, field); None when the file name has no usable dot.
@@ -38,6 +44,39 @@ def split_name(name: str) -> tuple[str, str] | None:
     if dot <= slash:
         return None
     return name[:dot], name[dot + 1 :]
+
+
+def is_metadata(name: str) -> bool:
+    """Whether ``name`` is webdataset metadata: its first part is ``__name__``.
+
+    >>> is_metadata("__meta__/info.txt"), is_metadata("__index__"), is_metadata("__k__.txt")
+    (True, True, False)
+    """
+    return name[:2] == "__" and _META.match(name) is not None
+
+
+def skip_reason(member: Member) -> str | None:
+    """Why readers leave ``member`` out of the samples; None for sample data.
+
+    The reasons in :data:`QUIET_SKIPS` (directories, webdataset metadata) are left out
+    without a word; the others (:data:`NO_FIELD`, ``"<kind> member"`` for links, devices
+    and FIFOs) are warned about and counted, or are errors under ``--strict``.
+
+    >>> from tarkit.format.tar import DIRECTORY, FILE, SYMLINK
+    >>> [skip_reason(Member(name, kind, 0, 0, b"", 0)) for name, kind in
+    ...  [("a/x.jpg", FILE), ("a/README", FILE), ("a/", DIRECTORY), ("l.jpg", SYMLINK)]]
+    [None, 'member without a field (no dot in the file name)', 'directory member', 'symlink member']
+    """
+    kind = member[1]
+    if kind is not FILE:
+        return DIRECTORY_MEMBER if kind is DIRECTORY else f"{kind} member"
+    name = member[0]
+    if name[:2] == "__" and _META.match(name):
+        return METADATA_MEMBER
+    slash = name.rfind("/") + 1
+    if name.find(".", slash) <= slash:
+        return NO_FIELD
+    return None
 
 
 class Sample:
@@ -177,9 +216,6 @@ class SkipLog:
         return f"skipped {self.total} {noun}: {', '.join(parts)}"
 
 
-NO_FIELD = "member without a field (no dot in the file name)"
-
-
 def group_samples(
     members: Iterable[Member],
     source: str = "-",
@@ -189,9 +225,10 @@ def group_samples(
 ) -> Iterator[Sample]:
     """Group adjacent members with the same key into samples.
 
-    Directories are skipped silently, as are webdataset's ``__meta__`` members.
-    Members with no field (no dot in the file name) and non-regular members are
-    skipped and counted in ``skips``; with ``strict`` they raise
+    Members that are not sample data are left out as :func:`skip_reason` says:
+    directories and webdataset's ``__meta__`` members silently; members with no field
+    (no dot in the file name) and non-regular members counted in ``skips``, and with
+    ``strict`` they raise
     :class:`~tarkit.errors.SampleError`. A field that appears twice in a sample
     (case-insensitively, as webdataset lowercases fields) and a key that comes back
     after its sample ended raise :class:`SampleError`. A sample is yielded only once
@@ -222,19 +259,17 @@ def group_samples(
         if type(member) is sample_type:
             yield member  # grouped by the compiled scanner, with the checks below
             continue
-        name, kind = member[0], member[1]
-        if kind is not FILE:
-            if kind is DIRECTORY:
-                continue
-            _skip(f"{kind} member", member, source, strict, skips)
-            continue
-        if name[:2] == "__" and _META.match(name):
-            continue
+        name = member[0]
         slash = name.rfind("/") + 1
         dot = name.find(".", slash)
-        if dot <= slash:
-            _skip(NO_FIELD, member, source, strict, skips)
-            continue
+        # The common case, a regular file with a field and no leading "__", is sample
+        # data by skip_reason's rule; only the others pay for the call.
+        if dot <= slash or member[1] is not FILE or name[:2] == "__":
+            reason = skip_reason(member)
+            if reason is not None:
+                if reason not in QUIET_SKIPS:
+                    skip_member(reason, member, source, strict, skips)
+                continue
         member_key = name[:dot]
         key = state.key
         if member_key == key:
@@ -317,7 +352,11 @@ def _check_fields(key: str, fields: list[str], group: list[Member], source: str)
         )
 
 
-def _skip(reason: str, member: Member, source: str, strict: bool, skips: SkipLog | None) -> None:
+def skip_member(
+    reason: str, member: Member, source: str, strict: bool, skips: SkipLog | None
+) -> None:
+    """Count ``member`` in ``skips`` under ``reason``; with ``strict``, raise
+    :class:`SampleError` instead."""
     if strict:
         raise SampleError(
             f"{reason} is not allowed with --strict",

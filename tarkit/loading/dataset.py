@@ -1,186 +1,45 @@
 """A torch ``IterableDataset`` over tar shards that gives every sample exactly once.
 
-:class:`ShardDataset` reads shards with tarkit's strict reader (one worker reads its
-shards, or pieces of them, one after another) and hands the samples, as webdataset-style
-dicts (``__key__``, ``__url__`` and the fields, lowercased, as bytes), to webdataset's
-own pipeline stages: ``wds.shuffle``, ``wds.decode`` (its image specs and basic
-handlers), ``wds.to_tuple``, ``wds.map`` and ``wds.batched``. Which shards a worker
-reads is :mod:`tarkit.loading.splitting`; remote shards can go through a :mod:`tarkit.storage.cache`.
+:class:`ShardDataset` puts together the loader's parts, one module each: which shards
+(:mod:`~tarkit.loading.shards`), who reads what in an epoch
+(:mod:`~tarkit.loading.splitting`), reading pieces of shards with tarkit's strict reader
+(:mod:`~tarkit.loading.reading`), webdataset's per-sample stages
+(:mod:`~tarkit.loading.transforms`) and what was skipped (:mod:`~tarkit.loading.skips`).
+Samples are webdataset-style dicts (``__key__``, ``__url__`` and the fields, lowercased,
+as bytes); webdataset's own ``shuffle`` and ``batched`` stages buffer and batch them.
 
-This is the only module of tarkit that imports torch.
+torch is imported by this folder only.
 """
 
 from __future__ import annotations
 
-import contextlib
-import io
-import multiprocessing
 import os
-import random
-import sys
 import warnings
-from collections.abc import Callable, Iterator, Sequence
-from dataclasses import dataclass, field
-from types import FrameType
-from typing import Any, BinaryIO
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from typing import Any, Literal
 
 import torch
-import webdataset as wds
-from torch.utils.data import DataLoader, IterableDataset, default_collate, get_worker_info
+from torch.utils.data import IterableDataset, default_collate, get_worker_info
 
-from ..errors import CompressionError, InputError, SourceError, TruncatedError, UsageError
-from ..format.compression import compression_for, open_decompressed, sniff
-from ..format.manifest import Manifest, ShardInfo
-from ..format.manifest import load as load_manifest
-from ..format.samples import group_samples, split_name
-from ..format.tar import read_members
-from ..storage.cache import ShardCache, is_remote
-from ..storage.sources import expand_inputs, open_source, open_source_at
+from ..errors import UsageError
+from ..format.manifest import Manifest
+from ..storage import Reconnection, RetryPolicy, retry_policy
+from ..storage.cache import ShardCache
 from . import splitting
+from .batching import batches, padded
+from .epochs import EpochClock
+from .handoff import handed_over
+from .mixing import MixRun, Mixture, dataset_fingerprint, mixture_of, mixture_settings
+from .plans import EpochPlan, Generation, Shuffling, Topology, WorkerPosition, derive_positions
+from .reading import PieceReader
+from .resume import Derive, check_worker_state, resume_point, rotation
+from .runs import INITIAL, WorkerRun
+from .shards import resolve_shards
+from .skips import WARNED_IDLE, SharedState, SkipCounts
+from .state import LoaderState
+from .transforms import Transforms
 
-# Why samples or shards were skipped under handler="skip". The first four are about
-# shards (the rest of the shard, or of the worker's piece of it, is skipped).
-UNREADABLE = "unreadable shard"
-TRUNCATED = "truncated shard"
-CORRUPT = "corrupt shard"
-MISMATCH = "shard does not match the manifest"
-UNDECODABLE = "undecodable field"
-MISSING = "missing field"
-MAP_FAILED = "map failed"
-REASONS = (UNREADABLE, TRUNCATED, CORRUPT, MISMATCH, UNDECODABLE, MISSING, MAP_FAILED)
-_SHARD_REASONS = 4
-
-_TAR_SUFFIXES = (
-    ".tar",
-    ".tar.gz",
-    ".tgz",
-    ".tar.bz2",
-    ".tbz2",
-    ".tar.xz",
-    ".txz",
-    ".tar.zst",
-    ".tzst",
-)
-_ROWS = 64  # counter rows in shared memory: one per DataLoader worker (modulo)
-_EXAMPLE = 400  # bytes kept of the first message of each reason
-# Cells of the shared numbers tensor before the counter rows.
-_EPOCH, _WARNED_IDLE, _WARNED_TWICE, _WARNED_SKIP, _HEAD = 0, 1, 2, 3, 4
-_COLUMNS = len(REASONS) + 1  # samples skipped per reason, then samples repeated
-
-
-@dataclass
-class SkipCounts:
-    """What ``handler="skip"`` skipped since the last ``set_epoch`` (all workers summed).
-
-    ``samples`` and ``shards`` count by reason (a shard counts once however many
-    workers read pieces of it); ``repeated`` counts samples repeated to keep
-    ``equal_batches``; ``examples`` holds the first message of each reason.
-    """
-
-    samples: dict[str, int] = field(default_factory=dict)
-    shards: dict[str, int] = field(default_factory=dict)
-    repeated: int = 0
-    examples: dict[str, str] = field(default_factory=dict)
-
-    @property
-    def total_samples(self) -> int:
-        return sum(self.samples.values())
-
-    @property
-    def total_shards(self) -> int:
-        return sum(self.shards.values())
-
-    def __bool__(self) -> bool:
-        return bool(self.samples or self.shards or self.repeated)
-
-    def __str__(self) -> str:
-        if not self:
-            return "nothing skipped"
-        parts = [f"{n} {reason}" for reason, n in self.samples.items()]
-        text = f"skipped {self.total_samples} samples ({', '.join(parts) or 'none'})"
-        text += f" and {self.total_shards} shards"
-        if self.repeated:
-            text += f"; repeated {self.repeated} samples to keep batches equal"
-        return text
-
-
-class _SharedState:
-    """Epoch and skip counts in shared memory, seen by the dataset and its worker copies.
-
-    Torch shared-memory tensors: forked workers share them, spawned workers get them
-    through torch's pickler, and a plain ``pickle`` copies their values. A lock makes
-    "first" mean first among forked workers (two workers skipping at once would both
-    warn, or mix their examples); spawned workers and copies go without it.
-    """
-
-    def __init__(self, shards: int) -> None:
-        self.numbers = torch.zeros(_HEAD + _ROWS * _COLUMNS, dtype=torch.int64).share_memory_()
-        self.shard_reasons = torch.zeros(max(shards, 1), dtype=torch.int8).share_memory_()
-        self.examples = torch.zeros((len(REASONS), _EXAMPLE), dtype=torch.uint8).share_memory_()
-        self.lock = _fork_lock()
-
-    def __getstate__(self) -> dict[str, Any]:
-        # Only a forked child can share the lock (inheriting it); pickling it fails.
-        return {**self.__dict__, "lock": None}
-
-    def _locked(self) -> contextlib.AbstractContextManager[Any]:
-        return self.lock if self.lock is not None else contextlib.nullcontext()
-
-    def reset(self) -> None:
-        self.numbers[_WARNED_SKIP:] = 0
-        self.shard_reasons.zero_()
-        self.examples.zero_()
-
-    def add(self, row: int, reason: str, samples: int, shard: int | None, message: str) -> bool:
-        """Count a skip; True when it is the first of this dataset (time to warn)."""
-        index = REASONS.index(reason)
-        with self._locked():
-            self.numbers[_HEAD + (row % _ROWS) * _COLUMNS + index] += samples
-            if shard is not None and int(self.shard_reasons[shard]) == 0:
-                self.shard_reasons[shard] = index + 1
-            if int(self.examples[index, 0]) == 0:
-                data = message.encode("utf-8", "replace")[: _EXAMPLE - 1] or b"?"
-                self.examples[index, : len(data)] = torch.frombuffer(
-                    bytearray(data), dtype=torch.uint8
-                )
-            return self._first(_WARNED_SKIP)
-
-    def repeat(self, row: int, samples: int) -> None:
-        with self._locked():
-            self.numbers[_HEAD + (row % _ROWS) * _COLUMNS + len(REASONS)] += samples
-
-    def first(self, cell: int) -> bool:
-        """Set a flag; True for the one process that set it."""
-        with self._locked():
-            return self._first(cell)
-
-    def _first(self, cell: int) -> bool:
-        if int(self.numbers[cell]):
-            return False
-        self.numbers[cell] = 1
-        return True
-
-    def counts(self) -> SkipCounts:
-        rows = self.numbers[_HEAD:].view(_ROWS, _COLUMNS).sum(dim=0).tolist()
-        flags = torch.bincount(self.shard_reasons.long(), minlength=len(REASONS) + 1).tolist()
-        result = SkipCounts(repeated=rows[len(REASONS)])
-        for index, reason in enumerate(REASONS):
-            if rows[index]:
-                result.samples[reason] = rows[index]
-            if index < _SHARD_REASONS and flags[index + 1]:
-                result.shards[reason] = flags[index + 1]
-            raw = bytes(self.examples[index].tolist()).rstrip(b"\0")
-            if raw:
-                result.examples[reason] = raw.decode("utf-8", "replace")
-        return result
-
-
-def _fork_lock() -> Any:
-    """A lock for forked children (no resource tracker process), or None without fork."""
-    try:
-        return multiprocessing.get_context("fork").Lock()
-    except ValueError:  # pragma: no cover - Windows
-        return None
+Derived = tuple[list[WorkerPosition], "int | None"]
 
 
 def distributed_rank() -> tuple[int, int]:
@@ -198,9 +57,12 @@ class ShardDataset(IterableDataset):
     """Samples of tar shards, each delivered exactly once per epoch over ranks and workers.
 
     ``urls``: a brace pattern, a list of them, a manifest (``.json``) or a directory
-    (its ``manifest.json``, else its tar files in name order). ``manifest`` gives sample
-    counts (for ``len()``, ``equal_batches`` and splitting shards into pieces so that
-    every worker has work); byte offsets in it let a worker start mid-shard by seeking.
+    (its ``manifest.json``, else its tar files in name order). Local shards that do not
+    exist fail here, naming the first. ``manifest`` gives sample counts (for ``len()``,
+    ``equal_batches`` and splitting shards into pieces so that every worker has work);
+    byte offsets in it let a worker start mid-shard by seeking. Without one, a
+    ``manifest.json`` beside the shards is used when it lists exactly those shards;
+    ``manifest=False`` reads without any.
 
     ``shuffle``: shuffle buffer size; any value above 0 also shuffles the shard order.
     Orders are a function of ``(seed, epoch, rank, worker)`` only. ``decode``,
@@ -214,19 +76,27 @@ class ShardDataset(IterableDataset):
     :attr:`skipped`. ``equal_batches`` (needs a manifest) makes every rank yield the same
     number of samples and batches. ``cache_dir``/``cache_size``: see :mod:`tarkit.storage.cache`.
     ``rank``/``world_size`` override the detected ones.
+
+    Remote shards (and manifests) are read with ``storage_options`` (fsspec's), and a read
+    that drops or stalls reconnects at the byte it reached: at most ``retries``
+    reconnections in a row, ``timeout`` seconds to connect and between bytes (None:
+    ``TARKIT_RETRIES``/``TARKIT_TIMEOUT`` in the workers, else 5 and 30 s; docs/remote.md).
+    Reconnections are counted in ``skipped.reconnections``, with one warning per epoch.
     """
 
     def __init__(
         self,
-        urls: str | Sequence[str] | None = None,
+        urls: str | Sequence[str] | Mapping[str, str | Sequence[str]] | None = None,
         *,
+        weights: Mapping[str, float] | None = None,
+        epoch_samples: int | None = None,
         shuffle: int = 0,
         seed: int = 0,
         decode: Any = None,
         to_tuple: str | Sequence[str] | None = None,
         map: Callable[[Any], Any] | None = None,  # noqa: A002 - the issue's name
         handler: str = "raise",
-        manifest: str | Manifest | None = None,
+        manifest: str | Manifest | Literal[False] | None = None,
         equal_batches: bool = False,
         batch_size: int | None = None,
         drop_last: bool = False,
@@ -235,6 +105,9 @@ class ShardDataset(IterableDataset):
         cache_size: int | str | None = None,
         rank: int | None = None,
         world_size: int | None = None,
+        storage_options: Mapping[str, Any] | None = None,
+        retries: int | None = None,
+        timeout: float | None = None,
     ) -> None:
         super().__init__()
         if handler not in ("raise", "skip"):
@@ -243,8 +116,22 @@ class ShardDataset(IterableDataset):
             raise UsageError("batch_size must be at least 1")
         if shuffle < 0:
             raise UsageError("shuffle must be a buffer size of 0 or more")
-        self.urls, self.infos = _resolve_shards(urls, manifest)
-        if equal_batches and self.infos is None:
+        retry_policy(retries, timeout, base=RetryPolicy())  # malformed settings fail here
+        self.mixture: Mixture | None = None
+        if isinstance(urls, Mapping):
+            if manifest is not None:
+                raise UsageError("a mixture's sources name their own manifests, not manifest=")
+            sources = {
+                name: resolve_shards(spec, None, storage_options) for name, spec in urls.items()
+            }
+            self.urls = [u for found, _ in sources.values() for u in found]
+            self.infos = None
+        else:
+            if weights is not None or epoch_samples is not None:
+                raise UsageError("weights= and epoch_samples= mix several sources: give urls "
+                                 "as a dict of them")  # fmt: skip
+            self.urls, self.infos = resolve_shards(urls, manifest, storage_options)
+        if equal_batches and self.infos is None and not isinstance(urls, Mapping):
             raise UsageError(
                 "equal_batches needs a manifest with sample counts (tarindex -o manifest.json)"
             )
@@ -261,26 +148,53 @@ class ShardDataset(IterableDataset):
         self.cache = ShardCache(cache_dir, cache_size) if cache_dir is not None else None
         self.rank = rank
         self.world_size = world_size
-        self._state = _SharedState(len(self.urls))
+        self._state = SharedState(len(self.urls))
+        self._clock = EpochClock()
+        self._reader = PieceReader(
+            self.urls, self.infos, handler=handler, cache=self.cache, skip=self._skip,
+            storage_options=storage_options, retries=retries, timeout=timeout,
+            reconnected=self._reconnected,
+        )  # fmt: skip
+        if isinstance(urls, Mapping):
+            readers, base = {}, 0
+            for name, (found, infos) in sources.items():
+                readers[name] = (found, infos, PieceReader(
+                    found, infos, handler=handler, cache=self.cache, skip=self._skip,
+                    shard_base=base, storage_options=storage_options, retries=retries,
+                    timeout=timeout, reconnected=self._reconnected,
+                ))  # fmt: skip
+                base += len(found)
+            self.mixture = mixture_of(readers, dict(weights) if weights else None, epoch_samples,
+                                      seed=seed, shuffle=self.shuffle)  # fmt: skip
+            self._mixed = torch.zeros(len(readers), dtype=torch.int64).share_memory_()
+        self._transforms = Transforms(decode, to_tuple, map, handler=handler, skip=self._skip)
+        # Set by ShardLoader: workers hand over deliveries and errors (handoff.py).
+        self.in_loader = False
+        self._current: WorkerRun | MixRun | None = None  # this process's pass
+        self._resume: LoaderState | None = None  # a loaded state, for the next pass
+        self._worker_resume: LoaderState | None = None  # a worker's own (torchdata)
 
     # -- epochs, ranks, lengths ------------------------------------------------------
 
     def set_epoch(self, epoch: int) -> None:
-        """Start epoch ``epoch``: it decides the orders; skip counts start again from 0.
+        """Make the next pass read epoch ``epoch`` (the passes after it ``epoch + 1``…).
 
-        Call it in the main process before iterating (workers, persistent or not,
-        read it when their epoch starts).
+        Not needed for training: every new pass over the dataset (a DataLoader's
+        iteration, persistent workers or not) reads the next epoch by itself
+        (:mod:`tarkit.loading.epochs`). Call it in the main process to pin an epoch
+        exactly, for reproducibility.
         """
-        self._state.numbers[_EPOCH] = int(epoch)
+        self._clock.pin(epoch)
         self._state.reset()
 
     @property
     def epoch(self) -> int:
-        return int(self._state.numbers[_EPOCH])
+        """The epoch of the pass under way or last begun; before any, the next one's."""
+        return self._clock.epoch
 
     @property
     def skipped(self) -> SkipCounts:
-        """Samples and shards skipped since the last :meth:`set_epoch`, summed over workers."""
+        """Samples and shards skipped in the current (or last) epoch, summed over workers."""
         return self._state.counts()
 
     def rank_and_world(self) -> tuple[int, int]:
@@ -297,12 +211,32 @@ class ShardDataset(IterableDataset):
 
         Exact when nothing is skipped (and always with ``equal_batches``). Needs a
         manifest: without sample counts it raises TypeError, as ``len()`` of an
-        unsized object does. ``len()`` of a DataLoader over the dataset is exact too
-        when either the dataset or the DataLoader batches, not both (docs/loading.md).
+        unsized object does. When a DataLoader batches the samples instead of the
+        dataset, each worker ends its share with a partial batch of its own, so an epoch
+        may have up to ``num_workers - 1`` batches more than ``len(DataLoader)`` says:
+        let the dataset batch (``tarkit.loader``) for an exact count (docs/loading.md).
+        A mixture that ends with its first source (no ``epoch_samples``) depends on the
+        number of workers: see :meth:`length`, which ``tarkit.loader`` uses.
         """
+        if self.mixture is not None and self.mixture.epoch_samples is None:
+            raise TypeError(
+                "len() of a mixture that ends when its first source runs out depends on the "
+                "DataLoader's workers: use tarkit.loader(...) (or ShardDataset.length(workers))"
+            )
+        return self.length(1)
+
+    def length(self, workers: int) -> int:
+        """What this rank yields per epoch with ``workers`` DataLoader workers (see
+        ``len()``); TypeError without sample counts."""
+        rank, world = self.rank_and_world()
+        if self.mixture is not None:
+            topology = self.topology(workers)
+            plan = self.mixture.plan(self.epoch, [])
+            lengths = [plan.length(topology, rank, w) for w in range(topology.workers)]
+            size = self.batch_size or 1
+            return sum(-(-n // size) for n in lengths)
         if self.infos is None:
             raise TypeError("len() of a ShardDataset needs a manifest with sample counts")
-        rank, world = self.rank_and_world()
         return splitting.rank_length(
             sum(info.samples for info in self.infos),
             rank=rank,
@@ -323,242 +257,206 @@ class ShardDataset(IterableDataset):
 
     # -- iteration ------------------------------------------------------------------
 
-    def pieces(
-        self, worker: int = 0, workers: int = 1, *, loader_batch_size: int | None = None
-    ) -> list[splitting.Piece]:
-        """The pieces of shards one worker of this rank reads in the current epoch.
+    def topology(self, workers: int) -> Topology:
+        """How this dataset splits an epoch over its ranks and ``workers`` workers a rank."""
+        _, world = self.rank_and_world()
+        return Topology(
+            world, max(workers, 1), self.batch_size, self.drop_last and bool(self.batch_size),
+            self.equal_batches,
+        )  # fmt: skip
 
-        With a manifest, the cuts between workers fall on multiples of ``batch_size``
-        or, when the dataset does not batch, of ``loader_batch_size`` (the batch size of
-        a DataLoader that batches each worker's samples).
-        """
-        rank, world = self.rank_and_world()
+    def _shuffling(self, epoch: int) -> Shuffling:
+        return Shuffling(self.shuffle, min(self.shuffle, INITIAL), self.seed, epoch)
+
+    def _derive(self, epoch: int) -> Derive | None:
+        """How positions of other ranks are derived in ``epoch`` (None: no sample counts)."""
+        mixture, infos = self.mixture, self.infos
+        if mixture is not None:
+
+            def mixed(history: list[Generation], generation: Generation, rank: int) -> Derived:
+                return mixture.plan(epoch, history).derived(generation, rank)
+
+            return mixed
+        if infos is None:
+            return None
+        total = sum(info.samples for info in infos)
+
+        def single(history: list[Generation], generation: Generation, rank: int) -> Derived:
+            plan = EpochPlan(total, history, self._shuffling(epoch))
+            topology = generation.topology
+            sizes = [len(plan.worker_runs(topology, rank, w)) for w in range(topology.workers)]
+            return derive_positions(sizes, topology.batch_size, generation.delivered)
+
+        return single
+
+    def _run(
+        self, epoch: int, topology: Topology, rank: int, worker: int, resume: LoaderState | None
+    ) -> WorkerRun | MixRun:
+        """The run of one (logical) worker over ``epoch``, from ``resume`` if given."""
+        plan = None
+        position = None
+        if resume is not None:
+            derive = self._derive(epoch)
+            history, position = resume_point(resume, topology, rank, worker, derive)
+        else:
+            history = []
+        if self.mixture is not None:
+            return MixRun(self.mixture.plan(epoch, history), topology, rank, worker, position)
         if self.infos is not None:
-            return splitting.epoch_pieces(
-                [info.samples for info in self.infos],
-                rank=rank,
-                world=world,
-                worker=worker,
-                workers=workers,
-                shuffle=self.shuffle > 0,
-                seed=self.seed,
-                epoch=self.epoch,
-                equal=self.equal_batches,
-                batch_size=self.batch_size or loader_batch_size,
-                drop_last=self.drop_last and bool(self.batch_size),
-            )
-        order = splitting.shard_order(
-            len(self.urls), shuffle=self.shuffle > 0, seed=self.seed, epoch=self.epoch
-        )
-        return splitting.whole_shards(order, rank=rank, world=world, worker=worker, workers=workers)
+            total = sum(info.samples for info in self.infos)
+            plan = EpochPlan(total, history, self._shuffling(epoch))
+        return WorkerRun(
+            self._reader, self.infos, len(self.urls), shuffling=self._shuffling(epoch),
+            topology=topology, rank=rank, worker=worker, plan=plan, position=position,
+        )  # fmt: skip
 
     def __iter__(self) -> Iterator[Any]:
         info = get_worker_info()
-        worker, workers = (info.id, info.num_workers) if info is not None else (0, 1)
+        physical, workers = (info.id, info.num_workers) if info is not None else (0, 1)
         rank, _ = self.rank_and_world()
-        return self._epoch(worker, workers, rank)
-
-    def _epoch(self, worker: int, workers: int, rank: int) -> Iterator[Any]:
-        """One worker's items of the current epoch; its shards are chosen on the first next().
-
-        Only then can a DataLoader that batches be seen (its batch size is in the first
-        request torch sends a worker): cutting the workers' shares on its batches makes
-        ``len(DataLoader)`` exact.
-        """
-        loader_batch_size = _loader_batch_size(sys._getframe(1))
-        if worker == 0:  # one worker decides, so that a warning comes once
-            if loader_batch_size and self.batch_size:
-                self._warn_batched_twice(loader_batch_size)
-            self._warn_if_idle(workers, loader_batch_size)
-        epoch = self.epoch
-        pieces = self.pieces(worker, workers, loader_batch_size=loader_batch_size)
-        items: Iterator[Any] = self._samples(pieces, worker)
-        if self.shuffle:
-            rng = random.Random(splitting.stable_seed("samples", self.seed, epoch, rank, worker))
-            items = wds.shuffle(self.shuffle, initial=min(self.shuffle, 100), rng=rng)(items)
-        if self.decode is not None or self.to_tuple is not None or self.map is not None:
-            items = self._transformed(items, worker)
-        if self.equal_batches and self.infos is not None:
-            infos = self.infos
-            expected = sum(_piece_length(piece, infos[piece.shard]) for piece in pieces)
-            items = self._padded(items, expected, worker, rank)
+        topology = self.topology(workers)
+        resume = self._worker_resume
+        if resume is not None:  # a worker restored on its own state (torchdata)
+            self._worker_resume = None
+            epoch, new = resume.epoch, False
+            self._clock.resume(epoch)
+        else:
+            seed = info.seed - info.id if info is not None else None
+            epoch, new, resumed = self._clock.begin(physical, seed)
+            resume = self._resume if resumed else None
+        if new:
+            self._state.reset()  # skip counts are per epoch
+            if self.mixture is not None:
+                self._mixed.zero_()
+        turn = rotation(resume, topology, rank, self._derive(epoch))
+        worker = (physical + turn) % topology.workers
+        run = self._run(epoch, topology, rank, worker, resume)
+        self._current = run
+        if physical == 0:  # one worker decides, so that a warning comes once
+            self._warn_if_idle(epoch, topology, rank, resume)
+        items: Iterator[Any] = run.samples()
+        if self._transforms.active:
+            items = self._transforms(items, worker)
+        if self.equal_batches and run.expected is not None:
+            items = padded(
+                items, run.expected - run.position.taken, lambda n: self._state.repeat(worker, n),
+                f"every sample of rank {rank} worker {worker} was skipped", self.urls[0],
+            )  # fmt: skip
         if self.batch_size:
-            collate = self.collate or default_collate
-            items = wds.batched(self.batch_size, collation_fn=collate, partial=not self.drop_last)(
-                items
+            items = batches(
+                items,
+                self.batch_size,
+                self.collate or default_collate,
+                partial=not self.drop_last,
+                where=self._where,
             )
-        yield from items
+        items = _counted(items, run, self._mixed if isinstance(run, MixRun) else None)
+        if self.in_loader:
+            generation = run.plan.generation if run.plan is not None else 0
+            items = handed_over(items, run, epoch, generation)
+        return items
 
-    def _warn_batched_twice(self, loader_batch_size: int) -> None:
-        if self._state.first(_WARNED_TWICE):
-            warnings.warn(
-                f"tarkit: ShardDataset(batch_size={self.batch_size}) yields batches, and the "
-                f"DataLoader batches them again in lists of {loader_batch_size} (a DataLoader's "
-                "batch_size is 1 unless given): give the DataLoader batch_size=None",
-                stacklevel=3,
-            )
+    # -- state --------------------------------------------------------------------------
 
-    def _warn_if_idle(self, workers: int, loader_batch_size: int | None) -> None:
-        """Warn once if a worker of this rank has nothing to read (the same every epoch)."""
-        shares = [
-            self.pieces(w, workers, loader_batch_size=loader_batch_size) for w in range(workers)
-        ]
-        if all(shares) or not self._state.first(_WARNED_IDLE):
+    def state_dict(self) -> dict[str, Any]:
+        """Where this process's pass over the dataset stands, as a dict of JSON types.
+
+        In a DataLoader worker (torchdata's ``StatefulDataLoader`` asks each worker) it is
+        that worker's state; in the main process, the state of its own pass. A loader's
+        state covering all its workers is :meth:`ShardLoader.state_dict`. See
+        :mod:`tarkit.loading.state`.
+        """
+        run = self._current
+        if run is None:
+            if self._resume is not None:
+                return self._resume.to_json()
+            return self._fresh_state(self._clock.next_epoch).to_json()
+        history = list(run.plan.history) if run.plan is not None else []
+        generation = Generation(run.topology, run.position.items, run.rank, [run.snapshot()])
+        state = self._fresh_state(run.shuffling.epoch)
+        state.history, state.generation, state.covers = history, generation, [run.worker]
+        return state.to_json()
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Resume from a state (:meth:`state_dict`, :meth:`ShardLoader.state_dict`): the
+        next pass continues it. Call it before iterating.
+
+        Raises :class:`~tarkit.errors.UsageError` naming the setting when the state
+        belongs to another dataset, seed or shuffle, or (in a DataLoader worker) to
+        another number of workers, ranks or batch size: torchdata restores each worker
+        on its own state, so only tarkit's loader can resume on another topology.
+        """
+        parsed = LoaderState.from_json(state)
+        parsed.check(
+            fingerprint=dataset_fingerprint(self.mixture, self.urls, self.infos),
+            shards=len(self.urls),
+            seed=self.seed,
+            shuffle=self.shuffle,
+            mixture=mixture_settings(self.mixture),
+        )
+        info = get_worker_info()
+        if info is not None:
+            check_worker_state(parsed, self.topology(info.num_workers), info.id)
+            self._worker_resume = parsed
             return
-        _, world = self.rank_and_world()
+        self._resume = parsed
+        self._current = None
+        self._clock.pin(parsed.epoch, resume=parsed.generation is not None)
+
+    def _fresh_state(self, epoch: int) -> LoaderState:
+        """The state of a pass of ``epoch`` that has not begun."""
+        if self.mixture is not None:
+            samples: int | None = sum(s.total for s in self.mixture.sources)
+        else:
+            samples = sum(i.samples for i in self.infos) if self.infos is not None else None
+        return LoaderState(
+            dataset_fingerprint(self.mixture, self.urls, self.infos), len(self.urls), samples,
+            self.seed, self.shuffle, epoch,
+            mixture=mixture_settings(self.mixture),
+        )  # fmt: skip
+
+    @property
+    def source_counts(self) -> dict[str, int]:
+        """A mixture's samples per source in the current (or last) epoch, all workers of
+        this rank together (empty for a dataset that mixes nothing)."""
+        if self.mixture is None:
+            return {}
+        return {s.name: int(n) for s, n in zip(self.mixture.sources, self._mixed.tolist(),
+                                              strict=True)}  # fmt: skip
+
+    def _where(self, item: Any) -> tuple[str, str]:
+        """(shard, key) of the sample an item of the pipeline came from."""
+        if self._transforms.active:
+            return self._transforms.current
+        return item.get("__url__", "-"), item.get("__key__", "?")
+
+    def _warn_if_idle(
+        self, epoch: int, topology: Topology, rank: int, resume: LoaderState | None
+    ) -> None:
+        """Warn once if a worker of this rank has nothing to read (the same every epoch)."""
+        if resume is not None:
+            return  # a resumed pass: workers may well have finished their share
+        workers = topology.workers
+        if all(not self._run(epoch, topology, rank, w, None).empty for w in range(workers)):
+            return
+        if not self._state.first(WARNED_IDLE):
+            return
+        world = topology.world
         if self.infos is None:
             what = f"{len(self.urls)} shards"
             hint = " (a manifest with offsets lets tarkit split shards: tarindex --offsets)"
         else:
             what = f"{sum(i.samples for i in self.infos)} samples"
-            batch_size = self.batch_size or loader_batch_size
-            hint = f" (in batches of {batch_size})" if batch_size and batch_size > 1 else ""
+            hint = (
+                f" (in batches of {self.batch_size})"
+                if self.batch_size and self.batch_size > 1
+                else ""
+            )
         warnings.warn(
             f"tarkit: {what} for {world} ranks x {workers} workers: some workers have nothing "
             f"to read{hint}",
             stacklevel=3,
         )
-
-    def _samples(self, pieces: list[splitting.Piece], row: int) -> Iterator[dict[str, Any]]:
-        for piece in pieces:
-            yield from self._piece_samples(piece, row)
-
-    def _piece_samples(self, piece: splitting.Piece, row: int) -> Iterator[dict[str, Any]]:
-        """The samples of one piece as webdataset dicts; bad input raises or is counted."""
-        url = self.urls[piece.shard]
-        info = self.infos[piece.shard] if self.infos is not None else None
-        expected = _piece_length(piece, info) if info is not None else None
-        keys = info.keys if info is not None and info.keys is not None else None
-        offset, skip = 0, piece.start
-        if piece.start and info is not None and info.offsets is not None:
-            offset, skip = info.offsets[piece.start], 0
-        position, delivered = piece.start - skip, 0
-        watch = _Watch()
-        local_path = None if "://" in url or url.startswith("pipe:") else url.removeprefix("file:")
-        try:
-            source, stream = self._open(url, offset)
-            with source:
-                for sample in group_samples(watch.members(read_members(stream, url)), url):
-                    watch.done = sample.key
-                    if info is not None and (
-                        position >= info.samples
-                        or (keys is not None and sample.key != keys[position])
-                    ):
-                        raise _mismatch(url, info, position, sample)
-                    position += 1
-                    if skip:
-                        skip -= 1
-                        continue
-                    result: dict[str, Any] = {"__key__": sample.key, "__url__": url}
-                    if local_path is not None:
-                        result["__local_path__"] = local_path
-                    for name, member in zip(sample.fields, sample.members, strict=True):
-                        result[name.lower()] = member.data
-                    yield result
-                    delivered += 1
-                    if delivered == expected and piece.stop is not None:
-                        source.close(early=True)
-                        return
-                if info is not None and position != info.samples:
-                    raise InputError(
-                        f"the shard has {position} samples, the manifest says {info.samples}",
-                        source=url,
-                    )
-        except OSError as exc:
-            error = SourceError(f"{url}: read failed: {exc}")
-            if self.handler == "raise":
-                raise error from exc
-            lost = expected - delivered if expected is not None else watch.lost(error)
-            self._skip(row, UNREADABLE, lost, piece.shard, str(error))
-        except (InputError, SourceError) as exc:
-            if offset and isinstance(exc, InputError) and exc.offset is not None:
-                exc.offset += offset
-            if self.handler == "raise":
-                raise
-            lost = expected - delivered if expected is not None else watch.lost(exc)
-            self._skip(row, _shard_reason(exc), lost, piece.shard, str(exc))
-
-    def _open(self, url: str, offset: int) -> tuple[Any, BinaryIO]:
-        """Open a shard; the returned tar stream starts at byte ``offset`` of the tar."""
-        if self.cache is not None and is_remote(url):
-            source = self.cache.open(url)
-        elif offset and url.startswith(("http://", "https://")) and not compression_for(url):
-            source = open_source_at(url, offset)
-            return source, source.stream
-        else:
-            source = open_source(url)
-        try:
-            return source, self._tar_stream(source.stream, url, offset)
-        except BaseException as exc:
-            source.__exit__(type(exc), exc, exc.__traceback__)  # close early, or abandon
-            raise
-
-    def _tar_stream(self, stream: Any, url: str, offset: int) -> BinaryIO:
-        """The tar bytes of ``stream`` from byte ``offset`` (seeking when it can)."""
-        if offset and getattr(stream, "seekable", lambda: False)():
-            head = stream.read(6)
-            if sniff(io.BytesIO(head))[0] is None:
-                stream.seek(offset)
-                return stream
-            stream.seek(0)
-        tar = open_decompressed(stream, url)
-        left = offset
-        read = getattr(tar, "read1", None) or tar.read
-        while left:
-            chunk = read(min(left, 1 << 20))
-            if not chunk:
-                raise TruncatedError(f"the shard ends before byte {offset}", source=url)
-            left -= len(chunk)
-        return tar
-
-    def _transformed(self, samples: Iterator[dict[str, Any]], row: int) -> Iterator[Any]:
-        """Run webdataset's decode, to_tuple and map stages; name or count failures."""
-        stages: list[tuple[str, Any]] = []
-        if self.decode is not None:
-            handlers = self.decode if isinstance(self.decode, (list, tuple)) else [self.decode]
-            stages.append((UNDECODABLE, wds.decode(*handlers)))
-        if self.to_tuple is not None:
-            columns = [self.to_tuple] if isinstance(self.to_tuple, str) else self.to_tuple
-            stages.append((MISSING, wds.to_tuple(*columns)))
-        if self.map is not None:
-            stages.append((MAP_FAILED, wds.map(self.map)))
-        while True:
-            feed = _Feed(samples, stages[0][0])
-            items: Iterator[Any] = iter(feed)
-            for index, (_, stage) in enumerate(stages):
-                items = stage(items)
-                if index + 1 < len(stages):
-                    items = feed.mark(items, stages[index + 1][0])
-            try:
-                yield from items
-                return
-            except Exception as exc:  # a stage failed on feed.current: rebuild the chain
-                if exc is feed.upstream:
-                    raise  # the shard reader's own error, already named
-                sample = feed.current or {}
-                error = _sample_error(feed.stage, sample, exc)
-                if self.handler == "raise":
-                    raise error from exc
-                self._skip(row, feed.stage, 1, None, str(error))
-
-    def _padded(self, items: Iterator[Any], expected: int, row: int, rank: int) -> Iterator[Any]:
-        """Exactly ``expected`` items: skipped samples are made up by repeating the last one."""
-        count = 0
-        last: Any = None
-        for item in items:
-            count += 1
-            last = item
-            yield item
-        if count < expected:
-            if count == 0:
-                raise InputError(
-                    f"every sample of rank {rank} worker {row} was skipped: "
-                    "equal_batches cannot make them up",
-                    source=self.urls[0],
-                )
-            self._state.repeat(row, expected - count)
-            for _ in range(expected - count):
-                yield last
 
     def _skip(self, row: int, reason: str, samples: int, shard: int | None, message: str) -> None:
         if self._state.add(row, reason, samples, shard, message):
@@ -568,211 +466,25 @@ class ShardDataset(IterableDataset):
                 stacklevel=2,
             )
 
-
-def _loader_batch_size(caller: FrameType | None) -> int | None:
-    """The batch size of the DataLoader whose worker (or main process) asks ``caller``.
-
-    None unless ``caller`` is torch's fetcher for iterable datasets batching for a
-    DataLoader (``batch_size`` not None): it asks for a batch as a list of
-    ``batch_size`` indices, the only place torch tells a dataset the batch size.
-    """
-    try:
-        from torch.utils.data._utils.fetch import _IterableDatasetFetcher
-    except ImportError:  # pragma: no cover - a torch without it batches some other way
-        return None
-    if caller is None or caller.f_code is not _IterableDatasetFetcher.fetch.__code__:
-        return None
-    fetcher = caller.f_locals.get("self")
-    request = caller.f_locals.get("possibly_batched_index")
-    if not getattr(fetcher, "auto_collation", False) or not isinstance(request, list):
-        return None
-    return len(request) or None
+    def _reconnected(self, event: Reconnection) -> None:
+        if self._state.reconnected():
+            warnings.warn(
+                f"tarkit: {event}; reconnections are counted in ShardDataset.skipped.reconnections",
+                stacklevel=2,
+            )
 
 
-def _piece_length(piece: splitting.Piece, info: ShardInfo) -> int:
-    return (info.samples if piece.stop is None else piece.stop) - piece.start
-
-
-def _mismatch(url: str, info: ShardInfo, position: int, sample: Any) -> InputError:
-    if position >= info.samples:
-        what = f"the shard has more samples than the {info.samples} the manifest says"
-    else:
-        what = (
-            f"sample {position} is {sample.key!r}, the manifest says "
-            f"{info.keys[position]!r} (is the manifest out of date?)"  # type: ignore[index]
-        )
-    return InputError(what, source=url, offset=sample.members[0].offset, member=sample.key)
-
-
-def _shard_reason(exc: Exception) -> str:
-    if isinstance(exc, SourceError):
-        return UNREADABLE
-    if isinstance(exc, TruncatedError) or (
-        isinstance(exc, CompressionError) and "cut short" in exc.what
-    ):
-        return TRUNCATED
-    if isinstance(exc, InputError) and "manifest" in exc.what:
-        return MISMATCH
-    return CORRUPT
-
-
-def _sample_error(stage: str, sample: dict[str, Any], exc: BaseException) -> InputError:
-    key = sample.get("__key__", "?")
-    url = sample.get("__url__", "-")
-    cause = exc.__cause__ if isinstance(exc, wds.autodecode.DecodingError) else exc
-    reason = f"{type(cause).__name__}: {cause}" if str(cause) else type(cause).__name__
-    if stage == UNDECODABLE:
-        what = f"cannot decode field {getattr(exc, 'k', '?')!r} of sample {key!r}: {reason}"
-    elif stage == MISSING:
-        what = f"sample {key!r} lacks a field for to_tuple: {reason}"
-    else:
-        what = f"map failed on sample {key!r}: {reason}"
-    return InputError(what, source=url, member=key)
-
-
-class _Watch:
-    """Remembers the last member read and the last sample taken, to count what is lost."""
-
-    def __init__(self) -> None:
-        self.last: Any = None
-        self.done: str | None = None
-
-    def members(self, members: Iterator[Any]) -> Iterator[Any]:
-        for member in members:
-            self.last = member
-            yield member
-
-    def lost(self, exc: Exception) -> int:
-        """Samples whose members were read (or started) but that were never yielded."""
-        keys = set()
-        for name in (
-            self.last.name if self.last is not None else None,
-            getattr(exc, "member", None),
-        ):
-            parts = split_name(name) if name else None
-            if parts is not None and parts[0] != self.done:
-                keys.add(parts[0])
-        return len(keys)
-
-
-class _Feed:
-    """Feeds samples to a chain of stages and knows which sample and stage is current."""
-
-    def __init__(self, samples: Iterator[dict[str, Any]], first: str) -> None:
-        self.samples = samples
-        self.first = first
-        self.stage = first
-        self.current: dict[str, Any] | None = None
-        self.upstream: BaseException | None = None
-
-    def __iter__(self) -> Iterator[dict[str, Any]]:
-        while True:
-            try:
-                sample = next(self.samples)
-            except StopIteration:
-                return
-            except BaseException as exc:
-                self.upstream = exc
-                raise
-            self.current = sample
-            self.stage = self.first
-            yield sample
-
-    def mark(self, items: Iterator[Any], stage: str) -> Iterator[Any]:
-        for item in items:
-            self.stage = stage
-            yield item
-
-
-def _resolve_shards(
-    urls: str | Sequence[str] | None, manifest: str | Manifest | None
-) -> tuple[list[str], list[ShardInfo] | None]:
-    """Shard URLs and, with a manifest, their entries."""
-    if isinstance(urls, str) and manifest is None:
-        if urls.endswith(".json"):
-            urls, manifest = None, urls
-        elif os.path.isdir(urls):
-            beside = os.path.join(urls, "manifest.json")
-            if os.path.exists(beside):
-                urls, manifest = None, beside
-            else:
-                names = sorted(n for n in os.listdir(urls) if n.endswith(_TAR_SUFFIXES))
-                if not names:
-                    raise UsageError(f"{urls}: no tar shards in this directory")
-                urls = [os.path.join(urls, n) for n in names]
-    if isinstance(manifest, str):
-        manifest = load_manifest(manifest)
-    expanded = None
-    if urls is not None:
-        expanded = expand_inputs([urls] if isinstance(urls, str) else list(urls))
-    if manifest is None:
-        if not expanded or expanded == ["-"]:
-            raise UsageError("ShardDataset needs shard URLs or a manifest")
-        return expanded, None
-    entries = dict(zip((_normal(u) for u in manifest.urls()), manifest.shards, strict=True))
-    for entry in manifest.shards:
-        for listed in (entry.keys, entry.offsets):
-            if listed is not None and len(listed) != entry.samples:
-                raise InputError(
-                    f"shard {entry.url} lists {len(listed)} keys or offsets for "
-                    f"{entry.samples} samples",
-                    source=manifest.location or "manifest",
-                )
-    if expanded is None:
-        if not manifest.shards:
-            raise UsageError(f"{manifest.location}: the manifest lists no shards")
-        return manifest.urls(), list(manifest.shards)
-    infos: list[ShardInfo] = []
-    for url in expanded:
-        info = entries.get(_normal(url))
-        if info is None:
-            raise UsageError(f"{url}: not in the manifest {manifest.location or ''}".rstrip())
-        infos.append(info)
-    return expanded, infos
-
-
-def _normal(url: str) -> str:
-    if "://" in url or url.startswith("pipe:"):
-        return url
-    return os.path.abspath(url[5:] if url.startswith("file:") else url)
-
-
-class ShardLoader(DataLoader):
-    """A DataLoader over a :class:`ShardDataset` that batches in its workers."""
-
-    dataset: ShardDataset
-
-    def set_epoch(self, epoch: int) -> None:
-        """See :meth:`ShardDataset.set_epoch`."""
-        self.dataset.set_epoch(epoch)
-
-    @property
-    def skipped(self) -> SkipCounts:
-        """See :attr:`ShardDataset.skipped`."""
-        return self.dataset.skipped
-
-
-_LOADER_OPTIONS = (
-    "persistent_workers",
-    "pin_memory",
-    "prefetch_factor",
-    "timeout",
-    "multiprocessing_context",
-    "worker_init_fn",
-    "pin_memory_device",
-)
-
-
-def loader(
-    urls: str | Sequence[str] | None, batch_size: int, num_workers: int = 0, **options: Any
-) -> ShardLoader:
-    """A DataLoader of batches of ``batch_size`` from shards, batched inside the workers.
-
-    ``options`` go to :class:`ShardDataset`, except DataLoader's own
-    (``persistent_workers``, ``pin_memory``, ``prefetch_factor``, ``timeout``,
-    ``multiprocessing_context``, ``worker_init_fn``). Passing single samples from
-    workers through shared memory costs more than reading them; batches do not.
-    """
-    loader_options = {k: options.pop(k) for k in _LOADER_OPTIONS if k in options}
-    dataset = ShardDataset(urls, batch_size=batch_size, **options)
-    return ShardLoader(dataset, batch_size=None, num_workers=num_workers, **loader_options)
+def _counted(
+    items: Iterator[Any], run: WorkerRun | MixRun, mixed: torch.Tensor | None
+) -> Iterator[Any]:
+    """``items``, each counted as delivered by ``run`` as it is handed on; a mixture's
+    samples per source are added to the shared counts ``mixed`` item by item."""
+    told = [0] * len(mixed) if mixed is not None else []
+    for item in items:
+        run.delivered()
+        if mixed is not None and isinstance(run, MixRun):
+            for source, count in enumerate(run.counts):
+                if count != told[source]:
+                    mixed[source] += count - told[source]
+                    told[source] = count
+        yield item

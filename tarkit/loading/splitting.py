@@ -18,10 +18,11 @@ on how many workers it has. A range becomes :class:`Piece` s: a shard, or part o
 
 from __future__ import annotations
 
-import hashlib
 import random
 from collections.abc import Sequence
 from dataclasses import dataclass
+
+from ..seeds import stable_seed
 
 
 @dataclass(frozen=True)
@@ -31,16 +32,6 @@ class Piece:
     shard: int
     start: int = 0
     stop: int | None = None
-
-
-def stable_seed(*parts: object) -> int:
-    """A 64-bit seed from ``parts``, the same in every process, run and ``PYTHONHASHSEED``.
-
-    >>> stable_seed(0, "shards", 3)
-    14844141190811795105
-    """
-    text = "\x1f".join(str(part) for part in parts).encode()
-    return int.from_bytes(hashlib.blake2b(text, digest_size=8).digest(), "big")
 
 
 def shard_order(count: int, *, shuffle: bool = False, seed: int = 0, epoch: int = 0) -> list[int]:

@@ -2,59 +2,45 @@
 
 Each input shard becomes one output shard: the function maps every sample of it to
 zero, one or several output samples, and may return a metadata row per sample. One
-task per shard (:mod:`tarkit.processing.shard_task`) runs on an engine (:mod:`tarkit.processing.engines`).
+task per shard (:mod:`tarkit.processing.shard_task`) runs on an engine
+(:mod:`tarkit.processing.engines`); the function becomes a shard mapper
+(:mod:`tarkit.processing.mappers`).
 """
 
 from __future__ import annotations
 
+import glob as globbing
 import json
 import pickle
 import time
 from collections import deque
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from ..errors import TarkitError, UsageError
-from ..format.manifest import Manifest, ShardInfo, relative_url
-from .shard_task import (
-    Row,
-    SampleMapper,
-    ShardFailure,
-    ShardResult,
-    ShardTask,
-    remove_stale_staging,
-    write_text,
+from ..errors import MapError, OutputError, ShardFailure, UsageError
+from ..format.manifest import Manifest, ShardInfo
+from ..sizes import check_parallel
+from ..storage import (
+    PIPE,
+    expand_inputs,
+    list_files,
+    location,
+    publish,
+    relative_url,
+    remove_file,
+    remove_stale_temp,
+    save_manifest,
 )
+from ..writing.patterns import CREATE, OVERWRITE, RESUME, check_mode
+from .engines.base import Engine, Row, ShardMapper, ShardResult, ShardTask
+from .mappers import SampleMapper
+from .records import record_path, recorded_outputs
 
 __all__ = ["MapError", "MapProgress", "MapResult", "ShardFailure", "map_shards"]
 
 ENGINES = ("local", "ray")
 _TICK = 0.5  # seconds between progress calls while waiting
-
-
-class MapError(TarkitError):
-    """Some shards failed after all their attempts; the others were done.
-
-    ``failures`` says, for each failed shard, the input, the sample key (when one was
-    being mapped) and the error; ``result`` is the :class:`MapResult` of the rest.
-    """
-
-    def __init__(self, failures: list[ShardFailure], result: MapResult) -> None:
-        self.failures = failures
-        self.result = result
-        super().__init__(str(failures[0]))
-
-    def __str__(self) -> str:
-        total = len(self.result.outputs)
-        attempts = self.failures[0].attempts
-        tries = "1 attempt" if attempts == 1 else f"{attempts} attempts"
-        head = f"{len(self.failures)} of {total} shards failed after {tries}"
-        if len(self.failures) == 1:
-            return f"{head}: {self.failures[0]}"
-        others = ", ".join(f.input for f in self.failures[1:4])
-        more = ", …" if len(self.failures) > 4 else ""
-        return f"{head}; first {self.failures[0]}; also {others}{more}"
 
 
 @dataclass
@@ -69,6 +55,7 @@ class MapResult:
     rows: int = 0
     rejects: list[str] = field(default_factory=list)
     seconds: float = 0.0
+    reconnections: int = 0  # remote inputs' reads that reconnected at the byte reached
 
     @property
     def samples(self) -> int:
@@ -85,6 +72,8 @@ class MapProgress:
     ``warning`` (a shard was mapped but members were skipped) or ``finished``.
     ``samples`` counts the input samples of the shards mapped so far; on the local
     engine, also those read so far by shards still running (reported every half second).
+    ``reconnections`` counts the times the mapped shards' remote inputs reconnected at
+    the byte reached (a shard that reconnected also gets a ``warning``).
     """
 
     total: int
@@ -92,6 +81,7 @@ class MapProgress:
     resumed: int = 0
     failed: int = 0
     retries: int = 0
+    reconnections: int = 0
     samples: int = 0
     seconds: float = 0.0
     event: str = "tick"
@@ -104,7 +94,7 @@ class MapProgress:
 
 
 def map_shards(
-    fn: Callable[[dict[str, Any]], Any] | Any,
+    fn: Callable[[dict[str, Any]], Any] | ShardMapper,
     inputs: str | Sequence[str],
     outputs: str | Sequence[str],
     *,
@@ -112,11 +102,12 @@ def map_shards(
     workers: int | None = None,
     retries: int = 2,
     metadata: str | None = None,
-    resume: bool = True,
+    mode: str = RESUME,
     address: str | None = None,
     num_cpus: float = 1,
     manifest: str | None = None,
     progress: Callable[[MapProgress], object] | None = None,
+    storage_options: Mapping[str, Any] | None = None,
 ) -> MapResult:
     """Map every input shard to its output shard with ``fn``; one task per shard.
 
@@ -126,7 +117,9 @@ def map_shards(
     ``__url__`` and the bytes of each field, and returns a sample dict (values encoded
     by field extension, as :class:`~tarkit.writing.shard_writer.ShardWriter` does), a list of them,
     None, or ``(samples, metadata_row)``. ``fn`` may also be a shard mapper (an object with
-    ``map_shard(samples, source)``, like :class:`tarkit.processing.mappers.ShellCommand`).
+    ``map_shard(samples, source)`` and ``take_rejects()``: a
+    :class:`~tarkit.processing.engines.base.ShardMapper`, like
+    :class:`~tarkit.processing.mappers.ShellCommand`).
     In worker processes ``fn`` must be importable: a module-level function.
 
     ``engine`` is ``"local"`` (``workers`` processes, default one per core) or
@@ -134,13 +127,21 @@ def map_shards(
     or ``RAY_ADDRESS``, else a local Ray; ``workers`` then limits tasks in flight).
 
     Outputs are written atomically with a record beside each (``.NAME.map.json``:
-    its manifest entry and metadata rows). With ``resume``, outputs whose record
-    matches the file are kept, not redone. A shard that fails is tried ``retries``
+    its manifest entry and metadata rows). ``mode`` says what to do with outputs already
+    there: ``"resume"`` (default) keeps those whose record matches the file and redoes
+    the others; ``"overwrite"`` redoes every one; ``"create"`` refuses to start when any
+    exists. An earlier run's outputs that match the output pattern (a brace pattern's
+    braces as ``*``, or the directory) but are not outputs of this run are refused, but
+    with ``"overwrite"``, which removes them (and their records) once every shard is
+    done: outputs read by pattern never mix two runs. A shard that fails is tried ``retries``
     more times (not when its input is a local file that tarkit cannot read: that
     would fail again); when attempts are exhausted the other shards still run, and then
     :class:`MapError` is raised, naming the shards, samples and errors. Only when every
     shard is done are ``metadata`` (rows in input order; ``.jsonl`` or ``.tsv``) and
     ``manifest`` written. ``progress`` is called with a :class:`MapProgress`.
+    ``storage_options`` go to fsspec for remote inputs and outputs; a remote input that
+    drops mid-shard reconnects at the byte reached (``TARKIT_RETRIES``,
+    ``TARKIT_TIMEOUT``; docs/remote.md), counted in ``reconnections``.
     """
     started = time.monotonic()
     input_list = _expand(inputs, "inputs")
@@ -149,18 +150,21 @@ def map_shards(
     else:
         output_list = _expand(outputs, "outputs")
     _check_plan(input_list, output_list)
+    check_mode(mode)
+    _check_earlier(outputs, output_list, mode)
     if metadata is not None:
         metadata_format(metadata)
     if retries < 0:
         raise UsageError(f"retries must not be negative (got {retries})")
-    if workers is not None and workers < 1:
-        raise UsageError(f"workers must be at least 1 (got {workers})")
+    if workers is not None:
+        check_parallel(workers, "workers")
     if not num_cpus >= 0:
         raise UsageError(f"num_cpus must not be negative (got {num_cpus})")
     mapper = _as_mapper(fn, engine)
 
+    options = dict(storage_options) if storage_options else None
     tasks = deque(
-        ShardTask(i, source, output, resume)
+        ShardTask(i, source, output, mode == RESUME, storage_options=options)
         for i, (source, output) in enumerate(zip(input_list, output_list, strict=True))
     )
     state = MapProgress(total=len(tasks))
@@ -195,6 +199,10 @@ def map_shards(
                     report("resumed" if outcome.resumed else "done", task.input)
                     if outcome.skipped_members:
                         report("warning", task.input, outcome.skipped_members)
+                    if outcome.reconnections:
+                        n = outcome.reconnections
+                        what = f"{n} reconnection{'s' * (n > 1)} while reading, each at the byte reached"
+                        report("warning", task.input, what)
                     continue
                 if isinstance(outcome, str):  # its worker died
                     outcome = ShardResult(task.index, failure=ShardFailure(
@@ -214,9 +222,9 @@ def map_shards(
     finally:
         runner.close(cancel=not finished)
         for task in in_flight.values():
-            remove_stale_staging(task.output)
+            remove_stale_temp(task.output, options)
         for index in failures:
-            remove_stale_staging(output_list[index])
+            remove_stale_temp(output_list[index], options)
 
     ordered = [results[i] for i in sorted(results)]
     result.shards = [r.info for r in ordered if r.info is not None]
@@ -225,24 +233,29 @@ def map_shards(
     if failures:
         report("finished")
         raise MapError([failures[i] for i in sorted(failures)], result)
+    if mode == OVERWRITE:
+        for earlier in _earlier_outputs(outputs, output_list):
+            remove_file(earlier)
+            remove_file(record_path(earlier))
     rows = [row for r in ordered for row in r.rows]
     result.rows = len(rows)
     if metadata is not None:
-        write_text(metadata, format_metadata(rows, metadata_format(metadata)))
+        text = format_metadata(rows, metadata_format(metadata))
+        publish(metadata, text.encode("utf-8"), options)
     if manifest is not None:
-        from ..writing.shard_writer import save_manifest
-
         entries = [
             ShardInfo(relative_url(manifest, s.url), s.samples, s.bytes, s.sha256)
             for s in result.shards
         ]
-        save_manifest(Manifest(entries, manifest), manifest)
+        save_manifest(Manifest(entries, manifest), manifest, options)
     report("finished")
     return result
 
 
 def _count(state: MapProgress, result: MapResult, outcome: ShardResult) -> None:
     state.done += 1
+    state.reconnections += outcome.reconnections
+    result.reconnections += outcome.reconnections
     if outcome.resumed:
         state.resumed += 1
         result.resumed += 1
@@ -253,9 +266,7 @@ def _count(state: MapProgress, result: MapResult, outcome: ShardResult) -> None:
 
 def _expand(spec: str | Sequence[str], what: str) -> list[str]:
     if isinstance(spec, str):
-        from braceexpand import braceexpand
-
-        items = [spec] if spec.startswith("pipe:") else list(braceexpand(spec))
+        items = expand_inputs([spec])
     else:
         items = [str(s) for s in spec]
     if not items:
@@ -270,7 +281,7 @@ def _basename(url: str) -> str:
     ('in-000.tar', 'a.tar.gz')
     """
     name = url.split("?", 1)[0].rstrip("/").rsplit("/", 1)[-1]
-    if not name or name.startswith("pipe:"):
+    if not name or location(url).kind == PIPE:
         raise UsageError(f"input {url!r} has no file name to reuse: name the outputs")
     return name
 
@@ -293,10 +304,69 @@ def _check_plan(inputs: list[str], outputs: list[str]) -> None:
         raise UsageError(f"output {sorted(clash)[0]!r} is also an input")
 
 
-def _as_mapper(fn: Any, engine: str) -> Any:
+def output_glob(outputs: str | Sequence[str]) -> str | None:
+    """The glob of the outputs an earlier run may have left: the directory's files, or
+    the brace pattern with each brace group as ``*``; None for a list of outputs.
+
+    >>> output_glob("out/"), output_glob("o/x-{000..009}-{a,b}.tar"), output_glob(["a.tar"])
+    ('out/*', 'o/x-*-*.tar', None)
+    """
+    if not isinstance(outputs, str):
+        return None
+    if outputs.endswith("/"):
+        return globbing.escape(outputs) + "*"
+    parts, depth, literal = [], 0, ""
+    for char in outputs:
+        if char == "{":
+            if depth == 0:
+                parts.append(globbing.escape(literal) + "*")
+                literal = ""
+            depth += 1
+        elif char == "}" and depth:
+            depth -= 1
+        elif depth == 0:
+            literal += char
+    return "".join(parts) + globbing.escape(literal)
+
+
+def _earlier_outputs(outputs: str | Sequence[str], output_list: list[str]) -> list[str]:
+    """Outputs of an earlier map run that match the output pattern but are not this run's."""
+    pattern = output_glob(outputs)
+    if pattern is None:
+        return []
+    ours = set(output_list)
+    return [found for found in recorded_outputs(pattern) if found not in ours]
+
+
+def _check_earlier(outputs: str | Sequence[str], output_list: list[str], mode: str) -> None:
+    """Refuse what ``mode`` does not take: earlier outputs that are not this run's, and
+    (``create``) any output that exists."""
+    earlier = [] if mode == OVERWRITE else _earlier_outputs(outputs, output_list)
+    if earlier:
+        n = len(earlier)
+        raise OutputError(
+            f"{outputs}: {n} earlier output{'s' if n != 1 else ''} of tarkit map "
+            f"{'match' if n != 1 else 'matches'} the output pattern but "
+            f"{'are' if n != 1 else 'is'} not of this run, first {earlier[0]}: outputs "
+            "read by pattern would mix two runs. Pass --overwrite (mode='overwrite') to redo "
+            "every shard and remove them once this run is complete"
+        )
+    if mode == CREATE:
+        present = [o for o in output_list if list_files(globbing.escape(o))]
+        if present:
+            n = len(present)
+            raise OutputError(
+                f"{n} output{'s already exist' if n != 1 else ' already exists'}, first "
+                f"{present[0]}: "
+                "pass mode='resume' to keep the complete ones or mode='overwrite' to redo them"
+            )
+
+
+def _as_mapper(fn: Callable[[dict[str, Any]], Any] | ShardMapper, engine: str) -> ShardMapper:
     if engine not in ENGINES:
         raise UsageError(f"unknown engine {engine!r}: use 'local' or 'ray'")
-    if hasattr(fn, "map_shard"):
+    mapper: ShardMapper
+    if isinstance(fn, ShardMapper):
         mapper = fn
     elif callable(fn):
         mapper = SampleMapper(fn)
@@ -315,13 +385,15 @@ def _as_mapper(fn: Any, engine: str) -> Any:
 
 
 def _start_engine(
-    engine: str, mapper: Any, workers: int | None, address: str | None, num_cpus: float,
+    engine: str, mapper: ShardMapper, workers: int | None, address: str | None, num_cpus: float,
     shards: int,
-) -> Any:  # fmt: skip
-    from .engines import LocalEngine, RayEngine, default_workers
-
+) -> Engine:  # fmt: skip
     if engine == "ray":
+        from .engines.ray import RayEngine
+
         return RayEngine(mapper, workers, address, num_cpus)
+    from .engines.local import LocalEngine, default_workers
+
     return LocalEngine(mapper, min(workers or default_workers(), max(shards, 1)))
 
 

@@ -1,1 +1,83 @@
-"""storage."""
+"""storage: the only code that parses a location or moves bytes in or out of one.
+
+:mod:`~tarkit.storage.locations` tells the kinds apart (stdio, file, ``pipe:``,
+``http(s)://``, fsspec URLs), :mod:`~tarkit.storage.sources` opens inputs,
+:mod:`~tarkit.storage.outputs` publishes outputs atomically,
+:mod:`~tarkit.storage.listing` lists, moves and removes the files already there,
+:mod:`~tarkit.storage.filesystems` is the one fsspec opener,
+:mod:`~tarkit.storage.manifests` reads and writes manifests,
+:mod:`~tarkit.storage.cache` caches remote shards on local disk, and
+:mod:`~tarkit.storage.retrying` (with :mod:`~tarkit.storage.http`) makes remote reads
+reconnect at the byte reached.
+"""
+
+from .filesystems import ObjectInfo, StorageOptions, filesystem, object_info
+from .listing import list_files, move_file, remove_file
+from .locations import (
+    FILE,
+    FSSPEC,
+    HTTP,
+    PIPE,
+    STDIO,
+    Location,
+    display_name,
+    expand_inputs,
+    is_remote,
+    location,
+    relative_url,
+    resolve_url,
+)
+from .manifests import load_manifest, manifest_urls, save_manifest
+from .outputs import Sink, StagedFile, publish, remove_stale_temp, stdout_stream, temp_place
+from .retrying import Reconnection, RetryPolicy, report_reconnections, retry_policy
+from .sources import (
+    HashingReader,
+    Source,
+    describe_exit,
+    open_source,
+    open_source_at,
+    read_bytes,
+    skip_bytes,
+)
+
+__all__ = [
+    "FILE",
+    "FSSPEC",
+    "HTTP",
+    "PIPE",
+    "STDIO",
+    "HashingReader",
+    "Location",
+    "ObjectInfo",
+    "Reconnection",
+    "RetryPolicy",
+    "Sink",
+    "Source",
+    "StagedFile",
+    "StorageOptions",
+    "describe_exit",
+    "display_name",
+    "expand_inputs",
+    "filesystem",
+    "is_remote",
+    "list_files",
+    "load_manifest",
+    "location",
+    "manifest_urls",
+    "move_file",
+    "object_info",
+    "open_source",
+    "open_source_at",
+    "publish",
+    "read_bytes",
+    "relative_url",
+    "remove_file",
+    "remove_stale_temp",
+    "report_reconnections",
+    "resolve_url",
+    "retry_policy",
+    "save_manifest",
+    "skip_bytes",
+    "stdout_stream",
+    "temp_place",
+]

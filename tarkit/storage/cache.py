@@ -32,6 +32,8 @@ import weakref
 from typing import BinaryIO
 
 from ..sizes import parse_size
+from .filesystems import StorageOptions
+from .retrying import RetryPolicy
 from .sources import PIPE_BUFFER, Source, open_source
 
 _DIRECTORY_LOCK = ".lock"
@@ -52,15 +54,6 @@ def cache_name(url: str) -> str:
     return f"{digest}-{_UNSAFE.sub('_', base)[-80:]}"
 
 
-def is_remote(url: str) -> bool:
-    """Whether a shard URL is fetched over a network (and so worth caching).
-
-    >>> is_remote("s3://b/x.tar"), is_remote("/data/x.tar"), is_remote("pipe:cat x.tar")
-    (True, False, False)
-    """
-    return "://" in url and not url.startswith(("file:", "pipe:"))
-
-
 class ShardCache:
     """A directory of cached shards holding at most ``max_bytes`` (None: no bound).
 
@@ -77,11 +70,17 @@ class ShardCache:
         """Where the shard from ``url`` is (or will be) cached."""
         return os.path.join(self.directory, cache_name(url))
 
-    def open(self, url: str) -> Source | Download:
+    def open(
+        self,
+        url: str,
+        storage_options: StorageOptions | None = None,
+        policy: RetryPolicy | None = None,
+    ) -> Source | Download:
         """Open a shard: the cached file, or a download that caches as it is read.
 
-        Blocks while another process downloads the same shard. Raises
-        :class:`~tarkit.errors.SourceError` when the URL cannot be opened.
+        The download reconnects as any remote read does (``policy``; see
+        :mod:`tarkit.storage.retrying`). Blocks while another process downloads the same
+        shard. Raises :class:`~tarkit.errors.SourceError` when the URL cannot be opened.
         """
         path = self.path_for(url)
         source = _open_cached(url, path)
@@ -94,7 +93,7 @@ class ShardCache:
             if source is not None:
                 os.close(lock)
                 return source
-            remote = open_source(url)
+            remote = open_source(url, storage_options, policy)
         except BaseException:
             os.close(lock)  # closing the descriptor releases the lock
             raise

@@ -156,7 +156,8 @@ def relative_url(manifest: str | None, shard: str) -> str:
 
     A local shard beside or below a local manifest is named relative to it; a remote one
     below a remote manifest's "directory" likewise; anything else as given (a local
-    shard elsewhere by its absolute path). The inverse of :func:`resolve_url`.
+    shard elsewhere, or in a remote manifest, by its absolute path). The inverse of
+    :func:`resolve_url`.
 
     >>> relative_url("out/manifest.json", "out/shard-000000.tar")
     'shard-000000.tar'
@@ -170,11 +171,13 @@ def relative_url(manifest: str | None, shard: str) -> str:
     target, base = location(shard), location(manifest) if manifest is not None else None
     if target.kind not in (FILE, HTTP, FSSPEC) or base is None:
         return shard
-    if target.remote or base.remote:
+    if target.remote:
         prefix = posixpath.dirname(base.spec) + "/"
-        if base.remote and target.remote and shard.startswith(prefix):
+        if base.remote and shard.startswith(prefix):
             return shard[len(prefix) :]
         return shard
+    if base.remote:  # a local shard in a remote manifest: only an absolute path finds it
+        return os.path.abspath(target.path)
     directory = os.path.dirname(os.path.abspath(base.path))
     absolute = os.path.abspath(target.path)
     relative = os.path.relpath(absolute, directory)

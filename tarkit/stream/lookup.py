@@ -15,13 +15,9 @@ from __future__ import annotations
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 
-from ..errors import TarkitError
+from ..errors import NotFound
 from ..format.samples import Sample
 from .stages import close_iterator
-
-
-class NotFound(TarkitError):
-    """No sample matched: the whole input was read without finding the field or key."""
 
 
 @dataclass(frozen=True)

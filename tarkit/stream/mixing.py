@@ -3,9 +3,9 @@
 - :func:`read_ahead`: the inputs in order, as :func:`~tarkit.stream.stages.read_samples`
   gives them, but up to N inputs are read at once by threads into bounded buffers.
 - :func:`interleave`: one sample from each input in turn; an input that ends drops out.
-- :func:`mix`: each sample drawn from an input chosen at random in proportion to its
-  weight, with :class:`random.Random` seeded by the caller, until one input runs out (or,
-  with ``until_all``, until all do).
+- :func:`mix`: the inputs in proportion to their weights, by a seeded, stratified
+  :class:`MixSchedule` (the rule the loader mixes datasets by), until one input runs out
+  (or, with ``until_all``, until all do).
 
 All three are generators over iterators, and all keep tarkit's error rule: an error in
 an input is raised when the sequential run would have reached it, after every sample
@@ -14,13 +14,11 @@ before it. Closing them closes every input (stopping ``pipe:`` commands early).
 >>> list(interleave([iter("abc"), iter("12"), iter("xyzw")]))
 ['a', '1', 'x', 'b', '2', 'y', 'c', 'z', 'w']
 >>> "".join(mix([iter("aaaaaaaa"), iter("bbbbbbbb")], [3, 1], seed=0))
-'bbaaaabaaaba'
+'aaaabbaaaa'
 """
 
 from __future__ import annotations
 
-import bisect
-import itertools
 import math
 import threading
 from collections import deque
@@ -29,7 +27,9 @@ from typing import TypeVar
 
 from ..errors import UsageError
 from ..format.samples import Sample, SkipLog
-from ..storage.sources import Source, expand_inputs, open_source
+from ..seeds import stable_seed
+from ..sizes import check_parallel
+from ..storage import PIPE, Source, expand_inputs, location, open_source
 from .stages import close_iterator, read_samples, source_samples
 
 T = TypeVar("T")
@@ -55,6 +55,107 @@ def interleave(streams: Sequence[Iterator[T]]) -> Iterator[T]:
             close_iterator(stream)
 
 
+BLOCK = 1000  # slots of a mix schedule whose shares are exact to within one sample
+
+
+def preview_seed(seed: int) -> tuple[object, ...]:
+    """The schedule seed of epoch 0 of a one-worker, one-rank loader mixing with ``seed``."""
+    return ("loader", seed, 0, 0, 0, 0)
+
+
+class MixSchedule:
+    """Which input each slot of a mixed stream takes: a seeded, stratified draw.
+
+    Slots come in aligned blocks of ``block``. In every block each input gets its share of
+    the block, ``block × weight / total``, rounded down or up — so it is exact to within
+    one sample in every block — and which inputs get the sample left over by rounding is
+    drawn by systematic sampling, so that over many blocks every share is exact on
+    average. The order inside a block is a seeded random permutation, not a pattern. A
+    block depends only on the weights, ``seed`` (any values: the loader gives its seed,
+    epoch, rank and worker) and its number, so any slot is found without the ones before.
+
+    >>> schedule = MixSchedule([3, 1], seed=(0,), block=8)
+    >>> [schedule.source_at(k) for k in range(8)].count(0)
+    6
+    >>> schedule.draws(8)
+    [6, 2]
+    """
+
+    def __init__(self, weights: Sequence[float], *, seed: tuple[object, ...], block: int = BLOCK):
+        from fractions import Fraction
+
+        if not weights or not all(w > 0 and math.isfinite(w) for w in weights):
+            raise UsageError("mixing weights must be positive numbers")
+        exact = [Fraction(w) for w in weights]
+        total = sum(exact)
+        self.shares = [block * w / total for w in exact]
+        self.floors = [math.floor(s) for s in self.shares]
+        self.seed = seed
+        self.block_size = block
+        self._cached: tuple[int, list[int]] | None = None
+
+    def block(self, number: int) -> list[int]:
+        """The inputs of the slots of block ``number``, in order."""
+        if self._cached is not None and self._cached[0] == number:
+            return self._cached[1]
+        import random  # here: its import is a start-up cost of every tool
+        from fractions import Fraction
+
+        rng = random.Random(stable_seed("mix", *self.seed, number))
+        counts = list(self.floors)
+        order = list(range(len(counts)))
+        rng.shuffle(order)
+        point = Fraction(rng.random())  # systematic sampling of the leftover samples
+        reached = Fraction(0)
+        for i in order:
+            share = self.shares[i] - self.floors[i]
+            counts[i] += math.ceil(reached + share - point) - math.ceil(reached - point)
+            reached += share
+        slots = [i for i, n in enumerate(counts) for _ in range(n)]
+        rng.shuffle(slots)
+        self._cached = (number, slots)
+        return slots
+
+    def source_at(self, slot: int) -> int:
+        """The input of slot ``slot``."""
+        return self.block(slot // self.block_size)[slot % self.block_size]
+
+    def draws(self, slots: int) -> list[int]:
+        """How many of the first ``slots`` slots each input takes."""
+        counts = [0] * len(self.shares)
+        whole, rest = divmod(slots, self.block_size)
+        for number in range(whole):
+            for i, n in enumerate(_counts(self.block(number), len(counts))):
+                counts[i] += n
+        for i in self.block(whole)[:rest]:
+            counts[i] += 1
+        return counts
+
+    def length(self, limits: Sequence[int]) -> int:
+        """How many slots can be filled before some input needs more than ``limits`` of it."""
+        counts = [0] * len(self.shares)
+        number = 0
+        while True:
+            slots = self.block(number)
+            full = _counts(slots, len(counts))
+            if all(c + n <= limit for c, n, limit in zip(counts, full, limits, strict=True)):
+                counts = [c + n for c, n in zip(counts, full, strict=True)]
+                number += 1
+                continue
+            for offset, i in enumerate(slots):
+                if counts[i] + 1 > limits[i]:
+                    return number * self.block_size + offset
+                counts[i] += 1
+            raise AssertionError("unreachable")  # pragma: no cover
+
+
+def _counts(slots: Sequence[int], sources: int) -> list[int]:
+    counts = [0] * sources
+    for i in slots:
+        counts[i] += 1
+    return counts
+
+
 def mix(
     streams: Sequence[Iterator[T]],
     weights: Sequence[float],
@@ -62,31 +163,33 @@ def mix(
     seed: int = 0,
     until_all: bool = False,
 ) -> Iterator[T]:
-    """Draw items from ``streams`` at random, in proportion to ``weights``.
+    """Take items from ``streams`` in proportion to ``weights``, by a :class:`MixSchedule`
+    seeded with ``seed`` — the draw the loader's mixing uses, so ``tarcat --mix`` previews
+    it.
 
-    Each draw takes ``random.Random(seed).random() * total`` over the cumulative weights
-    of the inputs still active (in input order), so the same seed, weights and inputs give
-    the same sequence on every machine. The first draw of an input that has ended stops
-    the mix, or with ``until_all`` removes that input and the draws go on among the rest.
-    Closing it closes every stream.
+    The first slot of an input that has ended stops the mix, or with ``until_all`` that
+    input's slots are passed over and the others go on. Closing it closes every stream.
     """
     if len(weights) != len(streams):
         raise UsageError(f"--mix has {len(weights)} weights for {len(streams)} inputs")
-    import random  # here: its import is a start-up cost of every tool
-
-    rng = random.Random(seed)
-    active = list(range(len(streams)))
+    # Epoch 0 of a one-worker, one-rank loader: tarcat --mix previews the loader's mix.
+    schedule = MixSchedule(weights, seed=preview_seed(seed))
+    active = [True] * len(streams)
+    left = len(streams)
+    slot = 0
     try:
-        while active:
-            cumulative = list(itertools.accumulate(weights[i] for i in active))
-            chosen = bisect.bisect_right(cumulative, rng.random() * cumulative[-1])
-            index = active[min(chosen, len(active) - 1)]
+        while left:
+            index = schedule.source_at(slot)
+            slot += 1
+            if not active[index]:
+                continue
             try:
                 item = next(streams[index])
             except StopIteration:
                 if not until_all:
                     return
-                active.remove(index)
+                active[index] = False
+                left -= 1
                 continue
             yield item
     finally:
@@ -126,7 +229,7 @@ class _Prefetch:
         self._error: BaseException | None = None
         self._stopped = False
         self._source: Source | None = None
-        if spec.startswith("pipe:"):
+        if location(spec).kind == PIPE:
             # Started here rather than in the thread, so that stop() can always end it.
             try:
                 self._source = open_source(spec)
@@ -206,8 +309,7 @@ def read_ahead(specs: Sequence[str], parallel: int, limit: int = READ_AHEAD_BYTE
     its samples before the error, when the consumer reaches it; errors of later inputs
     wait until then. Closing it stops every thread.
     """
-    if parallel < 1:
-        raise UsageError("-p must be at least 1")
+    check_parallel(parallel)
     started: deque[_Prefetch] = deque()
     waiting = deque(specs)
     try:
@@ -253,8 +355,7 @@ def combine_inputs(
     with ``interleaved``, or drawn by ``weights`` (``"3,1"`` or a list, one per input)
     with ``seed``. Raises :class:`~tarkit.errors.UsageError` for contradicting options.
     """
-    if parallel < 1:
-        raise UsageError("-p must be at least 1")
+    check_parallel(parallel)
     if interleaved and weights is not None:
         raise UsageError("--interleave and --mix exclude each other")
     if until_all and weights is None:

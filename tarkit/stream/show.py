@@ -225,7 +225,7 @@ def grid(samples: Iterable[Sample], path: str) -> int:
     """
     from PIL import Image, ImageDraw, ImageFont, ImageOps
 
-    from ..storage.sources import Sink
+    from ..storage import Sink
     from .stages import output_errors
 
     tiles: list[tuple[str, Image.Image | None]] = []

@@ -42,9 +42,9 @@ from typing import BinaryIO, Union
 
 from ..errors import OutputError, SampleError, UsageError
 from ..format.compression import open_decompressed
-from ..format.samples import _META, NO_FIELD, Sample, SkipLog, _skip, split_name
-from ..format.tar import DIRECTORY, FILE, Member, read_members
-from ..storage.sources import expand_inputs, open_source
+from ..format.samples import QUIET_SKIPS, Sample, SkipLog, skip_member, skip_reason, split_name
+from ..format.tar import FILE, Member, read_members
+from ..storage import expand_inputs, open_source
 
 DEFAULT_MEMORY = 256 << 20
 MIN_MEMORY = 1 << 20
@@ -169,18 +169,11 @@ def _keyed_members(
                 stream, source.name, ignore_zeros=ignore_zeros, allow_empty=allow_empty,
                 chunk_size=chunk_size,
             ):  # fmt: skip
-                kind = member.kind
-                if kind is not FILE:
-                    if kind is not DIRECTORY:
-                        _skip(f"{kind} member", member, source.name, strict, skips)
-                    continue
-                name = member.name
-                if name[:2] == "__" and _META.match(name):
-                    continue
-                if split_name(name) is None:
-                    _skip(NO_FIELD, member, source.name, strict, skips)
-                    continue
-                yield index, member
+                reason = skip_reason(member)
+                if reason is None:
+                    yield index, member
+                elif reason not in QUIET_SKIPS:
+                    skip_member(reason, member, source.name, strict, skips)
 
 
 def _member_items(members: Iterable[tuple[int, Member]], order: SortOrder) -> Iterator[Item]:

@@ -1,4 +1,5 @@
-"""Stream stages over samples: read many inputs, take, slice, shuffle, write.
+"""Stream stages over samples: read many inputs, take, slice, shuffle, write (samples, or
+new members made from files, as ``tarcreate`` does).
 
 Every stage takes an iterator and returns one, so the commands are compositions:
 
@@ -13,6 +14,7 @@ import itertools
 import sys
 from collections import deque
 from collections.abc import Iterable, Iterator, Sequence
+from contextlib import contextmanager
 from time import monotonic
 from typing import BinaryIO, TypeVar
 
@@ -20,7 +22,7 @@ from ..errors import OutputError, UsageError
 from ..format.compression import open_decompressed
 from ..format.samples import Sample, SkipLog, group_samples, same_key_error
 from ..format.tar import TarWriter, read_members
-from ..storage.sources import Sink, Source, expand_inputs, open_source
+from ..storage import Sink, Source, StorageOptions, expand_inputs, open_source
 
 T = TypeVar("T")
 WRITE_CHUNK = 1 << 20
@@ -34,16 +36,17 @@ def read_samples(
     skips: SkipLog | None = None,
     ignore_zeros: bool = False,
     allow_empty: bool = False,
+    storage_options: StorageOptions | None = None,
 ) -> Iterator[Sample]:
     """Yield the samples of every input in order (brace-expanded; none means stdin).
 
     Each input is opened only when the previous one is done, and closed (its
     ``pipe:`` command's exit status checked) before the next. Stopping early closes
-    the current input without reading the rest. Raises
-    :class:`~tarkit.errors.TarkitError` for any bad input.
+    the current input without reading the rest. ``storage_options`` go to fsspec for
+    fsspec URLs. Raises :class:`~tarkit.errors.TarkitError` for any bad input.
     """
     for spec in expand_inputs(inputs):
-        with open_source(spec) as source:
+        with open_source(spec, storage_options) as source:
             yield from source_samples(
                 source, strict=strict, skips=skips, ignore_zeros=ignore_zeros,
                 allow_empty=allow_empty,
@@ -206,7 +209,6 @@ def write_samples(samples: Iterable[Sample], sink: Sink) -> int:
     count = 0
     previous: Sample | None = None
     previous_key: object = None
-    writer = TarWriter(sink.stream)
     pending = _Pending()
     # The open run of samples read by the compiled scanner: buffer[start:stop] (kept in
     # locals: this loop runs once per sample).
@@ -214,53 +216,79 @@ def write_samples(samples: Iterable[Sample], sink: Sink) -> int:
     start = stop = 0
     flushed = monotonic()
     clock, interval, chunk = monotonic, FLUSH_INTERVAL, WRITE_CHUNK
+    with new_archive(sink) as writer:
+        try:
+            for sample in samples:
+                key = sample.key
+                if key == previous_key:
+                    raise same_key_error(previous, sample)  # type: ignore[arg-type]
+                previous, previous_key = sample, key
+                span = sample.span
+                if span is not None and span[0] is buffer and span[1] == stop:
+                    stop = span[2]
+                else:
+                    if buffer is not None:
+                        pending.add_view(buffer, start, stop)
+                        buffer, start, stop = None, 0, 0
+                    if span is not None:
+                        buffer, start, stop = span[0], span[1], span[2]
+                    else:
+                        for member in sample.members:
+                            raw = member.raw
+                            if len(raw) >= chunk:
+                                # A large member goes out as it is, without another copy.
+                                pending.write_to(writer)
+                                writer.write_raw(raw)
+                                continue
+                            pending.add(raw)
+                count += 1
+                if stop - start + pending.size >= chunk or clock() - flushed > interval:
+                    # A slow input must not hold samples back from the next command.
+                    if buffer is not None:
+                        pending.add_view(buffer, start, stop)
+                        buffer, start, stop = None, 0, 0
+                    pending.write_to(writer)
+                    sink.stream.flush()
+                    flushed = clock()
+        finally:
+            # Whole samples read before a failure still go out.
+            if buffer is not None:
+                pending.add_view(buffer, start, stop)
+            pending.write_to(writer)
+        close_iterator(samples)
+    return count
+
+
+def write_members(members: Iterable[tuple[str, bytes]], sink: Sink) -> int:
+    """Write new members, (name, data) pairs, to ``sink`` as one archive with
+    :meth:`~tarkit.format.tar.TarWriter.add`'s deterministic headers, and commit it;
+    return the count.
+
+    On any error the sink is aborted (a file output does not appear) and the
+    end-of-archive marker is not written.
+    """
+    count = 0
+    with new_archive(sink) as writer:
+        for name, data in members:
+            writer.add(name, data)
+            count += 1
+    return count
+
+
+@contextmanager
+def new_archive(sink: Sink) -> Iterator[TarWriter]:
+    """A :class:`~tarkit.format.tar.TarWriter` on ``sink``: leaving the block ends the
+    archive and commits the sink; an error aborts it (a file output does not appear)
+    without the end-of-archive marker. Disk errors become :class:`OutputError`."""
     try:
         with output_errors(sink):
-            try:
-                for sample in samples:
-                    key = sample.key
-                    if key == previous_key:
-                        raise same_key_error(previous, sample)  # type: ignore[arg-type]
-                    previous, previous_key = sample, key
-                    span = sample.span
-                    if span is not None and span[0] is buffer and span[1] == stop:
-                        stop = span[2]
-                    else:
-                        if buffer is not None:
-                            pending.add_view(buffer, start, stop)
-                            buffer, start, stop = None, 0, 0
-                        if span is not None:
-                            buffer, start, stop = span[0], span[1], span[2]
-                        else:
-                            for member in sample.members:
-                                raw = member.raw
-                                if len(raw) >= chunk:
-                                    # A large member goes out as it is, without another copy.
-                                    pending.write_to(writer)
-                                    writer.write_raw(raw)
-                                    continue
-                                pending.add(raw)
-                    count += 1
-                    if stop - start + pending.size >= chunk or clock() - flushed > interval:
-                        # A slow input must not hold samples back from the next command.
-                        if buffer is not None:
-                            pending.add_view(buffer, start, stop)
-                            buffer, start, stop = None, 0, 0
-                        pending.write_to(writer)
-                        sink.stream.flush()
-                        flushed = clock()
-            finally:
-                # Whole samples read before a failure still go out.
-                if buffer is not None:
-                    pending.add_view(buffer, start, stop)
-                pending.write_to(writer)
-            close_iterator(samples)
+            writer = TarWriter(sink.stream)
+            yield writer
             writer.close()
             sink.commit()
     except BaseException:
         sink.abort()
         raise
-    return count
 
 
 class _Pending:

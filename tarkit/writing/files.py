@@ -1,23 +1,39 @@
-"""Creating a shard from files: the rows of a plan, or a directory tree.
+"""Directory trees as samples: the one walker, for ``tarcreate --dir`` and ``tarkit shard``.
 
-Members are written with :meth:`~tarkit.format.tar.TarWriter.add`'s deterministic headers
-(mode 0444, uid/gid 0, mtime ``SOURCE_DATE_EPOCH`` or 2000-01-01), the fields of a sample
-sorted by name, so the same plan or tree always gives the same bytes.
+:func:`tree_files` walks a tree in name order (a directory's files before its
+subdirectories) and leaves out, by the same rules for every caller, what a reader would
+skip or misread:
 
-A tree (:func:`list_tree`) becomes samples by WebDataset's key rule — a file's key is
-its path up to the first dot of its file name — in the order of the keys' UTF-8 bytes
-(as ``tarsort`` orders them). What a reader would skip or misread is left out, warned
-about, or refused:
+- hidden files and directories (name starting with ``.``) are ignored silently, as
+  ``ls`` does;
+- a symlink, a FIFO, socket or device, and anything webdataset's readers take for
+  metadata (below a top-level ``__name__`` directory, see
+  :func:`~tarkit.format.samples.is_metadata`) is skipped. With ``dereference``, a
+  symlink to a regular file is read as that file; symlinks to directories are never
+  followed, so without it nothing outside the tree comes in.
 
-- hidden files and directories (name starting with ``.``) are ignored, as ``tarkit
-  shard`` and ``ls`` do;
-- a file without a dot in its name, a symlink, a FIFO, socket or device, and anything
-  below a top-level ``__name__`` directory (webdataset metadata, which readers skip) is
-  skipped and counted in ``skips``; with ``strict`` it raises
-  :class:`~tarkit.errors.InputError`. With ``dereference``, a symlink to a regular file
-  is read as that file (symlinks to directories are never followed);
-- two files that would be the same field of one sample (``x.jpg``, ``x.JPG``) raise
-  :class:`~tarkit.errors.InputError` naming both.
+A skipped file is counted in ``skips`` (a :class:`~tarkit.format.samples.SkipLog`, whose
+callback warns once per reason) under its reason; with ``strict`` it raises
+:class:`~tarkit.errors.InputError` naming the path. Every layout on top of the walker
+skips the files it cannot use the same way:
+
+- :func:`list_tree` and :class:`FileTree`: files grouped into samples by WebDataset's key
+  rule — the key is the path up to the first dot of the file name (``a/x.seg.png`` →
+  sample ``a/x``, field ``seg.png``) — in the order of the keys' UTF-8 bytes (as
+  ``tarsort`` orders them). A file without a field is skipped; two files that would be
+  the same field of one sample (``x.jpg``, ``x.JPG``) raise ``InputError`` naming both.
+- :class:`ImageFolder`: ``root/<class>/…/<name>.<ext>``, as torchvision reads it. Classes
+  are the subdirectories in sorted order; each image is a sample of the image (its
+  extension lowercased, ``jpeg`` as ``jpg``), ``cls`` (the class index) and
+  ``class.txt`` (the class name). The key is the path without extension, dots in the
+  file name replaced by ``_`` (``cat/img.v2.jpg`` → ``cat/img_v2``). Files that are not
+  images in a class directory are skipped.
+- :func:`detect_layout` chooses between the two, and refuses to guess when both could be
+  meant (:func:`tarkit.writing.from_files.open_files` asks it).
+
+The datasets list when they are built (errors then name the path) and read, and re-encode
+images with an :class:`~tarkit.format.encoding.ImageTransform`, per item, in the
+DataLoader workers; items are sample dicts of bytes, and every dataset is picklable.
 """
 
 from __future__ import annotations
@@ -28,127 +44,62 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 
 from ..errors import InputError, SourceError
-from ..format.samples import SkipLog, split_name
-from ..format.tar import TarWriter
-from ..storage.sources import Sink
-from ..stream.stages import output_errors
-from .plan import PlanRow
+from ..format.encoding import IMAGE_FORMATS, ImageTransform, extension
+from ..format.samples import SkipLog, is_metadata, split_name
 
 NO_FIELD_FILE = "file without a field (no dot in the file name)"
 METADATA_FILE = "file below a webdataset metadata directory (__name__), which readers skip"
+NOT_AN_IMAGE = "stray file (not an image in a class directory)"
+IMAGE_EXTENSIONS = frozenset(IMAGE_FORMATS)
 
 
-@dataclass(frozen=True)
-class TreeSample:
-    """A sample of a tree: its key and (field, path) pairs sorted by field."""
-
-    key: str
-    files: tuple[tuple[str, str], ...]
-
-
-def plan_members(rows: Iterable[PlanRow]) -> Iterator[tuple[str, bytes]]:
-    """(member name, data) for every field of every row, fields sorted; text as UTF-8.
-
-    Files are read as they are needed; one that cannot be read raises
-    :class:`~tarkit.errors.SourceError` naming it.
-    """
-    for row in rows:
-        sample = row.load()
-        for field in row.fields:
-            value = sample[field]
-            data = value if isinstance(value, bytes) else str(value).encode("utf-8")
-            yield f"{row.key}.{field}", data
-
-
-def list_tree(
+def tree_files(
     root: str, *, strict: bool = False, skips: SkipLog | None = None, dereference: bool = False
-) -> list[TreeSample]:
-    """The samples of the tree ``root``, sorted by key (see the module docstring).
+) -> Iterator[str]:
+    """The paths (relative, with ``/``) of the regular files a layout may use, in walk
+    order; what the walker leaves out is skipped as the module docstring says.
 
-    Raises :class:`~tarkit.errors.SourceError` when ``root`` is not a directory or a
-    directory cannot be listed, and :class:`InputError` for a field that appears twice
-    and for a skipped file under ``strict``.
+    Raises :class:`SourceError` when ``root`` is not a directory or a directory cannot
+    be listed or an entry cannot be examined, and :class:`InputError` for a skipped
+    file under ``strict``.
     """
     if not os.path.isdir(root):
         what = "no such directory" if not os.path.exists(root) else "not a directory"
         raise SourceError(f"{root}: {what}")
-    groups: dict[str, dict[str, tuple[str, str]]] = {}
-    for path, kind in _walk(root, dereference):
-        reason = _skip_reason(path, kind)
-        if reason is not None:
-            _skip(root, path, reason, strict, skips)
-            continue
-        key, field = split_name(path)  # type: ignore[misc]
-        fields = groups.setdefault(key, {})
-        other = fields.get(field.lower())
-        if other is not None:
-            raise InputError(
-                f"{other[1]} and {path} would both be field {field!r} of sample {key!r} "
-                "(fields are compared case-insensitively, as webdataset does)",
-                source=root,
-            )
-        fields[field.lower()] = (field, path)
-    return [
-        TreeSample(key, tuple(sorted(groups[key].values())))
-        for key in sorted(groups, key=lambda k: k.encode("utf-8", "surrogateescape"))
-    ]
-
-
-def tree_members(root: str, samples: Iterable[TreeSample]) -> Iterator[tuple[str, bytes]]:
-    """(member name, data) for every file of ``samples``, read from below ``root``."""
-    for sample in samples:
-        for field, path in sample.files:
-            full = os.path.join(root, path)
-            try:
-                with open(full, "rb") as f:
-                    data = f.read()
-            except OSError as exc:
-                raise SourceError(f"{full}: cannot read: {exc.strerror}") from None
-            yield f"{sample.key}.{field}", data
-
-
-def write_members(members: Iterable[tuple[str, bytes]], sink: Sink) -> int:
-    """Write new members to ``sink`` as one archive and commit it; return the count.
-
-    On any error the sink is aborted (a file output does not appear) and the
-    end-of-archive marker is not written.
-    """
-    count = 0
-    try:
-        with output_errors(sink):
-            writer = TarWriter(sink.stream)
-            for name, data in members:
-                writer.add(name, data)
-                count += 1
-            writer.close()
-            sink.commit()
-    except BaseException:
-        sink.abort()
-        raise
-    return count
-
-
-def _walk(root: str, dereference: bool) -> Iterator[tuple[str, str]]:
-    """(relative path with '/', kind) of every entry that is not a directory, in name
-    order, a directory's files before its subdirectories; hidden entries are left out."""
     pending = [""]
     while pending:
         relative = pending.pop()
-        directory = os.path.join(root, relative) if relative else root
-        try:
-            entries = sorted(os.scandir(directory), key=lambda e: e.name)
-        except OSError as exc:
-            raise SourceError(f"{directory}: cannot list: {exc.strerror}") from None
         subdirectories = []
-        for entry in entries:
-            if entry.name.startswith("."):
-                continue
+        for entry in _listing(os.path.join(root, relative) if relative else root):
             path = f"{relative}/{entry.name}" if relative else entry.name
             if entry.is_dir(follow_symlinks=False):
                 subdirectories.append(path)
                 continue
-            yield path, _kind(entry, dereference)
+            kind = _kind(entry, dereference)
+            if kind != "file":
+                skip_file(root, path, kind, strict, skips)
+            elif is_metadata(path):
+                skip_file(root, path, METADATA_FILE, strict, skips)
+            else:
+                yield path
         pending.extend(reversed(subdirectories))
+
+
+def skip_file(root: str, path: str, reason: str, strict: bool, skips: SkipLog | None) -> None:
+    """Count ``path`` in ``skips`` under ``reason``; with ``strict``, raise InputError."""
+    if strict:
+        raise InputError(f"{reason} is not allowed with --strict", source=os.path.join(root, path))
+    if skips is not None:
+        skips.add(reason, root, path)
+
+
+def _listing(directory: str) -> list[os.DirEntry[str]]:
+    """The entries of ``directory`` that are not hidden, in name order."""
+    try:
+        with os.scandir(directory) as entries:
+            return sorted((e for e in entries if not e.name.startswith(".")), key=lambda e: e.name)
+    except OSError as exc:
+        raise SourceError(f"{directory}: cannot list: {exc.strerror}") from None
 
 
 def _kind(entry: os.DirEntry[str], dereference: bool) -> str:
@@ -179,19 +130,172 @@ _KINDS = (
 )
 
 
-def _skip_reason(path: str, kind: str) -> str | None:
-    if kind != "file":
-        return kind
-    top = path.split("/", 1)
-    if len(top) == 2 and top[0].startswith("__") and top[0].endswith("__"):
-        return METADATA_FILE
-    if split_name(path) is None:
-        return NO_FIELD_FILE
-    return None
+def read_file(path: str) -> bytes:
+    """The bytes of ``path``; :class:`SourceError` naming it when it cannot be read."""
+    try:
+        with open(path, "rb") as f:
+            return f.read()
+    except OSError as exc:
+        raise SourceError(f"{path}: cannot read: {exc.strerror}") from None
 
 
-def _skip(root: str, path: str, reason: str, strict: bool, skips: SkipLog | None) -> None:
-    if strict:
-        raise InputError(f"{reason} is not allowed with --strict", source=os.path.join(root, path))
-    if skips is not None:
-        skips.add(reason, root, path)
+@dataclass(frozen=True)
+class TreeSample:
+    """A sample of a tree: its key and (field, path) pairs sorted by field."""
+
+    key: str
+    files: tuple[tuple[str, str], ...]
+
+
+def list_tree(
+    root: str, *, strict: bool = False, skips: SkipLog | None = None, dereference: bool = False
+) -> list[TreeSample]:
+    """The samples of the tree ``root``, sorted by key (see the module docstring).
+
+    Raises :class:`SourceError` as :func:`tree_files` does, and :class:`InputError` for
+    a field that appears twice and for a skipped file under ``strict``.
+    """
+    groups: dict[str, dict[str, tuple[str, str]]] = {}
+    for path in tree_files(root, strict=strict, skips=skips, dereference=dereference):
+        parts = split_name(path)
+        if parts is None:
+            skip_file(root, path, NO_FIELD_FILE, strict, skips)
+            continue
+        key, field = parts
+        fields = groups.setdefault(key, {})
+        other = fields.get(field.lower())
+        if other is not None:
+            raise InputError(
+                f"{other[1]} and {path} would both be field {field!r} of sample {key!r} "
+                "(fields are compared case-insensitively, as webdataset does)",
+                source=root,
+            )
+        fields[field.lower()] = (field, path)
+    return [
+        TreeSample(key, tuple(sorted(groups[key].values())))
+        for key in sorted(groups, key=lambda k: k.encode("utf-8", "surrogateescape"))
+    ]
+
+
+def tree_members(root: str, samples: Iterable[TreeSample]) -> Iterator[tuple[str, bytes]]:
+    """(member name, data) for every file of ``samples``, read from below ``root``."""
+    for sample in samples:
+        for field, path in sample.files:
+            yield f"{sample.key}.{field}", read_file(os.path.join(root, path))
+
+
+class FileTree:
+    """Every file of a tree, grouped into samples by key (:func:`list_tree`)."""
+
+    def __init__(self, root: str, transform: ImageTransform | None = None, *,
+                 strict: bool = False, skips: SkipLog | None = None) -> None:  # fmt: skip
+        self.root = root
+        self.transform = transform or ImageTransform()
+        self.samples = list_tree(root, strict=strict, skips=skips)
+        if not self.samples:
+            raise InputError("no files with a field (name.ext) in the tree", source=root)
+
+    def __len__(self) -> int:
+        return len(self.samples)
+
+    def __getitem__(self, index: int) -> dict[str, object]:
+        sample = self.samples[index]
+        item: dict[str, object] = {"__key__": sample.key}
+        for field, path in sample.files:
+            item[field] = read_file(os.path.join(self.root, path))
+        return self.transform.sample(item, self.item_source(index))
+
+    def item_source(self, index: int) -> str:
+        """Where item ``index`` comes from: its key's path below the root."""
+        return os.path.join(self.root, self.samples[index].key)
+
+
+def _in_a_class(path: str) -> bool:
+    """Whether ``path`` is an image below a class directory (what ImageFolder takes)."""
+    class_name, _, rest = path.partition("/")
+    name = rest[rest.rfind("/") + 1 :]
+    return bool(rest) and "." in name and extension(name) in IMAGE_EXTENSIONS
+
+
+class ImageFolder:
+    """Images in ``root/<class>/…``: samples of the image, ``cls`` and ``class.txt``."""
+
+    def __init__(self, root: str, transform: ImageTransform | None = None, *,
+                 strict: bool = False, skips: SkipLog | None = None) -> None:  # fmt: skip
+        self.root = root
+        self.transform = transform or ImageTransform()
+        paths = list(tree_files(root, strict=strict, skips=skips))
+        # The directories the walker entered, but for webdataset metadata.
+        self.classes = [e.name for e in _listing(root)
+                        if e.is_dir(follow_symlinks=False) and not is_metadata(e.name)]  # fmt: skip
+        if not self.classes:
+            raise InputError("no class subdirectories (ImageFolder layout: root/<class>/<image>)",
+                             source=root)  # fmt: skip
+        self.items: list[tuple[str, str, int]] = []  # (key, relative path, class index)
+        keys: dict[str, str] = {}
+        index_of = {name: i for i, name in enumerate(self.classes)}
+        for path in sorted(paths):
+            if not _in_a_class(path):
+                skip_file(root, path, NOT_AN_IMAGE, strict, skips)
+                continue
+            stem = path[: path.rfind(".")]
+            head, _, name = stem.rpartition("/")
+            key = f"{head}/{name.replace('.', '_')}"
+            if key in keys:
+                raise InputError(
+                    f"{keys[key]} and {path} would both be sample {key!r}: rename one",
+                    source=root,
+                )
+            keys[key] = path
+            self.items.append((key, path, index_of[path.partition("/")[0]]))
+        if not self.items:
+            raise InputError("no images below the class subdirectories", source=root)
+
+    def __len__(self) -> int:
+        return len(self.items)
+
+    def item_source(self, index: int) -> str:
+        """Where item ``index`` comes from: the image's path."""
+        return os.path.join(self.root, self.items[index][1])
+
+    def __getitem__(self, index: int) -> dict[str, object]:
+        key, path, label = self.items[index]
+        ext = extension(path)
+        full = self.item_source(index)
+        sample: dict[str, object] = {
+            "__key__": key,
+            "jpg" if ext == "jpeg" else ext: read_file(full),
+            "cls": label,
+            "class.txt": self.classes[label],
+        }
+        return self.transform.sample(sample, full)
+
+
+def detect_layout(root: str) -> str:
+    """``"imagefolder"`` or ``"tree"``: how ``--layout auto`` reads the directory ``root``.
+
+    Only the files the walker keeps count. ImageFolder when every file is an image in a
+    class directory (``root/<class>/…``); a plain tree when no class directory holds an
+    image, or when every other file belongs to the sample of an image (``cat/1.jpg`` with
+    ``cat/1.json``). Anything else — class directories of images with a stray file such
+    as ``cat/Thumbs.db`` or a top-level ``labels.csv`` — could be either, and raises
+    :class:`InputError` naming the first stray file: ``--layout`` decides.
+    """
+    files = sorted(tree_files(root))
+    images = [f for f in files if _in_a_class(f)]
+    if not images:
+        return "tree"
+    others = [f for f in files if not _in_a_class(f)]
+    if not others:
+        return "imagefolder"
+    image_keys = {split_name(f)[0] for f in images}  # type: ignore[index]
+    strays = [f for f in others if (split_name(f) or ("",))[0] not in image_keys]
+    if not strays:
+        return "tree"
+    more = f" (and {len(strays) - 1} more such files)" if len(strays) > 1 else ""
+    raise InputError(
+        f"ambiguous layout: class directories of images, but {strays[0]} is not an image "
+        f"in a class directory{more}: --layout imagefolder skips such files, --layout tree "
+        "shards every file grouped by key",
+        source=root,
+    )

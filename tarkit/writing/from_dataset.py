@@ -5,8 +5,11 @@ tar members — runs in ``DataLoader`` worker processes (``num_workers``); the m
 only appends finished samples to a :class:`~tarkit.writing.shard_writer.ShardWriter`. The output order
 is the index order (or a seeded permutation with ``shuffle=True``) whatever the number of
 workers, and encoding is deterministic, so the shards are byte-identical for 0, 1 or 8
-workers and from one run to the next. ``resume=True`` continues an interrupted run after
-its last complete shard and ends with the bytes an uninterrupted run writes.
+workers and from one run to the next. ``mode="resume"`` continues an interrupted run
+after its last complete shard and ends with the bytes an uninterrupted run writes.
+Hugging Face datasets are converted feature by feature (:mod:`tarkit.writing.huggingface`);
+``on_error="skip"`` leaves out the items that fail, listed in a rejects file
+(:mod:`tarkit.writing.rejects`).
 
 torch is imported only when ``num_workers > 0`` for a map-style dataset.
 """
@@ -14,26 +17,61 @@ torch is imported only when ``num_workers > 0`` for a map-style dataset.
 from __future__ import annotations
 
 import itertools
+import json
 import random
-import sys
 import time
 import traceback
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
-from typing import Any, TextIO
+from dataclasses import dataclass
+from typing import Any
 
 from ..errors import InputError, SampleError, TarkitError, UsageError
 from ..format.encoding import DEFAULT_QUALITY, ImageTransform, encode_sample
 from ..format.manifest import Manifest, ShardInfo
+from ..sizes import check_on_error
+from ..storage import location, publish
+from .huggingface import FieldNames, hf_samples, is_hf_dataset
+from .patterns import CREATE, OVERWRITE, RESUME
+from .rejects import ON_ERROR, Rejected, default_rejects, load_rejects, save_rejects
 from .shard_writer import DEFAULT_MAXCOUNT, DEFAULT_MAXSIZE, DEFAULT_PATTERN, ShardWriter
 
 ToSample = Callable[[Any, int], Mapping[str, Any]]
 CHUNK = 8  # items per worker task: fewer, larger messages between processes
+CLASSES_FILE = "classes.json"
 
 
-def default_sample(item: Any, index: int, *, image_ext: str = "png") -> dict[str, Any]:
+@dataclass(frozen=True)
+class ShardProgress:
+    """Handed to :func:`shard_dataset`'s ``progress`` callback after every sample written,
+    and once more with ``finished`` when the last shard is complete.
+
+    ``samples`` counts the samples in the shards so far, the ``resumed`` ones found in
+    the complete shards of an interrupted run included; ``total`` is the dataset's length
+    (None for an iterable); ``shards`` counts the complete shards; ``rejected`` the
+    items left out under ``on_error="skip"``.
+    """
+
+    samples: int
+    total: int | None
+    shards: int
+    resumed: int
+    seconds: float
+    finished: bool = False
+    rejected: int = 0
+
+    @property
+    def samples_per_second(self) -> float:
+        """The rate of this run (resumed samples left out)."""
+        return (self.samples - self.resumed) / self.seconds if self.seconds > 0 else 0.0
+
+
+def default_sample(
+    item: Any, index: int, *, image_ext: str = "png", fields: FieldNames | None = None
+) -> dict[str, Any]:
     """The sample dict for a dataset item when no ``to_sample`` is given.
 
-    A dict is used as it is (``__key__`` defaults to the index as ``%09d``). A pair
+    A dict is used as it is, but for the entries ``fields`` renames (or, mapped to None,
+    leaves out); ``__key__`` defaults to the index as ``%09d``. A pair
     ``(x, label)``, as torchvision datasets return, becomes ``x`` under a field chosen by
     its type (a PIL image: ``image_ext``, lossless PNG by default; a numpy array: ``npy``;
     a tensor: ``pth``; str: ``txt``; bytes: ``bin``; dict or list: ``json``) and the
@@ -41,10 +79,16 @@ def default_sample(item: Any, index: int, *, image_ext: str = "png") -> dict[str
 
     >>> default_sample(("hello", 3), 7)
     {'__key__': '000000007', 'txt': 'hello', 'cls': 3}
+    >>> default_sample({"text": "hi", "id": 4}, 0, fields={"text": "txt", "id": None})
+    {'txt': 'hi', '__key__': '000000000'}
     """
     key = f"{index:09d}"
     if isinstance(item, Mapping):
-        sample = dict(item)
+        if fields:
+            renamed = ((fields.get(name, name), value) for name, value in item.items())
+            sample = {name: value for name, value in renamed if name is not None}
+        else:
+            sample = dict(item)
         sample.setdefault("__key__", key)
         return sample
     if isinstance(item, (tuple, list)) and len(item) == 2:
@@ -114,20 +158,23 @@ class _Encoder:
     """The per-item work: item → sample dict → raw tar members. Runs in the workers."""
 
     def __init__(self, dataset: Any, to_sample: ToSample | None, mtime: int, quality: int,
-                 image_ext: str, transform: ImageTransform) -> None:  # fmt: skip
+                 image_ext: str, transform: ImageTransform,
+                 fields: FieldNames | None = None) -> None:  # fmt: skip
         self.dataset = dataset
         self.to_sample = to_sample
         self.mtime = mtime
         self.quality = quality
         self.image_ext = image_ext
         self.transform = transform
+        self.fields = fields
 
     def encode(self, index: int, item: Any) -> bytes | _Failure:
         try:
             if self.to_sample is not None:
                 sample = self.to_sample(item, index)
             else:
-                sample = default_sample(item, index, image_ext=self.image_ext)
+                sample = default_sample(item, index, image_ext=self.image_ext,
+                                        fields=self.fields)  # fmt: skip
             if self.transform.active:
                 sample = self.transform.sample(sample, f"item {index}")
             return encode_sample(sample, mtime=self.mtime, quality=self.quality)
@@ -194,61 +241,101 @@ def shard_dataset(
     *,
     num_workers: int = 0,
     to_sample: ToSample | None = None,
+    fields: FieldNames | None = None,
     shuffle: bool = False,
     seed: int = 0,
     maxcount: int = DEFAULT_MAXCOUNT,
     maxsize: int | str = DEFAULT_MAXSIZE,
-    resume: bool = False,
+    mode: str = CREATE,
     start: int = 0,
     manifest: str | None = None,
+    classes: str | None = None,
     post: str | Callable[[str], object] | None = None,
     storage_options: Mapping[str, Any] | None = None,
     quality: int = DEFAULT_QUALITY,
     image_ext: str = "png",
     resize: str | None = None,
     image_format: str | None = None,
-    progress: bool | None = None,
+    verify: bool = False,
+    on_error: str = "fail",
+    rejects: str | None = None,
+    on_reject: Callable[[Rejected], object] | None = None,
+    progress: Callable[[ShardProgress], object] | None = None,
     on_shard: Callable[[ShardInfo], object] | None = None,
 ) -> Manifest:
     """Write every item of ``dataset`` into shards named by ``pattern``; return the manifest.
 
     ``to_sample(item, index)`` turns an item into a sample dict (``__key__`` and fields
     encoded by extension, see :mod:`tarkit.format.encoding`); without it,
-    :func:`default_sample` is used. For a map-style dataset the items are loaded and
-    encoded in ``num_workers`` DataLoader worker processes (0: in this process); an
-    iterable is read in this process, and ``to_sample`` and encoding run in
-    ``num_workers`` processes. ``shuffle=True`` writes a map-style dataset in a
-    permutation seeded by ``seed``. The other options are :class:`ShardWriter`'s;
-    ``quality`` is the JPEG/WebP quality for images encoded by extension. ``progress``
-    draws a progress line on stderr (default: when stderr is a terminal).
+    :func:`default_sample` is used, and a Hugging Face dataset is converted feature by
+    feature (:mod:`tarkit.writing.huggingface`). ``fields`` renames the entries of dict
+    items and the columns of a Hugging Face dataset (``{"image": "jpg"}``; None leaves
+    one out). For a map-style dataset the items are loaded and encoded in
+    ``num_workers`` DataLoader worker processes (0: in this process); an iterable is read
+    in this process, and ``to_sample`` and encoding run in ``num_workers`` processes.
+    ``shuffle=True`` writes a map-style dataset in a permutation seeded by ``seed``. The
+    other options are :class:`ShardWriter`'s (``mode``: ``create``, ``overwrite`` or
+    ``resume``, see :mod:`tarkit.writing.patterns`); ``quality`` is the JPEG/WebP quality
+    for images encoded by extension. ``progress`` is called with a :class:`ShardProgress`
+    after every sample and at the end.
 
-    ``resize`` (``"256x256^"``, see :func:`~tarkit.format.encoding.parse_resize`) and
+    ``resize`` (``"256x256:crop"``, see :func:`~tarkit.format.encoding.parse_resize`) and
     ``image_format`` (``"jpg"``, ``"png"``, ``"webp"``…) apply to every image field of
     every sample, after ``to_sample``: PIL images and encoded image bytes alike, as
     ``tarkit shard --resize/--format`` do; a new format renames the field (``seg.png`` →
     ``seg.jpg``). ``image_format`` is also the field of the image in an ``(x, label)``
-    pair (else ``image_ext``).
+    pair (else ``image_ext``). ``verify`` decodes every encoded image even when nothing
+    changes it.
 
-    ``resume=True`` keeps the complete shards of an interrupted run with the same
-    arguments, skips the items they hold, and continues: the result is the bytes an
-    uninterrupted run writes. An item that fails raises its error (a tarkit error as it
-    is, anything else as :class:`~tarkit.errors.InputError` naming the item index);
-    complete shards stay, the unfinished one is removed.
+    Without ``to_sample``, the class names of the dataset (a ``classes`` list of names,
+    as tarkit's and torchvision's ImageFolder have, or a Hugging Face ``ClassLabel``) are
+    saved as JSON at ``classes`` (default: ``classes.json`` beside the shards).
+
+    An item that fails raises its error (a tarkit error as it is, anything else as
+    :class:`~tarkit.errors.InputError` naming the item index); complete shards stay, the
+    unfinished one is removed, and ``mode="resume"`` continues (the result is the bytes
+    an uninterrupted run writes). With ``on_error="skip"`` it is left out instead:
+    ``on_reject`` is called with its :class:`~tarkit.writing.rejects.Rejected`, and the
+    rejects file (``rejects``, default beside the shards:
+    :func:`~tarkit.writing.rejects.default_rejects`) lists it.
     """
     if num_workers < 0:
         raise UsageError(f"num_workers must not be negative (got {num_workers})")
+    check_on_error(on_error, ON_ERROR)
+    if to_sample is None and is_hf_dataset(dataset):
+        dataset, to_sample = hf_samples(dataset, fields)
+        class_names = to_sample.classes
+    else:
+        class_names = _class_names(dataset) if to_sample is None else None
     map_style = is_map_style(dataset)
     if shuffle and not map_style:
         raise UsageError("shuffle=True needs a map-style dataset (with __len__ and __getitem__)")
-    transform = ImageTransform(resize, image_format, quality)
+    transform = ImageTransform(resize, image_format, quality, verify=verify)
     if transform.format is not None:
         image_ext = transform.format
+    skipping = on_error == "skip"
+    rejects = rejects or (default_rejects(pattern) if skipping else None)
+    rejected: list[Rejected] = []
+    published: list[int | None] = [None]  # how many rejects the rejects file lists
+
+    def shard_done(info: ShardInfo) -> None:
+        # The rejects file keeps up with the complete shards, for mode="resume".
+        if rejects is not None and mode != OVERWRITE and published[0] != len(rejected):
+            save_rejects(rejected, rejects, storage_options)
+            published[0] = len(rejected)
+        if on_shard is not None:
+            on_shard(info)
+
     writer = ShardWriter(
         pattern, maxcount=maxcount, maxsize=maxsize, start=start, post=post,
-        manifest=manifest, on_shard=on_shard, storage_options=storage_options, resume=resume,
+        manifest=manifest, on_shard=shard_done, storage_options=storage_options, mode=mode,
     )  # fmt: skip
-    encoder = _Encoder(dataset, to_sample, writer.mtime, quality, image_ext, transform)
-    done = writer.samples_done
+    encoder = _Encoder(dataset, to_sample, writer.mtime, quality, image_ext, transform, fields)
+    if rejects is not None and mode == RESUME and writer.shards:
+        rejected = load_rejects(rejects, storage_options)
+        published[0] = len(rejected)
+    resumed = writer.samples_done
+    done = resumed + len(rejected)  # the items the complete shards stand for
     if map_style:
         order = sample_order(len(dataset), shuffle, seed)
         total: int | None = len(order)
@@ -257,23 +344,47 @@ def shard_dataset(
         total = None
         items = itertools.islice(enumerate(dataset), done, None)
         results = _iterable_results(encoder, items, num_workers)
-    show = sys.stderr.isatty() if progress is None else progress
-    bar = _Progress(sys.stderr, total, done) if show else None
-    try:
-        with writer:
-            try:
-                for result in results:
-                    if isinstance(result, _Failure):
-                        raise result.exception()
+    started = time.monotonic()
+    source_of = getattr(dataset, "item_source", None)
+
+    def report(finished: bool = False) -> None:
+        if progress is not None:
+            seconds = time.monotonic() - started
+            progress(ShardProgress(writer.samples, total, len(writer.shards), resumed,
+                                   seconds, finished, len(rejected)))  # fmt: skip
+
+    with writer:
+        try:
+            for result in results:
+                if isinstance(result, bytes):
                     writer.write_raw(result)
-                    if bar is not None:
-                        bar.update(writer.samples, len(writer.shards))
-            finally:
-                _close(results)
-    finally:
-        if bar is not None:
-            bar.finish(writer.samples, len(writer.shards))
+                elif skipping:
+                    where = source_of(result.index) if source_of is not None else ""
+                    reject = Rejected(result.index, where, str(result.exception()))
+                    rejected.append(reject)
+                    if on_reject is not None:
+                        on_reject(reject)
+                else:
+                    raise result.exception()
+                report()
+        finally:
+            _close(results)
+    if rejects is not None:
+        save_rejects(rejected, rejects, storage_options)
+    if class_names is not None:
+        names = json.dumps(class_names, ensure_ascii=False, indent=1) + "\n"
+        publish(classes or location(pattern).sibling(CLASSES_FILE), names.encode("utf-8"),
+                storage_options)  # fmt: skip
+    report(finished=True)
     return writer.manifest_of()
+
+
+def _class_names(dataset: object) -> list[str] | None:
+    """The ``classes`` list of names a dataset declares (ImageFolder, torchvision), if any."""
+    names = getattr(dataset, "classes", None)
+    if isinstance(names, list) and names and all(isinstance(n, str) for n in names):
+        return names
+    return None
 
 
 def _close(results: Iterator[Any]) -> None:
@@ -361,42 +472,6 @@ def _iterable_results(
         pool.join()
 
 
-class _Progress:
-    """A one-line progress display, redrawn at most five times a second."""
-
-    def __init__(self, stream: TextIO, total: int | None, done: int) -> None:
-        self.stream = stream
-        self.total = total
-        self.first = done
-        self.started = time.monotonic()
-        self.drawn = 0.0
-
-    def update(self, samples: int, shards: int) -> None:
-        now = time.monotonic()
-        if now - self.drawn >= 0.2:
-            self.drawn = now
-            self._draw(samples, shards, now)
-
-    def _draw(self, samples: int, shards: int, now: float) -> None:
-        elapsed = max(now - self.started, 1e-9)
-        rate = (samples - self.first) / elapsed
-        line = f"{samples}"
-        if self.total is not None:
-            percent = 100 * samples / self.total if self.total else 100.0
-            line += f"/{self.total} samples ({percent:.0f}%)"
-            if rate > 0 and self.total > samples:
-                eta = int((self.total - samples) / rate)
-                line += f", {eta // 60}:{eta % 60:02d} left"
-        else:
-            line += " samples"
-        line += f", {shards} shard{'' if shards == 1 else 's'} done, {rate:.0f} samples/s"
-        self.stream.write(f"\r{line}\x1b[K")
-        self.stream.flush()
-
-    def finish(self, samples: int, shards: int) -> None:
-        self._draw(samples, shards, time.monotonic())
-        self.stream.write("\n")
-        self.stream.flush()
-
-
-__all__ = ["default_sample", "is_map_style", "sample_order", "shard_dataset"]
+__all__ = [
+    "ShardProgress", "default_sample", "is_map_style", "sample_order", "shard_dataset"
+]  # fmt: skip

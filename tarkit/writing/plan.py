@@ -16,17 +16,26 @@ relative to the plan's own directory. Blank lines are skipped.
 The delimiter comes from the file name (``.csv``: comma; ``.tsv``, ``.tab``: tab) or the ``delimiter`` argument. :func:`read_plan` checks every row first — row
 length, keys, files that exist and can be read — and raises
 :class:`~tarkit.errors.InputError` naming the plan and the line, so a bad plan fails
-before anything is written.
+before anything is written. A header without any ``@`` column embeds no file: every
+column is text, which is rarely what was meant, so ``warn`` is told (with the ``@``
+header that would embed the files). A file that is not a plan at all (a zip, a tar, a
+binary file) is named as such instead of being read as one.
+
+:func:`plan_members` gives a plan's rows as tar members (``tarcreate``);
+:class:`PlanDataset` as a Dataset for :func:`~tarkit.shard_dataset` (``tarkit shard``).
 """
 
 from __future__ import annotations
 
 import csv
 import os
+import string
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 
 from ..errors import InputError, SampleError, SourceError, UsageError
-from ..format.encoding import check_key
+from ..format.encoding import ImageTransform, check_key
+from .files import read_file
 
 KEY_COLUMN = "__key__"
 
@@ -53,12 +62,56 @@ class PlanRow:
         sample: dict[str, object] = {KEY_COLUMN: self.key}
         sample.update(self.texts)
         for field, path in self.files:
-            try:
-                with open(path, "rb") as f:
-                    sample[field] = f.read()
-            except OSError as exc:
-                raise SourceError(f"{path}: cannot read: {exc.strerror}") from None
+            sample[field] = read_file(path)
         return sample
+
+
+def plan_members(rows: Iterable[PlanRow]) -> Iterator[tuple[str, bytes]]:
+    """(member name, data) for every field of every row, fields sorted; text as UTF-8.
+
+    Files are read as they are needed; one that cannot be read raises
+    :class:`~tarkit.errors.SourceError` naming it.
+    """
+    for row in rows:
+        sample = row.load()
+        for field in row.fields:
+            value = sample[field]
+            data = value if isinstance(value, bytes) else str(value).encode("utf-8")
+            yield f"{row.key}.{field}", data
+
+
+class PlanDataset:
+    """The rows of a plan (checked when built), loaded per item and transformed by
+    ``transform``; ``key_format`` makes the keys as in :func:`read_plan`."""
+
+    def __init__(
+        self,
+        plan: str | Sequence[PlanRow],
+        transform: ImageTransform | None = None,
+        delimiter: str | None = None,
+        *,
+        key_format: str | None = None,
+        warn: Callable[[str], object] | None = None,
+    ) -> None:
+        if isinstance(plan, str):
+            self.rows = read_plan(plan, delimiter, key_format=key_format, warn=warn)
+        else:
+            self.rows = list(plan)
+        self.transform = transform or ImageTransform()
+        self.source = plan if isinstance(plan, str) else "plan"
+
+    def __len__(self) -> int:
+        return len(self.rows)
+
+    def __getitem__(self, index: int) -> dict[str, object]:
+        row = self.rows[index]
+        return self.transform.sample(row.load(), self.item_source(index))
+
+    def item_source(self, index: int) -> str:
+        """Where item ``index`` comes from: the plan's line (and the files it names)."""
+        row = self.rows[index]
+        files = " ".join(path for _, path in row.files)
+        return f"{self.source}: line {row.line}" + (f" ({files})" if files else "")
 
 
 def plan_delimiter(path: str, delimiter: str | None = None) -> str:
@@ -81,17 +134,70 @@ def plan_delimiter(path: str, delimiter: str | None = None) -> str:
     raise UsageError(f"{path}: cannot tell the delimiter from the file name: pass -d ',' or -d tab")
 
 
+def check_plan_file(path: str) -> None:
+    """Raise :class:`InputError` when ``path`` is plainly not a CSV/TSV plan (an archive,
+    an image, any binary file), naming what it is; a missing file passes (read_plan says).
+    """
+    try:
+        with open(path, "rb") as f:
+            head = f.read(4096)
+    except OSError:
+        return
+    for magic, what in _NOT_PLANS:
+        if head.startswith(magic):
+            raise InputError(f"{what}, not a CSV/TSV plan{_HINTS.get(what, '')}", source=path)
+    if len(head) >= 512 and head[257:262] == b"ustar":
+        raise InputError(f"a tar archive, not a CSV/TSV plan{_HINTS['a tar archive']}",
+                         source=path)  # fmt: skip
+    if b"\0" in head:
+        raise InputError("a binary file, not a CSV/TSV plan (a text file, one row per sample)",
+                         source=path)  # fmt: skip
+
+
+_NOT_PLANS = (
+    (b"PK\x03\x04", "a zip archive"),
+    (b"PK\x05\x06", "a zip archive"),
+    (b"\x1f\x8b", "a gzip file"),
+    (b"BZh", "a bzip2 file"),
+    (b"\xfd7zXZ\x00", "an xz file"),
+    (b"\x28\xb5\x2f\xfd", "a zstd file"),
+    (b"7z\xbc\xaf\x27\x1c", "a 7-Zip archive"),
+    (b"\xff\xd8\xff", "a JPEG image"),
+    (b"\x89PNG", "a PNG image"),
+    (b"\xff\xfe", "UTF-16 text"),
+    (b"\xfe\xff", "UTF-16 text"),
+)
+_DIRECTORY_HINT = (
+    ": unpack it and give the directory (tarkit shard DIR), or list its files in a .csv "
+    "plan with an @ column"
+)
+_HINTS = {
+    "a zip archive": _DIRECTORY_HINT,
+    "a 7-Zip archive": _DIRECTORY_HINT,
+    "a tar archive": ": it may already be a shard (tarcat, tarsplit -c N re-cut it)",
+    "UTF-16 text": ": save the plan as UTF-8",
+}
+
+
 def read_plan(
-    path: str, delimiter: str | None = None, *, key_format: str | None = None
+    path: str,
+    delimiter: str | None = None,
+    *,
+    key_format: str | None = None,
+    warn: Callable[[str], object] | None = None,
 ) -> list[PlanRow]:
     """Read and check a whole plan; return its rows in order.
 
-    Raises :class:`InputError` for a malformed header, a row whose length differs from
-    the header's, a bad or repeated key, a row without fields, and a file that is
-    missing or unreadable; :class:`SourceError` when the plan itself cannot be read;
-    :class:`UsageError` for a ``key_format`` that names no such column, or one given
-    for a plan with a ``__key__`` column.
+    Raises :class:`InputError` for a file that is not a plan (see
+    :func:`check_plan_file`), a malformed header, a row whose length differs from the
+    header's, a bad or repeated key, a row without fields, and a file that is missing or
+    unreadable (naming the path it was looked for at and the plan's directory it was
+    resolved against); :class:`SourceError` when the plan itself cannot be read;
+    :class:`UsageError` for a ``key_format`` that names no such column, or one given for
+    a plan with a ``__key__`` column. ``warn`` is called with a message when the header
+    has no ``@`` column (no file is embedded).
     """
+    check_plan_file(path)
     sep = plan_delimiter(path, delimiter)
     try:
         with open(path, encoding="utf-8-sig", newline="") as f:
@@ -113,11 +219,59 @@ def read_plan(
     if key_format is not None:
         _check_key_format(key_format, columns, path)
     base = os.path.dirname(os.path.abspath(path))
+    if warn is not None and not any(is_file for _, is_file in columns):
+        warn(_no_file_column(header, body, base, path))
     rows: list[PlanRow] = []
     keys: dict[str, int] = {}
     for index, (line, cells) in enumerate(body):
         rows.append(_check_row(cells, columns, index, line, base, path, keys, key_format))
     return rows
+
+
+def _no_file_column(
+    header: list[str], body: list[tuple[int, list[str]]], base: str, path: str
+) -> str:
+    """The warning for a header without ``@`` columns, with the header that would embed
+    the files of the first column whose first cell names an existing file."""
+    first = body[0][1] if body else []
+    suggested = list(header)
+    for i, cell in enumerate(first[: len(header)]):
+        if cell and os.path.isfile(os.path.join(base, cell)) and "." in os.path.basename(cell):
+            suggested[i] = "@" + os.path.basename(cell).rsplit(".", 1)[1].lower()
+            break
+    else:
+        suggested = ["@jpg", *header[1:]] if header else ["@jpg"]
+    return (
+        f"{path}: no column starts with @, so no file is embedded: every cell is text. "
+        f"To pack the files a column lists, name it @<field> (header "
+        f"{','.join(suggested)!r} instead of {','.join(header)!r})"
+    )
+
+
+def fill_key(key_format: str, values: Mapping[str, object]) -> str:
+    """``key_format`` with every ``{name}`` or ``{name:spec}`` replaced from ``values``.
+
+    Unlike :meth:`str.format`, a name is taken whole, dots included, so every column of a
+    plan can be named (``{class.txt}``). Raises KeyError for an unknown name and
+    ValueError for a bad template or a spec the value cannot take.
+
+    >>> fill_key("{class.txt}/{row:04d}", {"class.txt": "cat", "row": 7})
+    'cat/0007'
+    """
+    parts = []
+    for literal, name, spec, conversion in string.Formatter().parse(key_format):
+        parts.append(literal)
+        if name is None:
+            continue
+        if name == "" or name.isdigit():
+            raise ValueError(f"name the column inside {{}} (got {{{name}}})")
+        value = values[name]
+        if conversion == "r":
+            value = repr(value)
+        elif conversion is not None:
+            value = str(value)
+        parts.append(format(value, spec or ""))
+    return "".join(parts)
 
 
 def _check_key_format(key_format: str, columns: list[tuple[str, bool]], path: str) -> None:
@@ -126,13 +280,13 @@ def _check_key_format(key_format: str, columns: list[tuple[str, bool]], path: st
         raise UsageError(f"{path}: the plan has a {KEY_COLUMN} column: leave out --key")
     names = {field: "" for field, is_file in columns if not is_file}
     try:
-        key_format.format_map(dict(names, row=0))
+        fill_key(key_format, dict(names, row=0))
     except KeyError as exc:
         known = ", ".join(["row", *names])
         raise UsageError(
             f"--key {key_format!r}: no text column {exc.args[0]!r} (it can use: {known})"
         ) from None
-    except (ValueError, IndexError, AttributeError) as exc:
+    except ValueError as exc:
         raise UsageError(f"--key {key_format!r}: {exc}") from None
 
 
@@ -185,7 +339,11 @@ def _check_row(
         file_path = os.path.join(base, cell)
         if not os.path.isfile(file_path):
             what = "is not a regular file" if os.path.exists(file_path) else "no such file"
-            raise InputError(f"line {line}: field {field!r}: {cell}: {what}", source=path)
+            raise InputError(
+                f"line {line}: field {field!r}: {cell}: {what} "
+                f"({_resolved(cell, file_path, base)})",
+                source=path,
+            )
         if not os.access(file_path, os.R_OK):
             raise InputError(f"line {line}: field {field!r}: {cell}: not readable", source=path)
         files.append((field, file_path))
@@ -193,7 +351,7 @@ def _check_row(
         values = {field: cell for (field, is_file), cell in zip(columns, cells, strict=True)
                   if not is_file}  # fmt: skip
         try:
-            key = key_format.format_map(dict(values, row=index))
+            key = fill_key(key_format, dict(values, row=index))
         except ValueError as exc:  # a number format on a text cell
             raise InputError(f"line {line}: --key {key_format!r}: {exc}", source=path) from None
     try:
@@ -209,3 +367,13 @@ def _check_row(
         raise InputError(f"line {line}: the row has no fields (every cell is empty)",
                          source=path)  # fmt: skip
     return PlanRow(line, key, tuple(texts), tuple(files))
+
+
+def _resolved(cell: str, file_path: str, base: str) -> str:
+    """Where a plan's path was looked for, and against what."""
+    if os.path.isabs(cell):
+        return f"looked for at {os.path.normpath(file_path)}"
+    return (
+        f"looked for at {os.path.normpath(file_path)}: relative paths are resolved "
+        f"against the plan's directory, {base}"
+    )

@@ -128,6 +128,10 @@ def test_a_corrupt_local_input_fails_at_once_with_one_error_line_naming_it_once(
         ),
         (["--fn", "map_functions:shout", "--engine", "spark"], "unknown engine 'spark'"),
         (["--fn", "map_functions:shout", "--metadata", "m.csv"], "name it .jsonl"),
+        # The same messages as tarproc's and tarcat's: one check per option.
+        (["-c", "true", "-p", "0"], "-p must be at least 1 (got 0)"),
+        (["-c", "true", "--on-error", "retry"], "--on-error must be one of fail, skip, keep"),
+        (["--fn", "map_functions:shout", "-j", "0"], "workers must be at least 1 (got 0)"),
     ],
 )
 def test_usage_errors_are_one_line_and_exit_2(
@@ -315,3 +319,46 @@ def test_a_worker_killed_mid_command_loses_its_command_and_directory_not_its_sha
     assert keys_of(outputs(tmp_path / "out")) == ALL_KEYS
     assert_gone(command_pid)
     assert list(tmpdir.iterdir()) == []  # no tarproc-* nor anything else
+
+
+def test_outputs_of_an_earlier_run_that_this_run_would_not_write_are_refused_then_overwritten(
+    tmp_path: Path, env: dict[str, str]
+) -> None:
+    many = write_inputs(tmp_path / "in", shards=4)
+    first = run(["tarkit", "map", "--fn", "map_functions:shout", many, "-o", f"{tmp_path}/out/"],
+                env=env)  # fmt: skip
+    assert first.returncode == 0, first.stderr
+    fewer = str(tmp_path / "in" / "in-{0..1}.tar")
+    refused = run(["tarkit", "map", "--fn", "map_functions:shout", fewer, "-o",
+                   f"{tmp_path}/out/"], env=env)  # fmt: skip
+    assert refused.returncode == 2
+    assert refused.stderr.endswith(
+        f"tarkit map: error: {tmp_path}/out/: 2 earlier outputs of tarkit map match the output "
+        f"pattern but are not of this run, first {tmp_path}/out/in-2.tar: outputs read "
+        "by pattern would mix two runs. Pass --overwrite (mode='overwrite') to redo every shard "
+        "and remove them once this run is complete\n"
+    )
+    replaced = run(["tarkit", "map", "--fn", "map_functions:shout", fewer, "-o",
+                    f"{tmp_path}/out/", "--overwrite", "-q"], env=env)  # fmt: skip
+    assert replaced.returncode == 0, replaced.stderr
+    assert sorted(p.name for p in (tmp_path / "out").iterdir()) == [
+        ".in-0.tar.map.json", ".in-1.tar.map.json", "in-0.tar", "in-1.tar"
+    ]  # fmt: skip
+
+
+def test_a_failed_overwrite_removes_no_earlier_output(tmp_path: Path, env: dict[str, str]) -> None:
+    many = write_inputs(tmp_path / "in", shards=4)
+    pattern = f"{tmp_path}/out/o-{{0..3}}.tar"
+    first = run(["tarkit", "map", "--fn", "map_functions:shout", many, "-o", pattern], env=env)
+    assert first.returncode == 0, first.stderr
+    from conftest import make_tar
+
+    (tmp_path / "in" / "in-1.tar").write_bytes(make_tar([("s1-00.txt", b"bad")]))
+    fewer = str(tmp_path / "in" / "in-{0..1}.tar")
+    failed = run(["tarkit", "map", "--fn", "map_functions:fail_on_bad", fewer, "-o",
+                  f"{tmp_path}/out/o-{{0..1}}.tar", "--overwrite", "--retries", "0", "-q"],
+                 env=env)  # fmt: skip
+    assert failed.returncode == 2, failed.stderr
+    assert sorted(p.name for p in (tmp_path / "out").glob("o-*.tar")) == [
+        f"o-{i}.tar" for i in range(4)
+    ]

@@ -6,6 +6,7 @@ import io
 import json
 import os
 import pty
+import re
 import subprocess
 from pathlib import Path
 
@@ -105,14 +106,57 @@ def test_a_plain_tree_is_grouped_by_key_in_sorted_order(tmp_path: Path) -> None:
     # b/ alone would be a class directory of images: the layout must be named.
     result = run(["tarkit", "shard", str(root), "--layout", "tree", "-o", str(out / "s-%d.tar")])
     assert result.returncode == 0, result.stderr
-    assert "skipping 1 file (no dot in the name: no field), the first: README" in result.stderr
+    assert result.stderr == (
+        f"tarkit shard: warning: {root}: skipping file without a field (no dot in the file "
+        "name): README\n"
+    )
     assert samples_of((out / "s-0.tar").read_bytes()) == [
         ("a", {"json": b"{}", "txt": b"first"}),
         ("b/x", {"jpg": b"jpeg bytes", "seg.png": b"png bytes"}),
     ]
     strict = run(["tarkit", "shard", str(root), "--layout", "tree", "--strict",
                   "-o", str(tmp_path / "x-%d.tar")])  # fmt: skip
-    assert strict.returncode == 2 and "README" in strict.stderr
+    assert strict.returncode == 2
+    assert strict.stderr == (
+        f"tarkit shard: error: {root}/README: file without a field (no dot in the file name) "
+        "is not allowed with --strict\n"
+    )
+
+
+def test_a_tree_with_metadata_and_a_symlink_out_gives_tarcreates_samples_and_warnings(
+    tmp_path: Path,
+) -> None:
+    root = tmp_path / "tree"
+    (root / "__meta__").mkdir(parents=True)
+    (root / "__meta__" / "info.txt").write_text("webdataset metadata")
+    (root / "a").mkdir()
+    (root / "a" / "x.txt").write_text("in the tree")
+    (tmp_path / "outside.txt").write_text("outside the tree")
+    (root / "a" / "y.txt").symlink_to("../../outside.txt")
+    created = run(["tarcreate", "--dir", str(root)])
+    sharded = run(["tarkit", "shard", str(root), "--layout", "tree", "-o",
+                   str(tmp_path / "out" / "s-%d.tar")])  # fmt: skip
+    assert (created.returncode, sharded.returncode) == (0, 0)
+    want = [("a/x", {"txt": b"in the tree"})]
+    assert samples_of(created.stdout) == want
+    assert samples_of((tmp_path / "out" / "s-0.tar").read_bytes()) == want
+    metadata = "file below a webdataset metadata directory (__name__), which readers skip"
+    warnings = [
+        f"warning: {root}: skipping {metadata}: __meta__/info.txt",
+        f"warning: {root}: skipping symlink: a/y.txt",
+        f"warning: skipped 2 members: 1 {metadata}, 1 symlink",
+    ]
+    assert created.stderr.splitlines() == [f"tarcreate: {line}" for line in warnings]
+    assert sharded.stderr.splitlines() == [f"tarkit shard: {line}" for line in warnings]
+    # --layout auto reads it the same way, and --strict refuses it in both.
+    auto = run(["tarkit", "shard", str(root), "-o", str(tmp_path / "auto" / "s-%d.tar")])
+    assert (auto.returncode, auto.stderr) == (sharded.returncode, sharded.stderr)
+    for command in (["tarcreate", "--dir"], ["tarkit", "shard", "--layout", "tree"]):
+        strict = run([*command, str(root), "--strict", "-o", str(tmp_path / "x-%d.tar")])
+        assert strict.returncode == 2
+        assert strict.stderr.endswith(
+            f": error: {root}/__meta__/info.txt: {metadata} is not allowed with --strict\n"
+        )
 
 
 def test_a_stray_file_among_class_directories_is_an_ambiguous_layout_error(
@@ -139,10 +183,12 @@ def test_layout_imagefolder_skips_stray_files_counts_them_and_exits_1(
     result = run(["tarkit", "shard", str(image_folder), "--layout", "imagefolder",
                   "-o", str(out / "s-%d.tar")])  # fmt: skip
     assert result.returncode == 1
-    assert result.stderr == (
-        f"tarkit shard: warning: {image_folder}: skipping 2 files (not an image in a class "
-        "directory), the first: dog/Thumbs.db\n"
-    )
+    assert result.stderr.splitlines() == [
+        f"tarkit shard: warning: {image_folder}: skipping stray file (not an image in a class "
+        "directory): dog/Thumbs.db",
+        "tarkit shard: warning: skipped 2 members: 2 stray file (not an image in a class "
+        "directory)",
+    ]
     samples = samples_of((out / "s-0.tar").read_bytes())
     assert len(samples) == 16 and all(fields["cls"] for _, fields in samples)
     assert json.loads((out / "classes.json").read_text()) == ["cat", "dog", "eel"]
@@ -171,7 +217,8 @@ def test_a_plan_with_file_paths_and_text_round_trips(tmp_path: Path, ending: str
     plan = tmp_path / f"plan.{ending}"
     plan.write_text(sep.join(["__key__", "@png", "cls", "txt"]) + "\n" + "\n".join(rows) + "\n")
     out = tmp_path / "out"
-    result = run(["tarkit", "shard", str(plan), "-o", str(out / "s-%d.tar"), "-c", "3"])
+    result = run(["tarkit", "shard", str(plan), "-o", str(out / "s-%d.tar"), "-c", "3",
+                  "--no-shuffle"])  # fmt: skip
     assert result.returncode == 0, result.stderr
     samples = all_samples(out)
     assert [key for key, _ in samples] == [f"item{i}" for i in range(7)]
@@ -231,7 +278,9 @@ def test_a_plan_with_a_missing_file_fails_naming_the_line_before_writing(tmp_pat
     result = run(["tarkit", "shard", str(plan), "-o", str(out / "s-%d.tar")])
     assert result.returncode == 2
     assert result.stderr == (
-        f"tarkit shard: error: {plan}: line 3: field 'bin': missing.bin: no such file\n"
+        f"tarkit shard: error: {plan}: line 3: field 'bin': missing.bin: no such file (looked "
+        f"for at {tmp_path}/missing.bin: relative paths are resolved against the plan's "
+        f"directory, {tmp_path})\n"
     )
     assert not out.exists()
 
@@ -266,7 +315,7 @@ def dicts():
 
 def test_dataset_factory_items_become_samples(tmp_path: Path) -> None:
     (tmp_path / "mydata.py").write_text(DATASET_MODULE)
-    result = run(["tarkit", "shard", "--dataset", "mydata:make", "5", "-o", "out/s-%d.tar",
+    result = run(["tarkit", "shard", "--dataset", "mydata:make", "5", "-o", "out/s-%d.tar", "--no-shuffle",
                   "--format", "jpg"], cwd=tmp_path)  # fmt: skip
     assert result.returncode == 0, result.stderr
     samples = all_samples(tmp_path / "out")
@@ -287,7 +336,7 @@ def test_resize_applies_to_the_image_of_dataset_pairs(tmp_path: Path) -> None:
 
 def test_resize_and_format_apply_to_every_image_field_of_dataset_dicts(tmp_path: Path) -> None:
     (tmp_path / "mydata.py").write_text(DATASET_MODULE)
-    result = run(["tarkit", "shard", "--dataset", "mydata:dicts", "-o", "out/s-%d.tar",
+    result = run(["tarkit", "shard", "--dataset", "mydata:dicts", "-o", "out/s-%d.tar", "--no-shuffle",
                   "--resize", "16x16", "--format", "webp"], cwd=tmp_path)  # fmt: skip
     assert result.returncode == 0, result.stderr
     samples = all_samples(tmp_path / "out")
@@ -307,9 +356,29 @@ def test_dataset_factory_that_cannot_be_imported_is_a_one_line_error(tmp_path: P
     assert len(result.stderr.splitlines()) == 1
 
 
+@pytest.mark.parametrize(
+    "spec,message",
+    [
+        ("mydata", "expected package.module:function"),
+        ("nosuchmodule:make", "cannot import nosuchmodule: No module named 'nosuchmodule'"),
+        ("mydata:nothing", "mydata has no nothing"),
+        ("mydata:Squares.nothing", "mydata has no Squares.nothing"),
+        ("mydata:COUNT", "COUNT is not a function"),
+    ],
+)
+def test_dataset_and_map_fn_load_a_function_by_one_rule_with_one_message(
+    tmp_path: Path, spec: str, message: str
+) -> None:
+    (tmp_path / "mydata.py").write_text(DATASET_MODULE + "\nCOUNT = 3\n")
+    for command, option in (("shard", "--dataset"), ("map", "--fn")):
+        result = run(["tarkit", command, "in.tar", "-o", "out/", option, spec], cwd=tmp_path)
+        assert result.returncode == 2
+        assert result.stderr == f"tarkit {command}: error: {option} {spec!r}: {message}\n"
+
+
 def test_sigkill_then_resume_gives_the_bytes_of_a_clean_run(tmp_path: Path) -> None:
     (tmp_path / "mydata.py").write_text(DATASET_MODULE)
-    args = ["shard", "--dataset", "mydata:make", "-c", "8", "--manifest"]
+    args = ["shard", "--dataset", "mydata:make", "-c", "8", "--no-shuffle", "--manifest"]
     clean = run(["tarkit", *args, "clean/m.json", "-o", "clean/s-%02d.tar"], cwd=tmp_path)
     assert clean.returncode == 0, clean.stderr
 
@@ -352,7 +421,10 @@ def test_progress_is_drawn_on_a_terminal_and_not_into_a_pipe(tmp_path: Path) -> 
     finally:
         os.close(leader)
     assert process.returncode == 0 and out == b""
-    assert b"6/6 samples (100%), 1 shard done" in screen
+    # Redrawn in place as tarkit map's line is, and left standing at the end.
+    assert screen.startswith(b"\rtarkit shard: ")
+    assert re.search(rb"\rtarkit shard: 6/6 samples \(100%\), 1 shard done, \d+ samples/s *\r\n$",
+                     screen)  # fmt: skip
 
 
 def test_shards_go_to_s3_through_fsspec(tmp_path: Path, s3_env: dict[str, str],
@@ -387,3 +459,19 @@ def test_bad_arguments_exit_2_with_one_line(tmp_path: Path, args: list[str], mes
     assert result.returncode == 2
     assert result.stderr.startswith("tarkit shard: error: ") and message in result.stderr
     assert len(result.stderr.splitlines()) == 1
+
+
+def test_shards_named_with_bytes_that_are_not_utf8_get_a_manifest(
+    tmp_path: Path, image_folder: Path
+) -> None:
+    pattern = os.fsencode(str(tmp_path)) + b"/out/caf\xe9-%03d.tar"
+    result = subprocess.run(
+        [tool("tarkit"), "shard", str(image_folder), "-o", pattern, "-c", "5",
+         "--manifest", str(tmp_path / "m.json")],
+        capture_output=True, timeout=120,
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    manifest = json.loads((tmp_path / "m.json").read_bytes())
+    assert [s["url"] for s in manifest["shards"]] == [
+        os.fsdecode(f"out/caf\xe9-{i:03d}.tar".encode("latin-1")) for i in range(4)
+    ]

@@ -76,7 +76,10 @@ def test_tsv_plan_without_key_column_numbers_rows_and_key_format_names_them(imag
             "@jpg,cls\nimages/cat1.jpg,0\nimages/dog1.jpg\n",
             "line 3: 1 cells, but the header has 2 columns",
         ),
-        ("__key__,cls\na,0\na,1\n", "line 3: key 'a' is already used on line 2"),
+        (
+            "__key__,@jpg\na,images/cat1.jpg\na,images/cat1.jpg\n",
+            "line 3: key 'a' is already used on line 2",
+        ),
     ],
 )
 def test_a_bad_plan_fails_naming_the_line_before_anything_is_written(
@@ -87,7 +90,8 @@ def test_a_bad_plan_fails_naming_the_line_before_anything_is_written(
     out = images / "out.tar"
     result = run(["tarcreate", str(path), "-o", str(out)])
     assert result.returncode == 2
-    assert result.stderr == f"tarcreate: error: {path}: {message}\n"
+    assert result.stderr.startswith(f"tarcreate: error: {path}: {message}")
+    assert len(result.stderr.splitlines()) == 1
     assert not out.exists() and os.listdir(images) == ["images", "plan.csv"]
     piped = run(["tarcreate", str(path)])
     assert piped.returncode == 2 and piped.stdout == b""
@@ -202,3 +206,15 @@ def test_dir_output_compresses_by_its_ending(tree: Path, tmp_path: Path) -> None
     assert run(["tarcreate", "--dir", str(tree), "-o", str(out)]).returncode == 0
     listed = subprocess.run(["tar", "-tzf", str(out)], capture_output=True, text=True, check=True)
     assert "b/0002.png" in listed.stdout.split()
+
+
+def test_a_plan_without_an_at_column_is_packed_as_text_with_a_warning(images: Path) -> None:
+    plan = images / "plan.csv"
+    plan.write_text("filepath,label\nimages/cat1.jpg,0\n")
+    result = run(["tarcreate", str(plan)])
+    assert result.returncode == 0
+    assert result.stderr == (
+        f"tarcreate: warning: {plan}: no column starts with @, so no file is embedded: every "
+        "cell is text. To pack the files a column lists, name it @<field> (header "
+        "'@jpg,label' instead of 'filepath,label')\n"
+    )

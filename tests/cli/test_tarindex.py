@@ -13,9 +13,10 @@ from pathlib import Path
 import pytest
 from conftest import make_tar, run, run_shell
 
-from tarkit.format.manifest import load
 from tarkit.format.samples import group_samples
 from tarkit.format.tar import read_members
+from tarkit.storage import load_manifest as load
+from tarkit.storage import manifest_urls
 
 
 @pytest.fixture(scope="module")
@@ -58,7 +59,7 @@ def test_manifest_counts_match_gnu_tar_and_load_back(shards: list[Path]) -> None
     assert "skipping member without a field" in result.stderr
     manifest = load(str(out))
     assert [s.url for s in manifest.shards] == [p.name for p in shards]
-    assert manifest.urls() == [str(p) for p in shards]
+    assert manifest_urls(manifest) == [str(p) for p in shards]
     assert [s.samples for s in manifest.shards] == [gnu_tar_sample_count(p) for p in shards]
     assert [s.samples for s in manifest.shards] == [3, 5, 1]
     assert manifest.samples == 9

@@ -348,3 +348,110 @@ def test_gzip_and_zstd_shards_fill_maxsize_on_disk_and_read_everywhere(
             assert len(listed.stdout.splitlines()) == 2 * len(samples)
         back.extend(samples)
     assert back == samples_of(archive)
+
+
+def test_a_shard_name_that_is_not_utf8_is_kept_in_the_manifest_as_tarindex_keeps_it(
+    tmp_path: Path,
+) -> None:
+    # A Latin-1 byte in the pattern: the manifest names the shards with \udcXX escapes,
+    # byte for byte as tarindex names the same shards (one manifest serializer).
+    (tmp_path / "in.tar").write_bytes(archive_of(5))
+    pattern = os.fsencode(str(tmp_path)) + b"/caf\xe9-%03d.tar"
+    result = subprocess.run(
+        [tool("tarsplit"), "-c", "2", "-o", pattern, "--manifest", str(tmp_path / "m.json")],
+        stdin=(tmp_path / "in.tar").open("rb"),
+        capture_output=True,
+        timeout=60,
+    )
+    assert (result.returncode, result.stderr) == (0, b"")
+    names = sorted(n for n in os.listdir(os.fsencode(tmp_path)) if n.startswith(b"caf"))
+    assert names == [b"caf\xe9-000.tar", b"caf\xe9-001.tar", b"caf\xe9-002.tar"]
+    indexed = subprocess.run(
+        [tool("tarindex"), *(os.fsencode(tmp_path) + b"/" + n for n in names)],
+        cwd=tmp_path, capture_output=True, timeout=60,
+    )  # fmt: skip
+    assert indexed.returncode == 0, indexed.stderr
+    written = (tmp_path / "m.json").read_bytes()
+    assert b'"caf\\udce9-000.tar"' in written
+    assert json.loads(written) == json.loads(
+        indexed.stdout.replace(os.fsencode(tmp_path) + b"/", b"")
+    )
+
+
+# --- an earlier run's shards: refused, overwritten, resumed --------------------------------
+
+
+def test_a_second_run_into_the_same_pattern_exits_2_naming_the_files_and_writes_nothing(
+    tmp_path: Path,
+) -> None:
+    source = tmp_path / "in.tar"
+    source.write_bytes(archive_of(100, size=20))
+    pattern = str(tmp_path / "st" / "s-%03d.tar")
+    assert run(["tarsplit", str(source), "-c", "1", "-o", pattern]).returncode == 0
+    before = {p.name: p.read_bytes() for p in (tmp_path / "st").iterdir()}
+    again = run(["tarsplit", str(source), "-c", "5", "-o", pattern])
+    assert again.returncode == 2
+    assert again.stderr.startswith(
+        f"tarsplit: error: {pattern}: 100 files already match the output pattern, first "
+        f"{tmp_path}/st/s-000.tar"
+    )
+    assert "--overwrite" in again.stderr and len(again.stderr.splitlines()) == 1
+    assert {p.name: p.read_bytes() for p in (tmp_path / "st").iterdir()} == before
+
+
+def test_overwrite_leaves_only_the_new_shards_so_tarcat_meets_each_key_once(
+    tmp_path: Path,
+) -> None:
+    source = tmp_path / "in.tar"
+    source.write_bytes(archive_of(100, size=20))
+    pattern = str(tmp_path / "st" / "s-%03d.tar")
+    assert run(["tarsplit", str(source), "-c", "1", "-o", pattern]).returncode == 0
+    result = run(["tarsplit", str(source), "-c", "5", "-o", pattern, "--overwrite",
+                  "--manifest", str(tmp_path / "st" / "m.json")])  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    shards = shards_in(tmp_path / "st")
+    assert len(shards) == 20
+    manifest = json.loads((tmp_path / "st" / "m.json").read_text())
+    assert [s["url"] for s in manifest["shards"]] == [p.name for p in shards]
+    everything = run_shell(f"tarcat {tmp_path}/st/s-*.tar | tar -tf - | wc -l")
+    assert everything.returncode == 0, everything.stderr
+    assert int(everything.stdout) == 300
+
+
+def test_an_overwrite_whose_input_fails_leaves_the_old_shards_as_they_were(tmp_path: Path) -> None:
+    source = tmp_path / "in.tar"
+    archive = archive_of(40, size=20)
+    source.write_bytes(archive)
+    pattern = str(tmp_path / "st" / "s-%03d.tar")
+    assert run(["tarsplit", str(source), "-c", "10", "-o", pattern]).returncode == 0
+    before = {p.name: p.read_bytes() for p in (tmp_path / "st").iterdir()}
+    cut = archive[: len(archive) // 2 + 100]
+    result = run(["tarsplit", "-c", "3", "-o", pattern, "--overwrite"], input=cut)
+    assert result.returncode == 2
+    assert "tarsplit: warning: the new shards were removed" in result.stderr
+    assert {p.name: p.read_bytes() for p in (tmp_path / "st").iterdir()} == before
+
+
+def test_resume_continues_an_interrupted_run_with_the_bytes_of_a_clean_one(
+    tmp_path: Path,
+) -> None:
+    source = tmp_path / "in.tar"
+    archive = archive_of(23, size=50)
+    source.write_bytes(archive)
+    clean = run(["tarsplit", str(source), "-c", "5", "-o", str(tmp_path / "clean" / "s-%d.tar")])
+    assert clean.returncode == 0, clean.stderr
+    pattern = str(tmp_path / "cut" / "s-%d.tar")
+    cut = archive[: archive.index(b"s0013.cls") - 600]
+    assert run(["tarsplit", "-c", "5", "-o", pattern], input=cut).returncode == 2
+    assert len(shards_in(tmp_path / "cut")) == 2
+    resumed = run(["tarsplit", str(source), "-c", "5", "-o", pattern, "--resume"])
+    assert resumed.returncode == 0, resumed.stderr
+    expected = {p.name: p.read_bytes() for p in (tmp_path / "clean").iterdir()}
+    assert {p.name: p.read_bytes() for p in (tmp_path / "cut").iterdir()} == expected
+
+
+def test_overwrite_and_resume_together_are_a_usage_error(tmp_path: Path) -> None:
+    result = run(["tarsplit", "-o", str(tmp_path / "s-%d.tar"), "--overwrite", "--resume"],
+                 input=archive_of(2))  # fmt: skip
+    assert result.returncode == 2
+    assert result.stderr == "tarsplit: error: --overwrite and --resume exclude each other\n"

@@ -15,13 +15,15 @@ from webdataset.tariterators import base_plus_ext
 from tarkit.errors import SampleError, TruncatedError
 from tarkit.format.samples import (
     NO_FIELD,
+    QUIET_SKIPS,
     SkipLog,
     group_samples,
     parse_field_spec,
     select_fields,
+    skip_reason,
     split_name,
 )
-from tarkit.format.tar import Member, read_members
+from tarkit.format.tar import DIRECTORY, FIFO, FILE, SYMLINK, Member, read_members
 
 # Every test here runs with the compiled scanner and with the pure-Python reader.
 pytestmark = pytest.mark.usefixtures("reader")
@@ -226,3 +228,18 @@ def test_select_fields_keeps_first_alternative_present_in_archive_order() -> Non
     assert [m.data for m in chosen.members] == [b"c", b"j"]
     assert select_fields(sample, parse_field_spec("webp;png")).fields == ["png"]
     assert select_fields(sample, parse_field_spec("txt")).fields == []
+
+
+@given(
+    st.text(alphabet="_./aé", min_size=1, max_size=10),
+    st.sampled_from([FILE, DIRECTORY, SYMLINK, FIFO]),
+)
+def test_group_samples_keeps_a_member_exactly_when_skip_reason_says_it_is_data(
+    name: str, kind: str
+) -> None:
+    one = Member(name, kind, 0, 0, b"", 0)
+    skips = SkipLog()
+    kept = [sample.key for sample in group_samples(iter([one]), skips=skips)]
+    reason = skip_reason(one)
+    assert kept == ([] if reason is not None else [split_name(name)[0]])  # type: ignore[index]
+    assert skips.counts == ({reason: 1} if reason and reason not in QUIET_SKIPS else {})

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import datetime
 import functools
-import gzip
 import io
 import os
 import pickle
@@ -14,7 +13,7 @@ import subprocess
 import sys
 import warnings
 from collections import Counter
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 
 import numpy as np
@@ -22,83 +21,22 @@ import pytest
 import torch
 import webdataset as wds
 from conftest import DATA
+from loader_data import all_keys, jpeg, keys_of, make_shards
 from PIL import Image
 from shard_server import ShardServer
 from torch.utils.data import ChainDataset, DataLoader, get_worker_info
 
 import tarkit
 from tarkit.errors import InputError, SourceError, TruncatedError, UsageError
-from tarkit.format.manifest import Manifest, ShardInfo
 from tarkit.format.tar import TarWriter
-from tarkit.loading.dataset import (
-    CORRUPT,
-    MISSING,
-    TRUNCATED,
-    UNDECODABLE,
-    UNREADABLE,
-    ShardDataset,
-)
+from tarkit.loading import ShardDataset
+from tarkit.loading.skips import CORRUPT, MISSING, TRUNCATED, UNDECODABLE, UNREADABLE
 
 PEERS = DATA / "peer-shards"
 # Warnings raised in this process; what workers print is tested through a script's stderr.
 pytestmark = pytest.mark.filterwarnings(
     "ignore:This DataLoader will create", "ignore:.* some workers have nothing to read"
 )
-
-
-def jpeg(seed: int) -> bytes:
-    out = io.BytesIO()
-    Image.new("RGB", (8, 8), (seed % 256, 40, 90)).save(out, "JPEG")
-    return out.getvalue()
-
-
-def make_shards(
-    directory: Path,
-    counts: list[int],
-    *,
-    prefix: str = "s",
-    gzip_shards: bool = False,
-    bad_jpegs: Iterable[str] = (),
-    images: bool = False,
-) -> tuple[list[str], str]:
-    """Shards with samples ``{prefix}SS-III`` (cls, txt; jpg with ``images``) and a
-    manifest with keys and offsets; returns the shard paths and the manifest path."""
-    directory.mkdir(parents=True, exist_ok=True)
-    bad = set(bad_jpegs)
-    paths, infos = [], []
-    for shard, count in enumerate(counts):
-        out = io.BytesIO()
-        keys, offsets = [], []
-        with TarWriter(out) as writer:
-            for i in range(count):
-                key = f"{prefix}{shard:02d}-{i:03d}"
-                keys.append(key)
-                offsets.append(writer.bytes_written)
-                writer.add(f"{key}.cls", str(shard * 1000 + i).encode())
-                if images:
-                    writer.add(f"{key}.jpg", b"not a jpeg" if key in bad else jpeg(i))
-                writer.add(f"{key}.txt", f"sample {key}".encode() * (i % 3 + 1))
-        data = out.getvalue()
-        name = f"{prefix}-{shard:03d}.tar" + (".gz" if gzip_shards else "")
-        path = directory / name
-        path.write_bytes(gzip.compress(data, mtime=0) if gzip_shards else data)
-        paths.append(str(path))
-        infos.append(ShardInfo(name, count, path.stat().st_size, keys=keys, offsets=offsets))
-    manifest = directory / "manifest.json"
-    Manifest(infos, str(manifest)).save(str(manifest))
-    return paths, str(manifest)
-
-
-def keys_of(items: Iterable[object]) -> list[str]:
-    keys: list[str] = []
-    for item in items:
-        key = item["__key__"] if isinstance(item, dict) else item[0]  # type: ignore[index]
-        keys.extend(key if isinstance(key, list) else [key])
-    return keys
-
-
-def all_keys(counts: list[int], prefix: str = "s") -> Counter[str]:
-    return Counter(f"{prefix}{s:02d}-{i:03d}" for s, c in enumerate(counts) for i in range(c))
 
 
 @pytest.fixture(scope="module")
@@ -118,7 +56,7 @@ from tarkit import ShardDataset
 paths, manifest = sys.argv[1:-1], sys.argv[-1]
 print("== idle", file=sys.stderr, flush=True)
 for rank in (0, 1):
-    dataset = ShardDataset(paths, rank=rank, world_size=2)
+    dataset = ShardDataset(paths, rank=rank, world_size=2, manifest=False)
     for persistent in (False, True):
         loader = DataLoader(dataset, batch_size=None, num_workers=3, persistent_workers=persistent)
         for epoch in (0, 1):
@@ -135,16 +73,12 @@ dataset = ShardDataset(paths, to_tuple="jpg", handler="skip")  # no sample has a
 for epoch in (0, 1):
     dataset.set_epoch(epoch)
     list(DataLoader(dataset, batch_size=None, num_workers=2))
-for name in ("batched twice", "batched once"):
-    print("== " + name, file=sys.stderr, flush=True)
-    dataset = ShardDataset(manifest, batch_size=2)
-    for workers in (2, 0):
-        for epoch in (0, 1):
-            dataset.set_epoch(epoch)
-            if name == "batched twice":
-                list(DataLoader(dataset, num_workers=workers))
-            else:
-                list(DataLoader(dataset, batch_size=None, num_workers=workers))
+print("== batched once", file=sys.stderr, flush=True)
+dataset = ShardDataset(manifest, batch_size=2)
+for workers in (2, 0):
+    for epoch in (0, 1):
+        dataset.set_epoch(epoch)
+        list(DataLoader(dataset, batch_size=None, num_workers=workers))
 """
 
 
@@ -402,7 +336,7 @@ def test_len_counts_samples_or_batches_of_this_rank(shards):
 
 
 @pytest.mark.parametrize("num_workers", [0, 2, 3])
-def test_len_of_a_dataloader_is_the_batches_it_yields_whether_dataset_or_loader_batches(
+def test_len_of_a_dataloader_is_the_batches_it_yields_when_the_dataset_batches(
     tmp_path, num_workers
 ):
     _, manifest = make_shards(tmp_path, [5, 3, 7, 1, 4, 6])  # 26 samples
@@ -414,41 +348,117 @@ def test_len_of_a_dataloader_is_the_batches_it_yields_whether_dataset_or_loader_
             options = dict(equal_batches=equal, rank=rank, world_size=world)
             samples = len(ShardDataset(manifest, **options))
             for batch_size, drop_last in ((4, False), (3, True)):
-                in_workers = ShardDataset(
+                dataset = ShardDataset(
                     manifest, batch_size=batch_size, drop_last=drop_last, **options
                 )
-                by_loader = ShardDataset(manifest, **options)
-                for loader in (
-                    DataLoader(in_workers, batch_size=None, num_workers=num_workers),
-                    DataLoader(
-                        by_loader,
-                        batch_size=batch_size,
-                        drop_last=drop_last,
-                        num_workers=num_workers,
-                    ),
-                ):
-                    batches = [len(b["__key__"]) for b in loader]
-                    assert len(loader) == len(batches), (world, equal, rank, batch_size)
-                    assert sum(batches) == samples - drop_last * (samples % batch_size)
-                    per_rank[rank].append(batches)
+                loader = DataLoader(dataset, batch_size=None, num_workers=num_workers)
+                batches = [len(b["__key__"]) for b in loader]
+                assert len(loader) == len(batches), (world, equal, rank, batch_size)
+                assert sum(batches) == samples - drop_last * (samples % batch_size)
+                per_rank[rank].append(batches)
         if equal:
             assert per_rank[0] == per_rank[1] == per_rank[2]
 
 
-def test_a_dataloader_batching_the_batches_of_the_dataset_warns_once_per_dataset(
-    worker_warnings,
+@pytest.mark.parametrize("num_workers", [0, 2, 3])
+def test_a_dataloader_that_batches_gets_every_sample_and_at_most_a_batch_per_worker_more(
+    tmp_path, num_workers
 ):
-    twice = "UserWarning: tarkit: ShardDataset(batch_size=2) yields batches, and the DataLoader"
-    assert worker_warnings["batched twice"].count(twice) == 1
+    # The documented route without the dataset batching: each worker's share ends in a
+    # partial batch of its own, so len() may be short by up to num_workers - 1.
+    paths, manifest = make_shards(tmp_path, [5, 3, 7, 1, 4, 6])  # 26 samples
+    loader = DataLoader(ShardDataset(manifest), batch_size=4, num_workers=num_workers)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # torch's own length warning, when it is short
+        batches = [list(b["__key__"]) for b in loader]
+    keys = sorted(k for batch in batches for k in batch)
+    assert keys == sorted(keys_of(ShardDataset(paths)))
+    assert len(loader) <= len(batches) <= len(loader) + max(num_workers - 1, 0)
+
+
+def test_a_dataset_that_batches_for_a_dataloader_that_does_not_warns_nothing(worker_warnings):
     assert "tarkit:" not in worker_warnings["batched once"]
 
 
 def test_len_without_a_manifest_is_a_type_error_and_equal_batches_needs_one(shards):
     paths, _, _ = shards
     with pytest.raises(TypeError, match="needs a manifest"):
-        len(ShardDataset(paths))
+        len(ShardDataset(paths, manifest=False))
     with pytest.raises(UsageError, match="equal_batches needs a manifest"):
-        ShardDataset(paths, equal_batches=True)
+        ShardDataset(paths, equal_batches=True, manifest=False)
+
+
+def test_a_manifest_beside_the_shards_gives_len_when_it_lists_exactly_them(tmp_path):
+    paths, _ = make_shards(tmp_path, [5, 3, 7])
+    pattern = str(tmp_path / "s-{000..002}.tar")
+    assert len(ShardDataset(pattern)) == 15
+    assert len(ShardDataset(pattern, batch_size=4)) == 4
+    subset = ShardDataset(str(tmp_path / "s-{000..001}.tar"))  # not exactly its shards
+    assert subset.infos is None
+    with pytest.raises(TypeError, match="needs a manifest"):
+        len(subset)
+
+
+def test_local_shards_that_do_not_exist_fail_when_the_dataset_is_built(tmp_path):
+    make_shards(tmp_path, [2, 2, 2])
+    past_the_end = str(tmp_path / "s-{000..004}.tar")
+    with pytest.raises(SourceError) as info:
+        ShardDataset(past_the_end)
+    assert str(info.value) == (f"{tmp_path}/s-003.tar: no such shard (2 of 5 shards do not exist)")
+    with pytest.raises(SourceError, match="s-00l.tar: no such shard \\(1 of 1"):
+        ShardDataset(str(tmp_path / "s-00l.tar"), handler="skip")
+
+
+WORKER_ERROR_SCRIPT = """
+import sys
+import tarkit
+for batch in tarkit.loader(sys.argv[1:], batch_size=2, num_workers=2):
+    pass
+"""
+
+
+@pytest.mark.parametrize("debug", [False, True])
+def test_an_error_in_a_worker_reaches_the_user_as_tarkits_one_line_message(tmp_path, debug):
+    paths, _ = make_shards(tmp_path, [4, 4], images=True, bad_jpegs=["s01-002"])
+    env = {k: v for k, v in os.environ.items() if k != "TARKIT_DEBUG"}
+    if debug:
+        env["TARKIT_DEBUG"] = "1"
+    script = WORKER_ERROR_SCRIPT.replace("batch_size=2,", "batch_size=2, decode='rgb8',")
+    result = subprocess.run(
+        [sys.executable, "-c", script, *paths], capture_output=True, text=True, timeout=120,
+        env=env,
+    )  # fmt: skip
+    assert result.returncode == 1
+    last = result.stderr.strip().splitlines()[-1]
+    assert last.startswith(
+        f"tarkit.errors.InputError: {paths[1]}: cannot decode field 'jpg' of sample "
+        "'s01-002': UnidentifiedImageError: cannot identify image file <_io.BytesIO object"
+    )
+    assert last.endswith("> (member s01-002)")
+    assert "Caught InputError in DataLoader worker" not in result.stderr
+    assert ("in the DataLoader worker:" in result.stderr) == debug
+    assert ("tarkit/loading/transforms.py" in result.stderr) == debug
+
+
+def test_a_batch_that_does_not_stack_names_the_samples_and_their_shapes(tmp_path):
+    out = io.BytesIO()
+    with TarWriter(out) as writer:
+        for i, size in enumerate([(8, 8), (8, 8), (9, 8)]):
+            image = io.BytesIO()
+            Image.new("RGB", size).save(image, format="PNG")
+            writer.add(f"k{i}.png", image.getvalue())
+            writer.add(f"k{i}.cls", b"1")
+    (tmp_path / "s.tar").write_bytes(out.getvalue())
+    dataset = ShardDataset(str(tmp_path / "s.tar"), decode="torchrgb", to_tuple="png cls",
+                           batch_size=3)  # fmt: skip
+    with pytest.raises(InputError) as info:
+        list(dataset)
+    assert str(info.value) == (
+        f"{tmp_path}/s.tar: cannot batch field 0: sample 'k2' has shape (3, 8, 9), sample "
+        f"'k0' ({tmp_path}/s.tar) has (3, 8, 8); fields of a batch must have one shape: give "
+        "images one size (tarkit shard --resize 256x256:crop, or a map= that resizes) or "
+        "pass collate= (member k2)"
+    )
 
 
 # -- order -----------------------------------------------------------------------------
@@ -617,14 +627,14 @@ def test_truncated_shard_raises_or_skips_its_rest_with_exact_counts(tmp_path, in
     paths, manifest = make_shards(tmp_path, counts)
     truncate_shard(paths[1], "s01-003", inside=inside)
     with pytest.raises(TruncatedError, match=paths[1]):
-        list(ShardDataset(paths))
+        list(ShardDataset(paths, manifest=False))
     with pytest.raises(TruncatedError, match=paths[1]):  # not taken for a decoding error
-        list(ShardDataset(paths, decode=[], to_tuple="cls"))
+        list(ShardDataset(paths, decode=[], to_tuple="cls", manifest=False))
     # Cut inside 003's data: 000-002 come out, since 003's header (another key) ends 002.
     # Cut at 003's header: 002 is lost too, because its end cannot be confirmed.
     first_lost = 3 if inside else 2
     expected = all_keys(counts) - Counter(f"s01-{i:03d}" for i in range(first_lost, 6))
-    dataset = ShardDataset(paths, handler="skip")
+    dataset = ShardDataset(paths, handler="skip", manifest=False)
     with pytest.warns(UserWarning, match="skipping bad input"):
         assert Counter(keys_of(dataset)) == expected
     assert dataset.skipped.shards == {TRUNCATED: 1}
@@ -670,10 +680,10 @@ def test_equal_batches_stay_equal_when_samples_are_skipped(tmp_path):
 def test_unreadable_and_corrupt_shards(tmp_path):
     paths, _ = make_shards(tmp_path, [2, 2])
     Path(paths[1]).write_bytes(b"x" * 2048)
-    missing = str(tmp_path / "missing.tar")
-    with pytest.raises(SourceError, match="missing.tar: no such file"):
-        list(ShardDataset([paths[0], missing]))
-    dataset = ShardDataset([paths[0], missing, paths[1]], handler="skip")
+    failing = f"pipe:cat {tmp_path}/missing.tar"
+    with pytest.raises(SourceError, match="missing.tar: command exited with status 1"):
+        list(ShardDataset([paths[0], failing]))
+    dataset = ShardDataset([paths[0], failing, paths[1]], handler="skip")
     with pytest.warns(UserWarning):
         assert keys_of(dataset) == ["s00-000", "s00-001"]
     assert dataset.skipped.shards == {UNREADABLE: 1, CORRUPT: 1}

@@ -16,10 +16,10 @@ from tarkit.loading.splitting import (
     rank_length,
     rank_range,
     shard_order,
-    stable_seed,
     whole_shards,
     worker_range,
 )
+from tarkit.seeds import stable_seed
 
 
 def samples_of(pieces: list[Piece], counts: list[int]) -> list[tuple[int, int]]:
@@ -161,7 +161,7 @@ def test_shard_order_is_the_same_in_every_run_and_differs_between_epochs():
 
 
 def test_stable_seed_does_not_depend_on_pythonhashseed():
-    code = "from tarkit.loading.splitting import stable_seed; print(stable_seed(1, 'x', 2))"
+    code = "from tarkit.seeds import stable_seed; print(stable_seed(1, 'x', 2))"
     values = {
         subprocess.run(
             [sys.executable, "-c", code],

@@ -16,10 +16,9 @@ import pytest
 from conftest import make_tar, samples_of, webdataset_samples
 from map_functions import PER_SHARD, SHARDS, write_inputs
 
-from tarkit.errors import UsageError
+from tarkit.errors import EngineError, UsageError
 from tarkit.processing.driver import MapError, MapProgress, map_shards
-from tarkit.processing.engines import EngineError
-from tarkit.processing.shard_task import record_path
+from tarkit.processing.records import record_path
 
 
 @pytest.fixture
@@ -51,7 +50,7 @@ def test_every_sample_is_mapped_once_and_metadata_rows_come_in_input_order(tmp_p
     assert rows[PER_SHARD] == {"key": "s1-00", "length": 4, "shard": "in-1.tar"}
     assert (result.processed, result.resumed, result.samples, result.rows) == (4, 0, 20, 20)
     assert events.count("done") == SHARDS and events[-1] == "finished"
-    from tarkit.format.manifest import load
+    from tarkit.storage import load_manifest as load
 
     manifest = load(str(tmp_path / "out" / "manifest.json"))
     assert [s.url for s in manifest.shards] == [f"out-{s}.tar" for s in range(SHARDS)]
@@ -297,7 +296,7 @@ def test_a_rerun_maps_only_the_shards_that_are_missing_or_do_not_match(
     assert (result.processed, result.resumed) == (1, 3)
 
     (marks / "calls").unlink()
-    result = map_shards(fns.shout, others, [str(p) for p in outputs], workers=2, resume=False)
+    result = map_shards(fns.shout, others, [str(p) for p in outputs], workers=2, mode="overwrite")
     assert len(fns.calls(marks)) == SHARDS * PER_SHARD and result.processed == SHARDS
 
 

@@ -25,8 +25,8 @@ from conftest import BIN, ROOT, assert_gone, run, samples_of
 from map_functions import write_inputs
 
 from tarkit.errors import UsageError
-from tarkit.processing.commands import sweep_ledgers
 from tarkit.processing.driver import MapError, map_shards
+from tarkit.processing.ledger import sweep_ledgers
 
 pytest.importorskip("ray")
 pytestmark = pytest.mark.timeout(150)  # each test, the cluster's start-up included
@@ -290,7 +290,7 @@ def test_num_cpus_one_runs_and_more_than_any_node_has_fails_at_once_saying_so(
     assert "2/2 shards" in one.stderr
     (tmp_path / "out-0.tar").unlink()
     # Each node of the cluster has one CPU: Ray would keep the tasks pending forever.
-    two = run([*command, "--num-cpus", "2", "--no-resume"], timeout=60)
+    two = run([*command, "--num-cpus", "2", "--overwrite"], timeout=60)
     assert two.returncode == 2
     assert two.stderr == (
         "tarkit map: error: each shard task asks for 2 CPUs (num_cpus, --num-cpus) but no "

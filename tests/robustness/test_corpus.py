@@ -372,7 +372,7 @@ def loader_samples(items: list[dict[str, object]]) -> list[tuple[str, dict[str, 
 
 @pytest.mark.parametrize("case", [param(c, "loader") for c in LOADER_CASES])
 def test_loader_raises_after_exactly_the_cases_samples(tmp_path: Path, case: Case) -> None:
-    from tarkit.loading.dataset import ShardDataset
+    from tarkit.loading import ShardDataset
 
     path = tmp_path / "case.tar"
     path.write_bytes(case.data)
@@ -391,7 +391,7 @@ def test_loader_raises_after_exactly_the_cases_samples(tmp_path: Path, case: Cas
 def test_loader_skip_gives_the_same_samples_and_counts_the_bad_shard(
     tmp_path: Path, case: Case
 ) -> None:
-    from tarkit.loading.dataset import ShardDataset
+    from tarkit.loading import ShardDataset
 
     path = tmp_path / "case.tar"
     path.write_bytes(case.data)

@@ -302,7 +302,7 @@ def test_whole_http_shard_reads_cleanly(tmp_path: Path, dropping: DroppingServer
 
 @pytest.mark.parametrize("mode", sorted(DROPS))
 def test_loader_raises_or_skips_a_dropped_shard(dropping: DroppingServer, mode: str) -> None:
-    from tarkit.loading.dataset import ShardDataset
+    from tarkit.loading import ShardDataset
 
     url = f"{dropping.url}/{mode}.tar"
     got: list[dict[str, object]] = []

@@ -169,7 +169,7 @@ def test_tarsplit_interrupted_leaves_only_whole_shards_and_a_rerun_completes(
     assert "Traceback" not in stderr, stderr
     check_interrupted(tmp_path / "out", reference, how)
 
-    subprocess.run([*split, "in.tar"], cwd=tmp_path, check=True, timeout=60)
+    subprocess.run([*split, "in.tar", "--resume"], cwd=tmp_path, check=True, timeout=60)
     check_completed(tmp_path / "out", reference)
 
 
@@ -179,7 +179,7 @@ WRITER = """
 import sys, time
 from tarkit.writing.shard_writer import ShardWriter
 pattern, resume, delay = sys.argv[1], sys.argv[2] == "resume", float(sys.argv[3])
-with ShardWriter(pattern, maxcount={per_shard}, resume=resume) as writer:
+with ShardWriter(pattern, maxcount={per_shard}, mode="resume" if resume else "create") as writer:
     for i in range(writer.samples_done, {samples}):
         writer.write({{"__key__": f"s{{i:04d}}", "bin": bytes([i]) * 20000,
                        "txt": f"sample {{i}}"}})
@@ -199,7 +199,7 @@ class Slow:
         time.sleep(delay)
         return {{"__key__": f"s{{i:04d}}", "bin": bytes([i]) * 20000, "txt": f"sample {{i}}"}}
 
-shard_dataset(Slow(), pattern, maxcount={per_shard}, resume=resume, progress=False,
+shard_dataset(Slow(), pattern, maxcount={per_shard}, mode="resume" if resume else "create",
               to_sample=lambda item, index: item)
 """
 
@@ -249,7 +249,7 @@ from tarkit.processing.driver import map_shards
 import mapfn
 
 if __name__ == "__main__":  # workers start by forkserver or spawn
-    map_shards(mapfn.slow_upper, "in/in-{{000..005}}.tar", "out/", workers=2, resume=True)
+    map_shards(mapfn.slow_upper, "in/in-{{000..005}}.tar", "out/", workers=2, mode="resume")
 """
 
 

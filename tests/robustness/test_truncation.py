@@ -208,7 +208,7 @@ def test_library_reader_gives_all_or_a_whole_sample_prefix_at_every_cut(kind: st
 def test_loader_raises_or_skips_with_a_whole_sample_prefix_at_every_cut(
     tmp_path: Path, kind: str
 ) -> None:
-    from tarkit.loading.dataset import ShardDataset
+    from tarkit.loading import ShardDataset
 
     shard = reference_shard(kind)
     path = tmp_path / "cut.tar"

@@ -14,7 +14,15 @@ from conftest import make_tar
 from tarkit.errors import InputError, UsageError
 from tarkit.format.samples import Sample, SkipLog
 from tarkit.format.tar import Member
-from tarkit.stream.mixing import combine_inputs, interleave, mix, parse_weights, read_ahead
+from tarkit.stream.mixing import (
+    MixSchedule,
+    combine_inputs,
+    interleave,
+    mix,
+    parse_weights,
+    preview_seed,
+    read_ahead,
+)
 
 
 def samples(name: str, count: int, fail: bool = False, delay: float = 0) -> Iterator[Sample]:
@@ -59,9 +67,39 @@ def test_mix_follows_the_weights_and_the_seed() -> None:
     first = drawn(5)
     assert first == drawn(5) and first != drawn(6)
     counts = Counter(k[0] for k in first)
-    # It stops when "a" runs out: about 5000 a's and a third as many b's.
-    assert counts["a"] == 5000
-    assert 1400 < counts["b"] < 1900
+    # It stops at the first slot of "a" after its 5000 samples: the schedule's length.
+    length = MixSchedule([3, 1], seed=preview_seed(5)).length([5000, 5000])
+    assert (counts["a"], counts["b"]) == (5000, length - 5000)
+    assert abs(counts["b"] - 5000 / 3) < 30
+
+
+@pytest.mark.parametrize("weights", [[3, 1], [0.7, 0.2, 0.1], [1, 1, 1], [5, 3, 1, 1, 0.5]])
+def test_every_aligned_block_of_a_schedule_holds_each_share_to_within_one_sample(
+    weights: list[float],
+) -> None:
+    schedule = MixSchedule(weights, seed=("test", 1))
+    total = sum(weights)
+    draws = [0] * len(weights)
+    for number in range(200):
+        block = schedule.block(number)
+        assert len(block) == 1000
+        for i, weight in enumerate(weights):
+            share = 1000 * weight / total
+            assert abs(block.count(i) - share) < 1, (number, i)
+            draws[i] += block.count(i)
+    # Over 200 blocks the leftover samples average out: far closer than one a block.
+    for i, weight in enumerate(weights):
+        assert abs(draws[i] - 200_000 * weight / total) < 60
+    # The order inside a block is random, not a pattern: blocks differ.
+    assert schedule.block(0) != schedule.block(1)
+
+
+def test_a_schedule_finds_any_slot_and_the_length_before_an_input_runs_out() -> None:
+    schedule = MixSchedule([2, 1], seed=("x",))
+    slots = [schedule.source_at(k) for k in range(2500)]
+    assert schedule.draws(2500) == [slots.count(0), slots.count(1)]
+    length = schedule.length([1200, 10_000])
+    assert slots[:length].count(0) == 1200 and slots[length] == 0
 
 
 def test_mix_stops_at_the_first_input_that_runs_out_unless_until_all() -> None:

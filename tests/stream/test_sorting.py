@@ -11,9 +11,10 @@ import pytest
 from conftest import make_tar
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from tarfiles import END, header, member
 
 from tarkit.errors import SampleError, UsageError
-from tarkit.format.samples import SkipLog, group_samples
+from tarkit.format.samples import NO_FIELD, SkipLog, group_samples
 from tarkit.format.tar import TarWriter, read_members
 from tarkit.stream.sorting import (
     ITEM_OVERHEAD,
@@ -139,17 +140,26 @@ def test_shuffle_depends_on_keys_and_seed_only(tmp_path: Path) -> None:
 
 
 def test_skipped_members_follow_the_readers_rules(tmp_path: Path) -> None:
-    out = io.BytesIO()
-    with TarWriter(out) as writer:
-        writer.add("README", b"no field")
-        writer.add("__meta__/x.json", b"{}")
-        writer.add("a.txt", b"a")
+    archive = (
+        member("README", b"no field")
+        + member("__meta__/x.json", b"{}")
+        + member("d/", typeflag=b"5")
+        + member("a.txt", b"a")
+        + header("l.txt", 0, b"2", linkname=b"a.txt")
+        + member(".hidden", b"h")
+        + member("b.txt", b"b")
+        + END
+    )
     path = tmp_path / "in.tar"
-    path.write_bytes(out.getvalue())
-    skips = SkipLog()
-    assert [s.key for s in sort_samples([str(path)], skips=skips)] == ["a"]
-    assert skips.counts == {"member without a field (no dot in the file name)": 1}
-    with pytest.raises(SampleError, match="not allowed with --strict"):
+    path.write_bytes(archive)
+    sorting, grouping = SkipLog(), SkipLog()
+    assert [s.key for s in sort_samples([str(path)], skips=sorting)] == ["a", "b"]
+    assert [s.key for s in group_samples(read_members(io.BytesIO(archive)), str(path), skips=grouping)] == [
+        "a", "b"
+    ]  # fmt: skip
+    assert sorting.counts == grouping.counts == {NO_FIELD: 2, "symlink member": 1}
+    assert sorting.first == grouping.first
+    with pytest.raises(SampleError, match="member without a field .* not allowed with --strict"):
         list(sort_samples([str(path)], strict=True))
 
 

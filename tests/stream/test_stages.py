@@ -14,7 +14,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from tarkit.errors import OutputError, SampleError, TruncatedError, UsageError
-from tarkit.storage.sources import Sink
+from tarkit.storage import Sink
 from tarkit.stream.stages import (
     output_errors,
     parse_slice,
@@ -182,7 +182,7 @@ def test_write_samples_to_a_stream_keeps_whole_samples_and_no_end_marker(tmp_pat
 
     class Captured(Sink):
         def __init__(self) -> None:
-            self.spec, self.temp_path = "-", None
+            self.spec, self.staged = "-", None
             self._file = self.stream = io.BytesIO()  # type: ignore[assignment]
 
     sink = Captured()

@@ -14,8 +14,8 @@ from conftest import samples_of, sigkill_when, webdataset_samples
 from PIL import Image
 
 from tarkit.errors import InputError, SampleError, UsageError
-from tarkit.writing.from_dataset import default_sample, shard_dataset
-from tarkit.writing.shard_writer import temp_place
+from tarkit.storage import temp_place
+from tarkit.writing.from_dataset import ShardProgress, default_sample, shard_dataset
 
 
 class Pictures:
@@ -155,15 +155,26 @@ def test_shuffle_of_an_iterable_is_a_usage_error(tmp_path: Path) -> None:
         shard_dataset(iter([]), str(tmp_path / "s-%d.tar"), shuffle=True)
 
 
-def test_progress_line_is_drawn_only_when_asked_or_on_a_terminal(
+def test_progress_is_a_callback_of_counts_and_nothing_is_written_to_stderr(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    shard_dataset(Pictures(5), str(tmp_path / "a-%d.tar"))
-    assert capsys.readouterr().err == ""  # stderr is not a terminal here
-    shard_dataset(Pictures(5), str(tmp_path / "b-%d.tar"), progress=True)
-    err = capsys.readouterr().err
-    assert err.startswith("\r") and err.endswith("\n")
-    assert "5/5 samples (100%), 1 shard done" in err
+    seen: list[ShardProgress] = []
+    shard_dataset(Pictures(5), str(tmp_path / "a-%d.tar"), maxcount=2, progress=seen.append)
+    assert capsys.readouterr() == ("", "")
+    assert [(p.samples, p.shards, p.finished) for p in seen] == [
+        (1, 0, False), (2, 0, False), (3, 1, False), (4, 1, False), (5, 2, False), (5, 3, True)
+    ]  # fmt: skip
+    assert {(p.total, p.resumed) for p in seen} == {(5, 0)}
+    assert seen[-1].seconds >= seen[0].seconds > 0 and seen[-1].samples_per_second > 0
+    # A resumed run counts the samples found in the complete shards apart.
+    (tmp_path / "a-2.tar").unlink()
+    seen.clear()
+    shard_dataset(Pictures(5), str(tmp_path / "a-%d.tar"), maxcount=2, progress=seen.append,
+                  mode="resume")  # fmt: skip
+    assert [(p.samples, p.shards, p.resumed) for p in seen] == [(5, 2, 4), (5, 3, 4)]
+    iterable: list[ShardProgress] = []
+    shard_dataset(iter([{"txt": "x"}]), str(tmp_path / "i-%d.tar"), progress=iterable.append)
+    assert [(p.samples, p.total) for p in iterable] == [(1, None), (1, None)]
 
 
 KILLABLE = """
@@ -179,7 +190,7 @@ class Slow:
             time.sleep(120)  # the test kills the process here
         return Image.new("RGB", (8, 8), (i, 0, 0)), i
 
-shard_dataset(Slow(), sys.argv[1], maxcount=10, shuffle=False, resume=True,
+shard_dataset(Slow(), sys.argv[1], maxcount=10, shuffle=False, mode="resume",
               manifest=sys.argv[1].replace("s-%03d.tar", "m.json"))
 """
 
@@ -233,7 +244,7 @@ def test_writing_to_s3_uploads_only_complete_shards_and_resumes(
     assert not [n for n in os.listdir(temp_place(pattern)[0]) if n.startswith(prefixes)]
 
     fs.rm("sharding-lib/data/s-02.tar")  # as if the run had stopped before its last shard
-    again = shard_dataset(Pictures(12), pattern, maxcount=5, storage_options=options, resume=True)
+    again = shard_dataset(Pictures(12), pattern, maxcount=5, storage_options=options, mode="resume")
     assert [s.samples for s in again.shards] == [5, 5, 2]
     assert fs.cat("sharding-lib/data/s-02.tar") == local[2]
 
@@ -265,3 +276,52 @@ def test_a_killed_s3_run_leaves_a_named_staging_file_that_resume_removes(
     assert sorted(fs.ls("staging/d", refresh=True)) == [
         f"staging/d/{name}" for name in ["m.json", *(f"s-{i:03d}.tar" for i in range(5))]
     ]
+
+
+class Flaky:
+    """20 text items; those in ``bad`` raise, and item ``stop`` ends the run as a crash would."""
+
+    def __init__(self, bad: set[int], stop: int | None = None) -> None:
+        self.bad, self.stop = bad, stop
+
+    def __len__(self) -> int:
+        return 20
+
+    def __getitem__(self, index: int) -> dict[str, object]:
+        if index == self.stop:
+            raise KeyboardInterrupt  # not an item's failure: the run stops here
+        if index in self.bad:
+            raise ValueError(f"item {index} is broken")
+        return {"__key__": f"k{index:02d}", "txt": f"text {index}"}
+
+    def item_source(self, index: int) -> str:
+        return f"row {index}"
+
+
+def test_on_error_skip_leaves_out_failing_items_and_lists_them_beside_the_shards(
+    tmp_path: Path,
+) -> None:
+    seen = []
+    manifest = shard_dataset(Flaky({3, 11}), str(tmp_path / "s-%d.tar"), maxcount=4,
+                             on_error="skip", on_reject=seen.append)  # fmt: skip
+    assert manifest.samples == 18
+    assert [(r.index, r.source) for r in seen] == [(3, "row 3"), (11, "row 11")]
+    assert (tmp_path / "s-rejects.tsv").read_text() == (
+        "3\trow 3\tdataset: item 3: ValueError: item 3 is broken\n"
+        "11\trow 11\tdataset: item 11: ValueError: item 11 is broken\n"
+    )
+
+
+def test_resume_with_on_error_skip_counts_the_rejected_items_of_the_complete_shards(
+    tmp_path: Path,
+) -> None:
+    options = dict(maxcount=4, on_error="skip", shuffle=True, seed=3)
+    shard_dataset(Flaky({3, 11, 17}), str(tmp_path / "clean" / "s-%d.tar"), **options)
+    pattern = str(tmp_path / "cut" / "s-%d.tar")
+    with pytest.raises(KeyboardInterrupt):
+        shard_dataset(Flaky({3, 11, 17}, stop=14), pattern, **options)
+    cut = sorted(p.name for p in (tmp_path / "cut").glob("*.tar"))
+    assert 0 < len(cut) < 5
+    shard_dataset(Flaky({3, 11, 17}), pattern, mode="resume", **options)
+    clean = {p.name: p.read_bytes() for p in (tmp_path / "clean").iterdir()}
+    assert {p.name: p.read_bytes() for p in (tmp_path / "cut").iterdir()} == clean

@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from tarkit.errors import InputError, SourceError, UsageError
-from tarkit.writing.plan import plan_delimiter, read_plan
+from tarkit.writing.plan import PlanDataset, plan_delimiter, plan_members, read_plan
 
 
 def test_rows_give_keys_text_and_file_fields_relative_to_the_plan(tmp_path: Path) -> None:
@@ -75,3 +75,32 @@ def test_key_format_makes_keys_from_the_row_and_text_columns(tmp_path: Path) -> 
     keyed.write_text("__key__,txt\nk,a\n")
     with pytest.raises(UsageError, match="leave out --key"):
         read_plan(str(keyed), key_format="{row}")
+
+
+def test_plan_members_are_sorted_fields_with_text_as_utf8(tmp_path: Path) -> None:
+    (tmp_path / "a.bin").write_bytes(b"\x00\x01")
+    plan = tmp_path / "plan.csv"
+    plan.write_text("txt,@bin,cls\nhé,a.bin,1\n", encoding="utf-8")
+    members = list(plan_members(read_plan(str(plan))))
+    assert members == [
+        ("000000000.bin", b"\x00\x01"),
+        ("000000000.cls", b"1"),
+        ("000000000.txt", "hé".encode()),
+    ]
+
+
+def test_a_file_removed_after_the_check_is_a_source_error(tmp_path: Path) -> None:
+    (tmp_path / "a.bin").write_bytes(b"x")
+    plan = tmp_path / "plan.csv"
+    plan.write_text("@bin\na.bin\n")
+    rows = read_plan(str(plan))
+    (tmp_path / "a.bin").unlink()
+    with pytest.raises(SourceError, match="a.bin: cannot read"):
+        list(plan_members(rows))
+
+
+def test_plan_dataset_loads_rows(tmp_path: Path) -> None:
+    (tmp_path / "f.bin").write_bytes(b"F")
+    (tmp_path / "p.csv").write_text("@bin,txt\nf.bin,hi\n")
+    plan = PlanDataset(str(tmp_path / "p.csv"))
+    assert len(plan) == 1 and plan[0] == {"__key__": "000000000", "txt": "hi", "bin": b"F"}

@@ -20,13 +20,9 @@ from tarkit.format.compression import compression_for, open_compressor, open_dec
 from tarkit.format.encoding import encode_sample
 from tarkit.format.samples import group_samples
 from tarkit.format.tar import member_size_on_disk, read_members
-from tarkit.writing.shard_writer import (
-    ShardWriter,
-    _ShardFile,
-    check_pattern,
-    completed_shards,
-    shard_name,
-)
+from tarkit.storage import StagedFile
+from tarkit.writing.patterns import check_pattern, completed_shards, shard_name
+from tarkit.writing.shard_writer import ShardWriter
 
 
 def read_samples_raw(archive: bytes) -> list[bytes]:
@@ -249,7 +245,7 @@ def test_bzip2_and_xz_shards_hold_about_maxsize_tar_bytes(tmp_path: Path, ending
 
 def test_a_finished_shard_over_its_limit_is_refused_and_not_published(tmp_path: Path) -> None:
     # The last check, for a bug in the bounds: the shard never appears under its name.
-    shard = _ShardFile(str(tmp_path / "s-0.tar.gz"), None)
+    shard = StagedFile(str(tmp_path / "s-0.tar.gz"))
     shard.write(os.urandom(5000))
     with pytest.raises(OutputError, match="over the limit of 4000: a bug in tarkit"):
         shard.commit(4000)
@@ -350,7 +346,7 @@ def test_resume_continues_after_complete_shards_with_identical_bytes(tmp_path: P
     interrupted.write_all(samples[:8])  # two shards done, the third in a temporary file
     interrupted._file.buffered.flush()  # type: ignore[union-attr]  # as a killed run leaves it
     manifest = tmp_path / "cut" / "m.json"
-    resumed = ShardWriter(pattern, maxcount=3, resume=True, manifest=str(manifest))
+    resumed = ShardWriter(pattern, maxcount=3, mode="resume", manifest=str(manifest))
     assert resumed.samples_done == 6
     with resumed:
         resumed.write_all(samples[resumed.samples_done :])
@@ -399,3 +395,15 @@ def test_without_checksums_the_shards_are_the_same_bytes_and_carry_no_sha256(
         data = Path(with_sum.url).read_bytes()
         assert with_sum.sha256 == hashlib.sha256(data).hexdigest()
         assert (tmp_path / "False" / Path(with_sum.url).name).read_bytes() == data
+
+
+def test_a_manifest_of_shards_named_with_bytes_that_are_not_utf8_is_written(
+    tmp_path: Path,
+) -> None:
+    directory = os.fsdecode(os.fsencode(str(tmp_path)))
+    pattern = os.path.join(directory, os.fsdecode(b"caf\xe9-%d.tar"))
+    with ShardWriter(pattern, maxcount=1, manifest=os.path.join(directory, "m.json")) as writer:
+        writer.write({"__key__": "a", "txt": "x"})
+    data = (tmp_path / "m.json").read_bytes()
+    assert json.loads(data)["shards"][0]["url"] == os.fsdecode(b"caf\xe9-0.tar")
+    assert os.path.exists(os.fsencode(str(tmp_path)) + b"/caf\xe9-0.tar")

@@ -1,24 +1,14 @@
-"""Where the shard tasks of :func:`tarkit.map_shards` run: local processes or a Ray cluster.
+"""The local engine: a pool of worker processes on this machine, robust to one being killed.
 
-Both engines have the same small interface, driven by :mod:`tarkit.processing.driver`:
-``room()`` (how many more tasks may be submitted now), ``submit(task)``,
-``wait(timeout)`` (the tasks that ended: each with its :class:`ShardResult`, or a
-string saying how its worker died), ``running()``, ``samples_read()`` (input samples
-read so far by the tasks still running, for the progress display) and
-``close(cancel)``.
-
-- :class:`LocalEngine`: worker processes of this machine, started with ``forkserver``
-  (``spawn`` where there is none), one task at a time each. A worker that dies (killed,
-  out of memory) costs only its own task, which is reported; the worker is replaced.
-- :class:`RayEngine`: one Ray task per shard (``num_cpus`` each), on the cluster at
-  ``address`` or ``RAY_ADDRESS``, else a local Ray started for the job. Ray's own task
-  retries are off: the driver retries, the same way for both engines.
+Workers are started with ``forkserver`` (``spawn`` where there is none) and run one shard
+task at a time each. A worker that dies (killed, out of memory) costs only its own task,
+which is reported for a retry; the worker is replaced, and the shell commands it was
+running are killed and their directories removed (from its ledger).
 """
 
 from __future__ import annotations
 
 import functools
-import logging
 import multiprocessing
 import multiprocessing.connection
 import os
@@ -26,16 +16,10 @@ import signal
 import sys
 from typing import Any
 
-from ..errors import TarkitError, UsageError
-from ..storage.sources import describe_exit
-from .commands import ledger_base, record_commands, stop_recording, sweep_ledgers
-from .shard_task import ShardResult, ShardTask, run_shard
-
-Ended = tuple[ShardTask, "ShardResult | str"]
-
-
-class EngineError(TarkitError):
-    """The engine cannot run: Ray is not installed, the cluster cannot be reached…"""
+from ...storage import describe_exit
+from ..ledger import ledger_base, record_commands, stop_recording, sweep_ledgers
+from ..shard_task import run_shard
+from .base import Ended, ShardMapper, ShardResult, ShardTask
 
 
 def default_workers() -> int:
@@ -46,16 +30,12 @@ def default_workers() -> int:
         return os.cpu_count() or 1
 
 
-# ---------------------------------------------------------------------------------------
-# Local processes
-
-
 def _on_sigterm(signum: int, frame: object) -> None:
     raise SystemExit(128 + signum)  # unwind so that staging directories are removed
 
 
 def _worker_main(
-    conn: multiprocessing.connection.Connection, mapper: Any, environ: dict[str, str],
+    conn: multiprocessing.connection.Connection, mapper: ShardMapper, environ: dict[str, str],
     ledgers: str | None,
 ) -> None:  # fmt: skip
     # A forkserver child has the server's environment: give it the driver's, as now.
@@ -72,7 +52,7 @@ def _worker_main(
     except OSError:
         return
     # Should this process be killed, the driver finds the commands it ran and their
-    # directories in its ledger (see tarkit.processing.commands.record_commands).
+    # directories in its ledger (see tarkit.processing.ledger).
     record_commands(ledgers)
     try:
         while True:
@@ -98,7 +78,7 @@ def _tell(conn: multiprocessing.connection.Connection, samples: int) -> None:
 
 
 class _Worker:
-    def __init__(self, context: Any, mapper: Any, ledgers: str | None) -> None:
+    def __init__(self, context: Any, mapper: ShardMapper, ledgers: str | None) -> None:
         self.conn, child = context.Pipe()
         self.process = context.Process(
             target=_worker_main,
@@ -154,7 +134,7 @@ class LocalEngine:
     was running are killed and their directories removed (from its ledger).
     """
 
-    def __init__(self, mapper: Any, workers: int) -> None:
+    def __init__(self, mapper: ShardMapper, workers: int) -> None:
         self.context = multiprocessing.get_context(start_method())
         self.ledgers = ledger_base()
         self.mapper = mapper
@@ -240,140 +220,3 @@ class LocalEngine:
             worker.stop(kill=True)
         self.idle, self.busy, self.read = [], {}, {}
         sweep_ledgers(self.ledgers)  # of workers that had to be killed
-
-
-# ---------------------------------------------------------------------------------------
-# Ray
-
-
-def import_ray() -> Any:
-    """Import Ray, or raise :class:`EngineError` saying how to install it."""
-    try:
-        import ray
-    except ImportError:
-        raise EngineError(
-            "engine 'ray' needs Ray, which is not installed: pip install 'tarkit[ray]'"
-        ) from None
-    return ray
-
-
-class RayEngine:
-    """One Ray task per shard, each asking for ``num_cpus`` CPUs of the cluster.
-
-    Connects to ``address`` (or ``RAY_ADDRESS``, or the cluster last started on this
-    machine with ``ray start``), else starts a local Ray for the job; a Ray the caller
-    initialized already is used as it is. ``workers`` limits the tasks in flight (None:
-    all of them; Ray queues what the cluster cannot run yet).
-    """
-
-    def __init__(
-        self, mapper: Any, workers: int | None, address: str | None, num_cpus: float
-    ) -> None:
-        ray = import_ray()
-        self.ray = ray
-        self.connected_here = False
-        if not ray.is_initialized():
-            where = address or os.environ.get("RAY_ADDRESS") or None
-            try:
-                ray.init(
-                    address=where,
-                    include_dashboard=False,
-                    logging_level=logging.WARNING,
-                    log_to_driver=True,
-                )
-            except (ConnectionError, ValueError, RuntimeError) as exc:
-                what = f"the Ray cluster at {where}" if where else "a local Ray"
-                raise EngineError(f"cannot connect to {what}: {exc}") from None
-            self.connected_here = True
-        try:
-            check_cpus(ray.nodes(), num_cpus)
-        except UsageError:
-            if self.connected_here:
-                ray.shutdown()
-            raise
-        remote = ray.remote(num_cpus=num_cpus, max_retries=0, retry_exceptions=False)
-        self.task = remote(run_shard_on_ray)
-        self.mapper_ref = ray.put(mapper)
-        self.size = workers
-        self.refs: dict[Any, ShardTask] = {}
-
-    def samples_read(self) -> int:
-        return 0  # Ray tasks report their samples when they end
-
-    def room(self) -> int:
-        if self.size is None:
-            return 1 << 30
-        return self.size - len(self.refs)
-
-    def running(self) -> int:
-        return len(self.refs)
-
-    def submit(self, task: ShardTask) -> None:
-        self.refs[self.task.remote(self.mapper_ref, task)] = task
-
-    def wait(self, timeout: float) -> list[Ended]:
-        if not self.refs:
-            return []
-        ray = self.ray
-        refs = list(self.refs)
-        ready, _ = ray.wait(refs, num_returns=1, timeout=timeout)
-        if ready:
-            ready, _ = ray.wait(refs, num_returns=len(refs), timeout=0)
-        ended: list[Ended] = []
-        for ref in ready:
-            task = self.refs.pop(ref)
-            try:
-                ended.append((task, ray.get(ref)))
-            except ray.exceptions.RayError as exc:
-                ended.append((task, _ray_failure(exc)))
-        return ended
-
-    def close(self, cancel: bool = False) -> None:
-        if cancel:
-            for ref in self.refs:
-                try:
-                    self.ray.cancel(ref, force=True)
-                except Exception:  # already finished, or the cluster is gone
-                    pass
-        self.refs = {}
-        if self.connected_here:
-            self.ray.shutdown()
-
-
-def check_cpus(nodes: list[dict[str, Any]], num_cpus: float) -> None:
-    """Raise :class:`UsageError` unless a live node of ``nodes`` (``ray.nodes()``) has
-    ``num_cpus`` CPUs: Ray would keep such tasks pending forever, without an error.
-
-    >>> check_cpus([{"Alive": True, "Resources": {"CPU": 2.0}}], 4)
-    Traceback (most recent call last):
-    ...
-    tarkit.errors.UsageError: each shard task asks for 4 CPUs (num_cpus, --num-cpus) but no node of the Ray cluster has that many: the largest has 2 (1 node, 2 CPUs in all)
-    """
-    cpus = [float(n.get("Resources", {}).get("CPU", 0)) for n in nodes if n.get("Alive")]
-    largest = max(cpus, default=0.0)
-    if num_cpus <= largest:
-        return
-    count = "1 node" if len(cpus) == 1 else f"{len(cpus)} nodes"
-    raise UsageError(
-        f"each shard task asks for {num_cpus:g} CPUs (num_cpus, --num-cpus) but no node of "
-        f"the Ray cluster has that many: the largest has {largest:g} ({count}, "
-        f"{sum(cpus):g} CPUs in all)"
-    )
-
-
-def run_shard_on_ray(mapper: Any, task: ShardTask) -> ShardResult:
-    """:func:`run_shard` in a Ray worker, which keeps a ledger of its shell commands.
-
-    Ray does not kill what a killed worker started in sessions of their own: each task
-    first sweeps the ledgers of dead workers of its node (their commands are killed,
-    their directories removed).
-    """
-    record_commands()
-    sweep_ledgers()
-    return run_shard(mapper, task)
-
-
-def _ray_failure(exc: BaseException) -> str:
-    name = type(exc).__name__
-    first = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
-    return f"Ray reported {name}: {first}" if first else f"Ray reported {name}"

@@ -1,0 +1,235 @@
+"""One worker's pass over its part of an epoch: what it reads, its shuffle, how far it got.
+
+A :class:`WorkerRun` turns the worker's part of the epoch (:mod:`tarkit.loading.plans`)
+into a stream of samples through the shuffle buffer, counting as it goes
+(:class:`~tarkit.loading.plans.WorkerPosition`: samples taken out of the shuffle, samples
+read into it, whether the stream ended, spans lost to bad shards). Started at a position
+(a checkpoint), it refills the shuffle buffer with exactly the samples it held — reading
+only those, by their manifest offsets — and reads on from where the stream stood.
+Without a manifest, positions in the stream are not known in advance: the run reads the
+worker's shards from their start and drops what was delivered before (exact, but its cost
+grows with the position; a manifest with offsets avoids it).
+"""
+
+from __future__ import annotations
+
+import bisect
+import random
+from collections.abc import Iterator, Sequence
+from typing import Any
+
+from ..errors import InputError
+from ..format.manifest import ShardInfo
+from . import splitting
+from .plans import EpochPlan, Runs, Shuffling, Topology, WorkerPosition
+from .reading import PieceReader
+from .shuffle import replay, shuffled
+
+INITIAL = 100  # samples buffered before the shuffle starts giving (webdataset's default)
+
+
+class WorkerRun:
+    """The pass of worker ``worker`` of rank ``rank`` over epoch ``epoch``."""
+
+    def __init__(
+        self,
+        reader: PieceReader,
+        infos: Sequence[ShardInfo] | None,
+        shards: int,
+        *,
+        shuffling: Shuffling,
+        topology: Topology,
+        rank: int,
+        worker: int,
+        plan: EpochPlan | None,
+        position: WorkerPosition | None = None,
+        stream: Runs | None = None,
+        cycle: int = 0,
+    ) -> None:
+        self.reader = reader
+        self.infos = infos
+        self.shuffling = shuffling
+        self.topology = topology
+        self.rank = rank
+        self.worker = worker
+        self.plan = plan
+        self.cycle = cycle
+        start = position or WorkerPosition()
+        self.position = WorkerPosition(start.taken, start.read, start.items, start.ended,
+                                       list(start.lost))  # fmt: skip
+        self.order = splitting.shard_order(
+            shards, shuffle=shuffling.size > 0, seed=shuffling.seed, epoch=shuffling.epoch
+        )
+        if infos is not None:
+            if stream is None:
+                assert plan is not None
+                stream = plan.worker_runs(topology, rank, worker)
+            self.stream: Runs | None = stream
+            counts = [info.samples for info in infos]
+            ends, total = [], 0
+            for shard in self.order:
+                total += counts[shard]
+                ends.append(total)
+            self._ends = ends
+            self._counts = counts
+        else:
+            self.stream = None
+            self.shards = [
+                p.shard
+                for p in splitting.whole_shards(
+                    self.order, rank=rank, world=topology.world, worker=worker,
+                    workers=topology.workers,
+                )
+            ]  # fmt: skip
+
+    @property
+    def expected(self) -> int | None:
+        """Samples this worker reads in its whole pass (None without a manifest)."""
+        return None if self.stream is None else len(self.stream)
+
+    @property
+    def empty(self) -> bool:
+        """Whether the worker has nothing at all to read in this pass."""
+        return (self.stream is not None and not len(self.stream)) or (
+            self.stream is None and not self.shards
+        )
+
+    def rng(self) -> random.Random:
+        generation = self.plan.generation if self.plan is not None else 0
+        return self.shuffling.rng(generation, self.rank, self.worker, self.cycle)
+
+    def samples(self) -> Iterator[dict[str, Any]]:
+        """The worker's samples, shuffled, from its position on."""
+        if self.stream is not None:
+            return self._planned()
+        return self._whole_shards()
+
+    # -- with a manifest: positions ---------------------------------------------------
+
+    def _planned(self) -> Iterator[dict[str, Any]]:
+        assert self.stream is not None
+        kept = self.stream.without(self.position.lost)
+        size = self.shuffling.size
+        if not size:
+            rest = kept.slice(self.position.taken, len(kept))
+            return self._taking(self._counting(self._read(rest), len(kept) - len(rest)))
+        rng = self.rng()
+        state = replay(
+            len(kept), size=size, rng=rng, initial=self.shuffling.initial,
+            taken=self.position.taken,
+        )  # fmt: skip
+        buffer = self._refill([kept.at(i) for i in state.buffer])
+        rest = kept.slice(state.read, len(kept))
+        counted = self._counting(self._read(rest), state.read)
+        return self._taking(
+            shuffled(counted, size=size, rng=rng, initial=self.shuffling.initial, buffer=buffer)
+        )
+
+    def _refill(self, positions: list[int]) -> list[dict[str, Any]]:
+        """The samples at ``positions`` (the buffer's, in buffer order)."""
+        if not positions:
+            return []
+        found = {}
+        for position, sample in self._read(Runs.of(sorted(positions)), track=False):
+            found[position] = sample
+        missing = [p for p in positions if p not in found]
+        if missing:
+            shard, index = self._locate(missing[0])
+            raise InputError(
+                f"sample {index} of the shard, held in the shuffle buffer at the checkpoint, "
+                "can no longer be read",
+                source=self.reader.urls[shard],
+            )
+        return [found[p] for p in positions]
+
+    def _read(self, runs: Runs, track: bool = True) -> Iterator[Any]:
+        """(position, sample) for ``track=False``, else samples, of the positions ``runs``;
+        samples a bad shard takes with it are noted as lost."""
+        for a, b in runs.spans:
+            for piece in splitting.range_pieces(self._counts, self.order, a, b):
+                base = self._position_of(piece.shard, piece.start)
+                got = 0
+                for sample in self.reader.piece(piece, self.worker):
+                    if track:
+                        yield sample
+                    else:
+                        yield base + got, sample
+                    got += 1
+                length = (self._counts[piece.shard] if piece.stop is None else piece.stop) - (
+                    piece.start
+                )
+                if got < length and track:
+                    self.position.lost.append((base + got, base + length))
+
+    def _position_of(self, shard: int, index: int) -> int:
+        slot = self.order.index(shard)
+        return (self._ends[slot - 1] if slot else 0) + index
+
+    def _locate(self, position: int) -> tuple[int, int]:
+        slot = bisect.bisect_right(self._ends, position)
+        return self.order[slot], position - (self._ends[slot - 1] if slot else 0)
+
+    # -- without a manifest: whole shards, read from their start ----------------------
+
+    def _whole_shards(self) -> Iterator[dict[str, Any]]:
+        stream = self.reader.samples([splitting.Piece(s) for s in self.shards], self.worker)
+        size = self.shuffling.size
+        start = self.position
+        if not start.taken:
+            counted = self._counting(stream, 0)
+            if not size:
+                return self._taking(counted)
+            return self._taking(
+                shuffled(counted, size=size, rng=self.rng(), initial=self.shuffling.initial)
+            )
+        if not size:
+            return self._taking(self._counting(_skipping(stream, start.taken), start.taken))
+        rng = self.rng()
+        state = replay(
+            start.read if start.ended else None, size=size, rng=rng,
+            initial=self.shuffling.initial, taken=start.taken,
+        )  # fmt: skip
+        wanted = {offset: slot for slot, offset in enumerate(state.buffer)}
+        held: list[Any] = [None] * len(state.buffer)
+        for offset in range(state.read):
+            sample = next(stream, None)
+            if sample is None:
+                break
+            if offset in wanted:
+                held[wanted[offset]] = sample
+        counted = self._counting(stream, state.read)
+        return self._taking(
+            shuffled(counted, size=size, rng=rng, initial=self.shuffling.initial, buffer=held)
+        )
+
+    # -- counting -----------------------------------------------------------------------
+
+    def _counting(self, samples: Iterator[Any], already: int) -> Iterator[Any]:
+        position = self.position
+        position.read = already
+        for sample in samples:
+            position.read += 1
+            yield sample
+        position.ended = True
+
+    def _taking(self, samples: Iterator[Any]) -> Iterator[Any]:
+        position = self.position
+        for sample in samples:
+            position.taken += 1
+            yield sample
+
+    def delivered(self) -> None:
+        """Count an item handed on (a batch, or a sample when the dataset does not batch)."""
+        self.position.items += 1
+
+    def snapshot(self) -> WorkerPosition:
+        """A copy of the position now."""
+        p = self.position
+        return WorkerPosition(p.taken, p.read, p.items, p.ended, list(p.lost))
+
+
+def _skipping(samples: Iterator[Any], count: int) -> Iterator[Any]:
+    for _ in range(count):
+        if next(samples, None) is None:
+            return
+    yield from samples

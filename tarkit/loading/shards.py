@@ -1,0 +1,127 @@
+"""Which shards a dataset reads: brace patterns, lists, manifests and directories, resolved
+once when the dataset is built.
+
+>>> import os, tempfile
+>>> directory = tempfile.mkdtemp()
+>>> for name in ("b.tar", "a.tar", "notes.txt"):
+...     open(os.path.join(directory, name), "wb").close()
+>>> [os.path.basename(u) for u in resolve_shards(directory, None)[0]]
+['a.tar', 'b.tar']
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Sequence
+from typing import Literal
+
+from ..errors import InputError, SourceError, UsageError
+from ..format.manifest import Manifest, ShardInfo
+from ..storage import StorageOptions, expand_inputs, load_manifest, location, manifest_urls
+
+_TAR_SUFFIXES = (
+    ".tar",
+    ".tar.gz",
+    ".tgz",
+    ".tar.bz2",
+    ".tbz2",
+    ".tar.xz",
+    ".txz",
+    ".tar.zst",
+    ".tzst",
+)
+
+
+def resolve_shards(
+    urls: str | Sequence[str] | None,
+    manifest: str | Manifest | Literal[False] | None,
+    storage_options: StorageOptions | None = None,
+) -> tuple[list[str], list[ShardInfo] | None]:
+    """Shard URLs and, with a manifest, their entries (see :class:`ShardDataset`'s ``urls``).
+
+    Without a manifest (None), a ``manifest.json`` beside the shards is used when it
+    lists exactly those shards; ``manifest=False`` reads them without one. Raises :class:`~tarkit.errors.SourceError` when local shards
+    do not exist (naming the first and how many), :class:`~tarkit.errors.UsageError`
+    when nothing is named or a named shard is not in the manifest, and
+    :class:`~tarkit.errors.InputError` for a malformed manifest.
+    """
+    beside = manifest is None
+    if manifest is False:
+        manifest = None
+    if isinstance(urls, str) and manifest is None:
+        if urls.endswith(".json"):
+            urls, manifest = None, urls
+        elif os.path.isdir(urls):
+            listing = os.path.join(urls, "manifest.json")
+            if beside and os.path.exists(listing):
+                urls, manifest = None, listing
+            else:
+                names = sorted(n for n in os.listdir(urls) if n.endswith(_TAR_SUFFIXES))
+                if not names:
+                    raise UsageError(f"{urls}: no tar shards in this directory")
+                urls = [os.path.join(urls, n) for n in names]
+    if isinstance(manifest, str):
+        manifest = load_manifest(manifest, storage_options)
+    expanded = None
+    if urls is not None:
+        expanded = expand_inputs([urls] if isinstance(urls, str) else list(urls))
+    if manifest is None:
+        if not expanded or expanded == ["-"]:
+            raise UsageError("ShardDataset needs shard URLs or a manifest")
+        _check_local_shards(expanded)
+        manifest = _manifest_beside(expanded) if beside else None
+        if manifest is None:
+            return expanded, None
+    urls = manifest_urls(manifest)
+    entries = dict(zip((location(u).identity() for u in urls), manifest.shards, strict=True))
+    for entry in manifest.shards:
+        for listed in (entry.keys, entry.offsets):
+            if listed is not None and len(listed) != entry.samples:
+                raise InputError(
+                    f"shard {entry.url} lists {len(listed)} keys or offsets for "
+                    f"{entry.samples} samples",
+                    source=manifest.location or "manifest",
+                )
+    if expanded is None:
+        if not manifest.shards:
+            raise UsageError(f"{manifest.location}: the manifest lists no shards")
+        _check_local_shards(urls)
+        return urls, list(manifest.shards)
+    infos: list[ShardInfo] = []
+    for url in expanded:
+        info = entries.get(location(url).identity())
+        if info is None:
+            raise UsageError(f"{url}: not in the manifest {manifest.location or ''}".rstrip())
+        infos.append(info)
+    return expanded, infos
+
+
+def _check_local_shards(urls: Sequence[str]) -> None:
+    """Raise SourceError when local shards do not exist: a brace range past the last
+    shard or a typo fails here, not mid-epoch in a worker."""
+    missing = [u for u in urls if location(u).is_file and not os.path.exists(location(u).path)]
+    if missing:
+        raise SourceError(
+            f"{missing[0]}: no such shard ({len(missing)} of {len(urls)} shards do not exist)",
+            reason=SourceError.MISSING,
+        )
+
+
+def _manifest_beside(urls: Sequence[str]) -> Manifest | None:
+    """The ``manifest.json`` in the directory of the local shards ``urls`` when it lists
+    exactly those shards (so that ``len()`` works without naming it); else None."""
+    places = [location(u) for u in urls]
+    directories = {os.path.dirname(os.path.abspath(p.path)) for p in places if p.is_file}
+    if len(directories) != 1 or not all(p.is_file for p in places):
+        return None
+    beside = os.path.join(directories.pop(), "manifest.json")
+    if not os.path.isfile(beside):
+        return None
+    try:
+        manifest = load_manifest(beside)
+    except (InputError, SourceError):
+        return None  # not a tarkit manifest: the shards are read without one
+    listed = {location(u).identity() for u in manifest_urls(manifest)}
+    if listed != {p.identity() for p in places} or len(manifest.shards) != len(urls):
+        return None
+    return manifest

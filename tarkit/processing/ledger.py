@@ -1,0 +1,227 @@
+"""The crash ledger: what a map worker's commands leave behind, should the worker be killed.
+
+A worker process calls :func:`record_commands`; then the supervisor tells its ledger of
+every command it starts (:func:`note_command`) and reaps (:func:`forget_command`), and
+:func:`sweep_ledgers` (the local engine's driver, a Ray task) kills the commands and
+removes the directories of workers that are gone. See :class:`_Ledger` for the layout.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import stat
+import tempfile
+
+from .commands import remove_tree, write_file
+
+
+class _Ledger:
+    """Where a map worker records the commands it runs, for when it is killed.
+
+    A command runs in a session of its own, so it outlives a worker killed by SIGKILL
+    (or the out-of-memory killer), and so does the worker's private directory. A process
+    that called :func:`record_commands` keeps a ledger: a directory
+    ``$TMPDIR/tarkit-commands-<uid>/<pid namespace>-<pid>-<start time>/`` holding its
+    private directories and one file per running command, named by the command's
+    process group id and holding the start time of its leader, removed once the group
+    is killed and reaped. :func:`sweep_ledgers` (in any process of the machine) kills
+    the groups and removes the ledgers of processes that are gone.
+    """
+
+    def __init__(self) -> None:
+        self.wanted = False
+        self.base: str | None = None
+        self.path: str | None = None
+        self.owner = 0  # the process the ledger is of (not a child forked since)
+
+    def directory(self) -> str | None:
+        """This process's ledger (created on first use), or None when not recording."""
+        if not self.wanted:
+            return None
+        if self.owner != os.getpid():
+            self.path, self.owner = None, os.getpid()
+        if self.path is None:
+            base, me = self.base, _ledger_name(os.getpid())
+            if base is None or me is None:
+                self.wanted = False
+                return None
+            for _ in range(3):  # another process may remove the empty base meanwhile
+                try:
+                    _private_directory(base)
+                    os.mkdir(os.path.join(base, me), 0o700)
+                    break
+                except FileNotFoundError:
+                    continue
+                except OSError:
+                    self.wanted = False  # not ours, or no room: run without a ledger
+                    return None
+            else:
+                self.wanted = False
+                return None
+            self.path = os.path.join(base, me)
+        return self.path
+
+    def enter(self, pid: int) -> None:
+        """Record the command whose group is ``pid`` (it runs and is not reaped)."""
+        directory, start = self.directory(), _start_time(pid, zombies=True)
+        if directory is None or start is None:
+            return
+        with contextlib.suppress(OSError):
+            write_file(os.path.join(directory, str(pid)), start.encode())
+
+    def leave(self, pid: int) -> None:
+        """Forget the command whose group is ``pid`` (killed and reaped)."""
+        if self.path is not None and self.owner == os.getpid():
+            with contextlib.suppress(OSError):
+                os.unlink(os.path.join(self.path, str(pid)))
+
+    def close(self) -> None:
+        """Remove this process's ledger (and the base directory if it is then empty)."""
+        if self.path is not None and self.owner == os.getpid():
+            remove_tree(self.path)
+            with contextlib.suppress(OSError):
+                os.rmdir(os.path.dirname(self.path))
+        self.path = None
+
+
+_ledger = _Ledger()
+
+
+def ledger_directory() -> str | None:
+    """This process's ledger directory (created on first use), or None when not recording."""
+    return _ledger.directory()
+
+
+def note_command(pid: int) -> None:
+    """Record the command whose process group is ``pid``, when recording (it runs)."""
+    if _ledger.wanted:
+        _ledger.enter(pid)
+
+
+def forget_command(pid: int) -> None:
+    """Forget the command whose process group is ``pid``, when recording (it is reaped)."""
+    if _ledger.wanted:
+        _ledger.leave(pid)
+
+
+def record_commands(base: str | None = None) -> None:
+    """From now on, keep a ledger of this process's commands (see :class:`_Ledger`).
+
+    For processes that may die without cleaning up (map workers): their commands and
+    directories are then found and removed by :func:`sweep_ledgers` (give it the same
+    ``base``; default :func:`ledger_base`). The ledger is removed when this process
+    exits normally. Without ``/proc`` this does nothing.
+    """
+    if _ledger.wanted:
+        return
+    _ledger.base = base or ledger_base()
+    _ledger.wanted = _ledger.base is not None
+    if _ledger.wanted:
+        import atexit
+
+        atexit.register(_ledger.close)
+
+
+def stop_recording() -> None:
+    """Stop keeping a ledger; remove it (its commands are all reaped by now)."""
+    _ledger.close()
+    _ledger.wanted = False
+
+
+def sweep_ledgers(base: str | None = None) -> int:
+    """Kill the commands and remove the directories of dead processes' ledgers.
+
+    Only ledgers of this user and this PID namespace whose process is gone (or a
+    zombie) are touched. A group is killed unless its leader's process id now belongs
+    to another process (a different start time): while any member of the group lives,
+    its id cannot be reused. Returns the number of ledgers removed; never raises.
+    """
+    base = base or ledger_base()
+    if base is None:
+        return 0
+    try:
+        _private_directory(base, create=False)  # records in it name what to kill
+        names = os.listdir(base)
+    except OSError:
+        return 0
+    namespace = _pid_namespace()
+    swept = 0
+    for name in names:
+        owner, _, rest = name.partition("-")
+        pid, _, start = rest.partition("-")
+        if owner != namespace or not pid.isdigit() or _start_time(int(pid)) == start:
+            continue  # another namespace's, or its process lives
+        ledger = os.path.join(base, name)
+        try:
+            entries = os.listdir(ledger)
+        except OSError:
+            continue
+        for entry in entries:
+            if entry.isdigit():
+                _kill_recorded(int(entry), os.path.join(ledger, entry))
+        remove_tree(ledger)
+        swept += 1
+    with contextlib.suppress(OSError):
+        os.rmdir(base)  # only when empty
+    return swept
+
+
+def _kill_recorded(group: int, record: str) -> None:
+    try:
+        with open(record, "rb") as file:
+            recorded = file.read().decode("ascii", "replace")
+    except OSError:
+        return
+    now = _start_time(group, zombies=True)
+    if now is not None and now != recorded:
+        return  # the id was reused: the group is gone
+    with contextlib.suppress(OSError):
+        os.killpg(group, signal.SIGKILL)
+
+
+def _stat_fields(pid: int) -> list[str] | None:
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as file:
+            text = file.read().decode("ascii", "replace")
+    except OSError:
+        return None
+    return text.rsplit(")", 1)[-1].split()  # after the name, which may hold anything
+
+
+def _start_time(pid: int, zombies: bool = False) -> str | None:
+    """The start time of a live process (clock ticks after boot), None if gone or a zombie."""
+    fields = _stat_fields(pid)
+    if fields is None or len(fields) < 20 or (fields[0] in ("Z", "X") and not zombies):
+        return None
+    return fields[19]
+
+
+def _pid_namespace() -> str:
+    try:
+        return str(os.stat("/proc/self/ns/pid").st_ino)
+    except OSError:
+        return "0"
+
+
+def _ledger_name(pid: int) -> str | None:
+    start = _start_time(pid)
+    return None if start is None else f"{_pid_namespace()}-{pid}-{start}"
+
+
+def ledger_base() -> str | None:
+    """Where ledgers go: ``$TMPDIR/tarkit-commands-<uid>``; None without ``/proc``."""
+    if not os.path.isdir("/proc/self"):
+        return None
+    return os.path.join(tempfile.gettempdir(), f"tarkit-commands-{os.getuid()}")
+
+
+def _private_directory(path: str, create: bool = True) -> None:
+    """Create ``path`` (mode 0700) or check it is a directory of this user, private."""
+    if create:
+        with contextlib.suppress(FileExistsError):
+            os.mkdir(path, 0o700)
+    info = os.lstat(path)
+    if not stat.S_ISDIR(info.st_mode) or info.st_uid != os.getuid() or info.st_mode & 0o077:
+        raise PermissionError(f"{path} is not a private directory of this user")

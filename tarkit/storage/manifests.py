@@ -1,0 +1,42 @@
+"""Manifests at their locations: read one from a path or URL, publish one, resolve its shards.
+
+The format itself is :mod:`tarkit.format.manifest`; this module only moves it in and out
+of storage, through the same opener and the same atomic publish as every shard.
+"""
+
+from __future__ import annotations
+
+from ..errors import InputError, SourceError
+from ..format.manifest import Manifest, parse
+from .filesystems import StorageOptions
+from .locations import resolve_url
+from .outputs import publish
+from .sources import open_source
+
+
+def load_manifest(spec: str, storage_options: StorageOptions | None = None) -> Manifest:
+    """Read a manifest from a path or URL (anything :func:`open_source` opens).
+
+    Raises :class:`~tarkit.errors.SourceError` when it cannot be read and
+    :class:`~tarkit.errors.InputError` when it is not a tarkit manifest.
+    """
+    with open_source(spec, storage_options) as source:
+        try:
+            text = source.stream.read().decode("utf-8")
+        except UnicodeDecodeError:
+            raise InputError("manifest is not UTF-8 text", source=spec) from None
+        except OSError as exc:
+            raise SourceError(f"{spec}: cannot read: {exc}") from None
+    return parse(text, spec)
+
+
+def save_manifest(
+    manifest: Manifest, spec: str, storage_options: StorageOptions | None = None
+) -> None:
+    """Publish ``manifest`` at ``spec`` (a path, atomically, or an fsspec URL)."""
+    publish(spec, manifest.to_bytes(), storage_options)
+
+
+def manifest_urls(manifest: Manifest) -> list[str]:
+    """The shard URLs of ``manifest``, resolved against the location it was loaded from."""
+    return [resolve_url(manifest.location, shard.url) for shard in manifest.shards]

@@ -1,0 +1,310 @@
+"""Where bytes go: the one atomic publish of tarkit, for local files, stdout and object stores.
+
+Every file tarkit writes — a shard, a manifest, ``tarcat -o``'s archive, a map task's
+output and record, ``classes.json`` — is a :class:`StagedFile`: written under a temporary
+name and published under its final name only when complete.
+
+- A local file is written as ``.NAME.XXXX.tmp`` in its own directory, flushed to disk
+  (``fsync``) and renamed over ``NAME``: the rename is atomic, so a reader sees the old
+  file or the whole new one, never part of it.
+- An fsspec URL (``s3://…``) is staged in the temporary directory (``$TMPDIR``, else
+  ``/tmp``) as ``tarkit-upload-<12 hex digits of the URL's sha256>-NAME.XXXX.tmp`` and
+  uploaded whole when complete (``fs.put_file``): the object appears only then. s3fs
+  sends a file under 100 MiB in one PUT and a larger one as a multipart upload of
+  50 MiB parts, completed at the end (an object appears only on completion) and aborted
+  when a part fails; tarkit aborts it too when the upload is interrupted (Ctrl-C,
+  SIGTERM), and a resuming writer aborts those a killed run left
+  (:func:`remove_stale_temp`).
+
+A run killed with SIGKILL can leave a temporary file; :func:`remove_stale_temp` removes
+those of one output (writers call it when they resume). :class:`Sink` is the output of a
+command: stdout, a device or FIFO written in place, or a :class:`StagedFile`.
+
+>>> import os, tempfile
+>>> path = os.path.join(tempfile.mkdtemp(), "hello.txt")
+>>> publish(path, b"hello")
+>>> open(path, "rb").read()
+b'hello'
+"""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import os
+import stat
+import sys
+import tempfile
+from typing import BinaryIO
+
+from ..errors import OutputError
+from ..format.compression import compression_for, measure, open_compressor
+from .filesystems import ObjectInfo, StorageOptions, abort_uploads, filesystem, object_info
+from .locations import FILE, FSSPEC, STDIO, location
+from .sources import PIPE_BUFFER, enlarge_pipe
+
+BUFFER = 1 << 20
+
+
+def temp_place(spec: str) -> tuple[str, str]:
+    """(directory, name prefix) of the temporary files of the output ``spec``.
+
+    >>> temp_place("out/s-000003.tar")[1]
+    '.s-000003.tar.'
+    >>> temp_place("s3://bucket/data/s-000003.tar")[1]
+    'tarkit-upload-02ded27e47c4-s-000003.tar.'
+    """
+    where = location(spec)
+    base = where.basename
+    if where.kind == FSSPEC:
+        digest = hashlib.sha256(spec.encode("utf-8", "surrogateescape")).hexdigest()[:12]
+        return tempfile.gettempdir(), f"tarkit-upload-{digest}-{base}."
+    return os.path.dirname(os.path.abspath(where.path)), f".{base}."
+
+
+def remove_stale_temp(spec: str, storage_options: StorageOptions | None = None) -> None:
+    """Remove what an interrupted writer left for the output ``spec``: its temporary
+    files and, for ``s3://``, the multipart uploads it started and never completed."""
+    if location(spec).kind == FSSPEC:
+        abort_uploads(spec, storage_options)
+    directory, prefix = temp_place(spec)
+    try:
+        names = os.listdir(directory)
+    except OSError:
+        return
+    for name in names:
+        if name.startswith(prefix) and name.endswith(".tmp"):
+            try:
+                os.unlink(os.path.join(directory, name))
+            except OSError:
+                pass
+
+
+class _CountingFile(io.RawIOBase):
+    """A raw file that counts every byte written to it and, if ``hashing``, hashes them."""
+
+    def __init__(self, fd: int, hashing: bool) -> None:
+        self.file = open(fd, "wb", buffering=0)  # noqa: SIM115
+        self.sha256 = hashlib.sha256() if hashing else None
+        self.size = 0
+
+    def writable(self) -> bool:
+        return True
+
+    def write(self, data) -> int:  # type: ignore[no-untyped-def, override]
+        if self.sha256 is not None:
+            self.sha256.update(data)
+        written = self.file.write(data)
+        while written < len(data):  # a raw write may be short
+            written += self.file.write(memoryview(data)[written:])
+        self.size += len(data)
+        return len(data)
+
+
+class StagedFile:
+    """One output file, written whole or not at all (see the module docstring).
+
+    ``stream`` takes the bytes (compressed by the name's ending: ``.gz``, ``.zst``…).
+    :meth:`commit` publishes it and returns ``(bytes stored, sha256 or None)``;
+    :meth:`abort` removes it. ``hashing`` computes the sha256 of the stored bytes;
+    ``parents`` creates a local file's missing directories.
+    Raises :class:`~tarkit.errors.OutputError` when it cannot be written; a location
+    that cannot hold a file (stdin, ``pipe:``, ``http://``) is refused at once.
+    """
+
+    def __init__(
+        self,
+        spec: str,
+        storage_options: StorageOptions | None = None,
+        *,
+        hashing: bool = False,
+        parents: bool = True,
+    ) -> None:
+        where = location(spec)
+        if where.kind not in (FILE, FSSPEC):
+            raise OutputError(f"{spec}: cannot write here: give a file path or an fsspec URL")
+        self.spec = spec
+        self.remote = where.kind == FSSPEC
+        self.storage_options = storage_options
+        self._published = False
+        directory, prefix = temp_place(spec)
+        if not self.remote and parents:
+            try:
+                os.makedirs(directory, exist_ok=True)
+            except OSError as exc:
+                raise OutputError(f"{spec}: cannot create its directory: {exc.strerror}") from None
+        try:
+            fd, self.temp_path = tempfile.mkstemp(prefix=prefix, suffix=".tmp", dir=directory)
+        except OSError as exc:
+            raise OutputError(f"{spec}: cannot create: {exc.strerror}") from None
+        self.raw = _CountingFile(fd, hashing)
+        self.buffered = io.BufferedWriter(self.raw, buffer_size=BUFFER)
+        self.compression = compression_for(spec)
+        self.stream: BinaryIO = open_compressor(self.buffered, self.compression)  # type: ignore[arg-type]
+        self.write = self.stream.write
+
+    def measure(self) -> int | None:
+        """The exact bytes stored so far, after pushing everything written out of the
+        compressor; None when the compression cannot be flushed mid-stream."""
+        if not measure(self.stream, self.compression):
+            return None
+        self.buffered.flush()
+        return self.raw.size
+
+    def finish(self, limit: int | None = None) -> tuple[int, str | None]:
+        """Close the temporary file (flushed to disk); return (bytes, sha256 or None).
+
+        A file of more than ``limit`` bytes is removed and raises OutputError (the
+        writer's bound did not hold: a bug).
+        """
+        try:
+            if self.stream is not self.buffered:
+                self.stream.close()
+            self.buffered.flush()
+            if limit is not None and self.raw.size > limit:
+                self.abort()
+                raise OutputError(
+                    f"{self.spec}: the shard came out {self.raw.size} bytes on disk, over "
+                    f"the limit of {limit}: a bug in tarkit, please report it; the shard "
+                    "was not written"
+                )
+            os.fsync(self.raw.file.fileno())
+            self.raw.file.close()
+            os.chmod(self.temp_path, 0o666 & ~_umask())
+        except OSError as exc:
+            self.abort()
+            raise OutputError(f"{self.spec}: write failed: {exc.strerror}") from None
+        sha256 = self.raw.sha256
+        return self.raw.size, None if sha256 is None else sha256.hexdigest()
+
+    def publish(self) -> None:
+        """Put the finished file under its final name: rename it, or upload it whole."""
+        try:
+            if self.remote:
+                fs, path = filesystem(self.spec, self.storage_options, writing=True)
+                try:
+                    fs.put_file(self.temp_path, path)
+                except Exception as exc:  # fsspec back ends raise many kinds
+                    raise OutputError(f"{self.spec}: upload failed: {exc}") from None
+                except BaseException:  # interrupted: leave no parts of it behind
+                    abort_uploads(self.spec, self.storage_options)
+                    raise
+            else:
+                try:
+                    os.replace(self.temp_path, location(self.spec).path)
+                except OSError as exc:
+                    raise OutputError(
+                        f"{self.spec}: cannot rename into place: {exc.strerror}"
+                    ) from None
+            self._published = True
+        finally:
+            self.abort()
+
+    def commit(self, limit: int | None = None) -> tuple[int, str | None]:
+        """:meth:`finish` then :meth:`publish`; return (bytes, sha256 or None)."""
+        result = self.finish(limit)
+        self.publish()
+        return result
+
+    def info(self) -> ObjectInfo | None:
+        """What the store says of the published object (None for a local file)."""
+        return object_info(self.spec, self.storage_options) if self.remote else None
+
+    def abort(self) -> None:
+        """Remove the temporary file; nothing (more) appears under the final name."""
+        try:
+            self.raw.file.close()
+        except OSError:
+            pass
+        try:
+            os.unlink(self.temp_path)
+        except OSError:
+            pass
+
+    def __enter__(self) -> StagedFile:
+        return self
+
+    def __exit__(self, exc_type: object, exc: object, tb: object) -> None:
+        if exc_type is not None or not self._published:
+            self.abort()
+
+
+def publish(spec: str, data: bytes, storage_options: StorageOptions | None = None) -> None:
+    """Write a small file whole (a manifest, a record, ``classes.json``): see StagedFile."""
+    staged = StagedFile(spec, storage_options)
+    try:
+        staged.write(data)
+    except OSError as exc:
+        staged.abort()
+        raise OutputError(f"{spec}: write failed: {exc.strerror}") from None
+    staged.commit()
+
+
+def stdout_stream() -> BinaryIO:
+    """The binary stdout. Raises :class:`OutputError` when it is not open (``>&-``)."""
+    if sys.stdout is None:
+        raise OutputError("<stdout>: not open")
+    return sys.stdout.buffer
+
+
+class Sink:
+    """The output of a command: ``stream`` takes bytes; :meth:`commit` publishes it,
+    :meth:`abort` does not.
+
+    ``-`` (or None) is stdout: commit and abort both flush what was written (on abort
+    the caller has not written the end-of-archive marker, so readers downstream fail
+    too). A device or FIFO (``/dev/null``, a named pipe) is written in place: renaming a
+    temporary file over it would replace it. Anything else is a :class:`StagedFile`.
+    """
+
+    def __init__(self, spec: str | None, storage_options: StorageOptions | None = None) -> None:
+        self.spec = spec if spec not in (None, "-") else "-"
+        self.staged: StagedFile | None = None
+        where = location(self.spec)
+        if where.kind == STDIO:
+            stdout_stream()  # fails when stdout is not open
+            enlarge_pipe(1)
+            self._file: BinaryIO = io.BufferedWriter(  # type: ignore[assignment]
+                io.FileIO(sys.stdout.fileno(), "wb", closefd=False), buffer_size=PIPE_BUFFER
+            )
+            self.stream: BinaryIO = self._file
+        elif where.kind == FILE and _is_special_file(where.path):
+            try:
+                self._file = open(where.path, "wb", buffering=PIPE_BUFFER)  # noqa: SIM115
+            except OSError as exc:
+                raise OutputError(f"{self.spec}: cannot open: {exc.strerror}") from None
+            self.stream = self._file
+        else:
+            # A command's output goes into an existing directory, as with `>`.
+            self.staged = StagedFile(self.spec, storage_options, parents=False)
+            self.stream = self.staged.stream
+
+    def commit(self) -> None:
+        """Finish the output: publish a file, flush stdout or a device."""
+        if self.staged is not None:
+            self.staged.commit()
+        else:
+            self._file.flush()
+
+    def abort(self) -> None:
+        """Give up: remove a file's temporary; flush what stdout already holds."""
+        if self.staged is not None:
+            self.staged.abort()
+            return
+        try:
+            self._file.flush()
+        except OSError:
+            pass
+
+
+def _is_special_file(path: str) -> bool:
+    try:
+        return not stat.S_ISREG(os.stat(path).st_mode)
+    except OSError:
+        return False
+
+
+def _umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask

@@ -1,0 +1,240 @@
+"""Shard patterns: the name of each shard, the files that already match, and what a
+writer does with the files an earlier run left under its pattern.
+
+A pattern names numbered shards with ``%06d`` or ``{shard:06d}`` (:func:`shard_name`,
+checked by :func:`check_pattern`).
+
+A second run into the same pattern must not leave a mix of two runs' shards behind (20
+new shards and 80 old ones read as one dataset with every sample twice), so every writer
+of numbered shards takes a ``mode``:
+
+- ``create`` (the default): refuse to start while files match the pattern, naming how
+  many and the first (:func:`refuse_existing`).
+- ``overwrite``: write the new set, each shard first under a hidden pending name
+  (:func:`pending_name`); once every shard is complete, they take their names and the
+  other files that match the pattern are removed. A run that fails or is interrupted
+  removes its pending shards: the old set is left as it was.
+- ``resume``: keep the complete shards of an interrupted run and continue after them;
+  a file matching the pattern that is not one of those shards is refused.
+
+Only shard numbers from the writer's ``start`` on count, so ``start`` appends a new set
+after an old one. A pattern matches a file when the file's name is the pattern with
+digits where the shard number goes, however many (``s-%03d.tar`` matches ``s-0001.tar``):
+:func:`existing_shards` lists them, locally or in an object store.
+
+>>> glob, regex = pattern_glob("out/s-%03d.tar")
+>>> glob, bool(regex.fullmatch("out/s-1200.tar")), bool(regex.fullmatch("out/s-x.tar"))
+('out/s-*.tar', True, False)
+"""
+
+from __future__ import annotations
+
+import glob as globbing
+import os
+import re
+import string
+from dataclasses import dataclass
+
+from ..errors import OutputError, SourceError, UsageError
+from ..format.manifest import ShardInfo
+from ..storage import StorageOptions, list_files, location, remove_file
+
+CREATE, OVERWRITE, RESUME = "create", "overwrite", "resume"
+MODES = (CREATE, OVERWRITE, RESUME)
+
+_PRINTF = re.compile(r"%(%|[-+ 0#]*\d*(?:\.\d+)?([diouxXs]))")
+_DIGITS = {"x": ("[0-9a-f]+", 16), "X": ("[0-9A-F]+", 16), "o": ("[0-7]+", 8)}
+
+
+def shard_name(pattern: str, number: int) -> str:
+    """The name of shard ``number``: ``pattern`` takes ``%06d`` or ``{shard:06d}``.
+
+    >>> shard_name("shard-%06d.tar", 3)
+    'shard-000003.tar'
+    >>> shard_name("s3://b/train-{shard:04d}.tar.gz", 12)
+    's3://b/train-0012.tar.gz'
+    """
+    if "{shard" in pattern:
+        return pattern.format(shard=number)
+    return pattern % number
+
+
+def check_pattern(pattern: str) -> None:
+    """Raise :class:`UsageError` unless ``pattern`` names a different file per shard.
+
+    >>> check_pattern("out.tar")
+    Traceback (most recent call last):
+    ...
+    tarkit.errors.UsageError: shard pattern 'out.tar' has no shard number: use one %06d or {shard:06d}, as in shard-%06d.tar
+    """
+    first: str | None
+    second: str | None
+    try:
+        first, second = shard_name(pattern, 0), shard_name(pattern, 1)
+    except (ValueError, TypeError, KeyError, IndexError, AttributeError):
+        first = second = None
+    if first is None or first == second:
+        what = "is malformed" if "%" in pattern or "{" in pattern else "has no shard number"
+        raise UsageError(
+            f"shard pattern {pattern!r} {what}: use one %06d or {{shard:06d}}, as in shard-%06d.tar"
+        )
+    if first.endswith(("/", os.sep)):
+        raise UsageError(f"shard pattern {pattern!r} names a directory, not a file")
+
+
+def check_mode(mode: str) -> str:
+    """Return ``mode`` if it is one of :data:`MODES`; else raise :class:`UsageError`.
+
+    >>> check_mode("append")
+    Traceback (most recent call last):
+    ...
+    tarkit.errors.UsageError: mode must be one of create, overwrite, resume (got 'append')
+    """
+    if mode not in MODES:
+        raise UsageError(f"mode must be one of {', '.join(MODES)} (got {mode!r})")
+    return mode
+
+
+@dataclass(frozen=True)
+class ExistingShard:
+    """A file that matches a shard pattern: its shard number and location."""
+
+    number: int
+    url: str
+
+
+def _pieces(pattern: str) -> list[tuple[str, str | None]]:
+    """(literal text, conversion of the shard number after it, or None at the end)."""
+    pieces: list[tuple[str, str | None]] = []
+    if "{shard" in pattern:
+        text = ""
+        for literal, name, spec, _ in string.Formatter().parse(pattern):
+            text += literal
+            if name is not None:
+                pieces.append((text, (spec or "d")[-1:]))
+                text = ""
+        pieces.append((text, None))
+        return pieces
+    position, text = 0, ""
+    for match in _PRINTF.finditer(pattern):
+        text += pattern[position : match.start()]
+        position = match.end()
+        if match.group(1) == "%":
+            text += "%"
+            continue
+        pieces.append((text, match.group(2)))
+        text = ""
+    pieces.append((text + pattern[position:], None))
+    return pieces
+
+
+def pattern_glob(pattern: str) -> tuple[str, re.Pattern[str]]:
+    """The glob that finds the files of a shard pattern, and the regex that checks one
+    (a group per shard number in it)."""
+    glob_parts, regex_parts = [], []
+    for literal, conversion in _pieces(pattern):
+        glob_parts.append(globbing.escape(literal))
+        regex_parts.append(re.escape(literal))
+        if conversion is not None:
+            glob_parts.append("*")
+            regex_parts.append(f"({_DIGITS.get(conversion, (r'[0-9]+', 10))[0]})")
+    return "".join(glob_parts), re.compile("".join(regex_parts))
+
+
+def existing_shards(
+    pattern: str, start: int = 0, storage_options: StorageOptions | None = None
+) -> list[ExistingShard]:
+    """The files that match the shard ``pattern`` with a number from ``start`` on, in
+    number order. Raises :class:`~tarkit.errors.SourceError` when the store cannot be
+    listed."""
+    glob, regex = pattern_glob(pattern)
+    bases = [_DIGITS.get(c, ("", 10))[1] for _, c in _pieces(pattern) if c is not None]
+    found = []
+    for url in list_files(glob, storage_options):
+        match = regex.fullmatch(url)
+        if match is None:
+            continue
+        numbers = {int(text, base) for text, base in zip(match.groups(), bases, strict=True)}
+        if len(numbers) == 1 and (number := numbers.pop()) >= start:
+            found.append(ExistingShard(number, url))
+    return sorted(found, key=lambda shard: (shard.number, shard.url))
+
+
+def pattern_prefix(pattern: str) -> str:
+    """The file name of a shard pattern up to the shard number.
+
+    >>> pattern_prefix("out/train-%06d.tar"), pattern_prefix("s3://b/{shard:04d}.tar")
+    ('train-', '')
+    """
+    return _pieces(location(pattern).basename)[0][0]
+
+
+def pending_name(spec: str) -> str:
+    """Where ``overwrite`` keeps a complete shard until the whole new set is: a hidden
+    name beside it (a shard pattern gives the pattern of those names).
+
+    >>> pending_name("out/s-000001.tar"), pending_name("s3://b/s-%06d.tar")
+    ('out/.s-000001.tar.pending', 's3://b/.s-%06d.tar.pending')
+    """
+    where = location(spec)
+    return where.sibling(f".{where.basename}.pending")
+
+
+def remove_pending(pattern: str, storage_options: StorageOptions | None = None) -> None:
+    """Remove the pending shards an overwrite killed before it finished left behind."""
+    for shard in existing_shards(pending_name(pattern), 0, storage_options):
+        remove_file(shard.url, storage_options)
+
+
+def _files(found: list[ExistingShard], plural: str, singular: str) -> str:
+    """``3 files match`` / ``1 file matches``: the count, the noun and the verb."""
+    return f"{len(found)} files {plural}" if len(found) != 1 else f"1 file {singular}"
+
+
+def refuse_existing(pattern: str, found: list[ExistingShard], start: int = 0) -> OutputError:
+    """The error of a ``create`` writer that found files matching its pattern."""
+    numbers = f" (shard numbers from {start} on)" if start else ""
+    return OutputError(
+        f"{pattern}: {_files(found, 'already match', 'already matches')} the output "
+        f"pattern{numbers}, first "
+        f"{found[0].url}: writing now would mix two runs' shards. Pass --overwrite "
+        "(mode='overwrite') to replace them once the new shards are complete, or --resume "
+        "(mode='resume') to continue the run that wrote them"
+    )
+
+
+def refuse_strangers(pattern: str, found: list[ExistingShard]) -> OutputError:
+    """The error of a ``resume`` writer that found files that are not its run's shards."""
+    return OutputError(
+        f"{pattern}: {_files(found, 'match', 'matches')} the output pattern but "
+        f"{'are' if len(found) != 1 else 'is'} not a complete shard of the run being resumed "
+        "(shards follow each other from the first number), first "
+        f"{found[0].url}: they come from another run. Remove them, or pass --overwrite "
+        "(mode='overwrite') to write the whole set anew"
+    )
+
+
+def completed_shards(
+    pattern: str, start: int = 0, storage_options: StorageOptions | None = None
+) -> list[ShardInfo]:
+    """The complete shards present from number ``start`` on, up to the first missing one.
+
+    Each is read whole (:func:`~tarkit.writing.index.index_shard`) to count its samples
+    and hash its bytes; a shard that does not read cleanly raises
+    :class:`~tarkit.errors.InputError` (shards appear only when complete, so that means
+    something else wrote it).
+    """
+    from .index import index_shard
+
+    found: list[ShardInfo] = []
+    number = start
+    while True:
+        path = shard_name(pattern, number)
+        try:
+            found.append(index_shard(path, strict=True, storage_options=storage_options))
+        except SourceError as exc:
+            if exc.reason == SourceError.MISSING:
+                break
+            raise
+        number += 1
+    return found

@@ -1,0 +1,78 @@
+"""One shard task: its failure names the sample and comes back whole from another process."""
+
+from __future__ import annotations
+
+import pickle
+from pathlib import Path
+
+import map_functions as fns
+from conftest import make_tar
+
+from tarkit.errors import CommandFailed, MapError, ShardFailure
+from tarkit.processing.commands import Rejection
+from tarkit.processing.driver import MapResult
+from tarkit.processing.engines.base import ShardTask
+from tarkit.processing.mappers import SampleMapper, ShellCommand
+from tarkit.processing.shard_task import run_shard
+
+FIELDS = ("input", "output", "key", "error", "traceback", "attempts", "final")
+
+
+def fields_of(failure: ShardFailure) -> tuple[object, ...]:
+    return tuple(getattr(failure, name) for name in FIELDS)
+
+
+def write_shard(path: Path, texts: list[bytes]) -> str:
+    path.write_bytes(make_tar([(f"k{i}.txt", text) for i, text in enumerate(texts)]))
+    return str(path)
+
+
+def test_a_failing_function_names_its_sample_and_the_failure_survives_a_pickle_round_trip(
+    tmp_path: Path,
+) -> None:
+    source = write_shard(tmp_path / "in.tar", [b"good", b"bad", b"good"])
+    task = ShardTask(0, source, str(tmp_path / "out.tar"), attempt=2)
+    result = run_shard(SampleMapper(fns.fail_on_bad), task)
+    failure = result.failure
+    assert failure is not None
+    assert fields_of(failure)[:4] == (source, task.output, "k1", "ValueError: cannot map k1")
+    assert (failure.attempts, failure.final) == (2, False)
+    assert "fail_on_bad" in failure.traceback
+    back = pickle.loads(pickle.dumps(result)).failure
+    assert fields_of(back) == fields_of(failure)
+    assert str(back) == str(failure) == f"{source}, sample 'k1': ValueError: cannot map k1"
+
+
+def test_a_corrupt_local_input_is_a_final_failure_without_a_key_and_stays_final_when_pickled(
+    tmp_path: Path,
+) -> None:
+    source = tmp_path / "in.tar"
+    source.write_bytes(make_tar([("k0.txt", b"x" * 2000)])[:1000])
+    result = run_shard(SampleMapper(fns.shout), ShardTask(0, str(source), str(tmp_path / "o.tar")))
+    failure = pickle.loads(pickle.dumps(result)).failure
+    assert (failure.key, failure.final, failure.traceback) == (None, True, "")
+    assert failure.error.startswith(f"{source}: ")
+
+
+def test_a_failed_command_becomes_the_shards_failure_naming_its_sample(tmp_path: Path) -> None:
+    source = write_shard(tmp_path / "in.tar", [b"a", b"b", b"c"])
+    command = ShellCommand('[ "$TARKIT_KEY" = k2 ] && { echo broken >&2; exit 4; }; true',
+                           parallel=2, quiet=True)  # fmt: skip
+    result = run_shard(command, ShardTask(0, source, str(tmp_path / "o.tar")))
+    failure = pickle.loads(pickle.dumps(result)).failure
+    assert (failure.key, failure.output) == ("k2", str(tmp_path / "o.tar"))
+    assert str(failure) == f"{source}, sample 'k2': command exited with status 4: broken"
+
+
+def test_command_failed_and_map_error_pickle_with_their_message() -> None:
+    failed = CommandFailed(Rejection("k", "exit 3", "oops", ("oops",)), "in.tar")
+    back = pickle.loads(pickle.dumps(failed))
+    assert (back.rejection, back.source, str(back)) == (failed.rejection, "in.tar", str(failed))
+    failure = ShardFailure("in.tar", "out.tar", "k", "boom", attempts=3)
+    error = MapError([failure], MapResult(["out.tar", "other.tar"]))
+    back_error = pickle.loads(pickle.dumps(error))
+    assert (
+        str(back_error)
+        == str(error)
+        == "1 of 2 shards failed after 3 attempts: in.tar, sample 'k': boom"
+    )

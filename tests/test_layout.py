@@ -1,0 +1,138 @@
+"""The house's rules, read off the code: which folder may import which, and where the
+location kinds, private names and oversized modules may not appear.
+
+See docs/architecture.md for the data flow and the reasons.
+"""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+from conftest import ROOT
+
+PACKAGE = ROOT / "tarkit"
+# What each folder of tarkit may import besides itself (errors and sizes are for all).
+ALLOWED = {
+    "format": set(),
+    "storage": {"format"},
+    "stream": {"format", "storage"},
+    "writing": {"format", "storage", "stream"},
+    "loading": {"format", "storage", "stream"},
+    "processing": {"format", "storage", "stream", "writing"},
+}
+SHARED = {"errors", "sizes", "seeds"}
+LONG_MODULES = {"format/tar.py"}  # the reader: one state machine, read in one place
+MAX_LINES = 500
+
+
+def modules() -> list[Path]:
+    return sorted(p for p in PACKAGE.rglob("*.py") if "__pycache__" not in p.parts)
+
+
+def folder_of(path: Path) -> str:
+    parts = path.relative_to(PACKAGE).parts
+    return parts[0] if len(parts) > 1 else parts[0].removesuffix(".py")
+
+
+def imported(path: Path) -> list[tuple[str, list[str], int]]:
+    """(absolute module, imported names, line) of every import of tarkit in ``path``,
+    at any depth (imports inside functions too)."""
+    tree = ast.parse(path.read_text(encoding="utf-8"))
+    package = ["tarkit", *path.relative_to(PACKAGE).parts[:-1]]
+    found = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom):
+            if node.level:
+                base = package[: len(package) - node.level + 1]
+                module = ".".join(base + ([node.module] if node.module else []))
+            else:
+                module = node.module or ""
+            if module == "tarkit" or module.startswith("tarkit."):
+                found.append((module, [a.name for a in node.names], node.lineno))
+        elif isinstance(node, ast.Import):
+            for alias in node.names:
+                if alias.name.startswith("tarkit"):
+                    found.append((alias.name, [], node.lineno))
+    return found
+
+
+def targets(module: str, names: list[str]) -> set[str]:
+    """The top-level parts of tarkit an import reaches (``from tarkit import stream``
+    reaches ``stream``)."""
+    parts = module.split(".")
+    if len(parts) > 1:
+        return {parts[1]}
+    return set(names)
+
+
+@pytest.mark.parametrize("folder", sorted(ALLOWED))
+def test_each_folder_imports_only_the_stages_before_it(folder: str) -> None:
+    wrong = []
+    for path in modules():
+        if folder_of(path) != folder:
+            continue
+        for module, names, line in imported(path):
+            reached = targets(module, names) - {folder} - SHARED - ALLOWED[folder]
+            if reached:
+                wrong.append(f"{path.relative_to(ROOT)}:{line} imports {module} {names}")
+    assert not wrong, "\n".join(wrong)
+
+
+def test_the_cli_imports_only_public_names_of_the_library() -> None:
+    wrong = []
+    for path in sorted((PACKAGE / "cli").glob("*.py")):
+        for module, names, line in imported(path):
+            if module.startswith("tarkit.cli"):
+                continue
+            private = [part for part in module.split(".") if part.startswith("_")]
+            private += [name for name in names if name.startswith("_")]
+            if private:
+                wrong.append(f"{path.relative_to(ROOT)}:{line} imports {module} {names}")
+    assert not wrong, "\n".join(wrong)
+
+
+def string_tests(path: Path) -> list[int]:
+    """Lines where code compares text with a location prefix ("://", "pipe:", "http://")."""
+    tree = ast.parse(path.read_text(encoding="utf-8"))
+    prefixes = ("://", "pipe:", "http://", "https://", "file:", "s3://")
+    lines = []
+    for node in ast.walk(tree):
+        if isinstance(node, (ast.Compare, ast.Call)):
+            for child in ast.walk(node):
+                if (
+                    isinstance(child, ast.Constant)
+                    and isinstance(child.value, str)
+                    and child.value in prefixes
+                ):
+                    lines.append(node.lineno)
+    return sorted(set(lines))
+
+
+def test_only_storage_tells_location_kinds_apart_by_their_text() -> None:
+    wrong = [
+        f"{path.relative_to(ROOT)}:{line}"
+        for path in modules()
+        if folder_of(path) != "storage"
+        for line in string_tests(path)
+    ]
+    assert not wrong, "ask tarkit.storage.location(spec) instead:\n" + "\n".join(wrong)
+
+
+def test_no_module_reads_another_librarys_frames() -> None:
+    wrong = [
+        str(path.relative_to(ROOT))
+        for path in modules()
+        if "_getframe" in path.read_text(encoding="utf-8")
+    ]
+    assert not wrong
+
+
+def test_every_module_but_the_tar_reader_is_small_enough_to_read_in_one_sitting() -> None:
+    long = {
+        str(path.relative_to(PACKAGE)): n
+        for path in modules()
+        if (n := len(path.read_text(encoding="utf-8").splitlines())) > MAX_LINES
+    }
+    assert set(long) <= LONG_MODULES, long
