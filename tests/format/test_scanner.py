@@ -21,7 +21,7 @@ from conftest import ROOT, make_tar
 from tarkit.format import scanner
 from tarkit.format.samples import Sample, group_samples
 from tarkit.format.tar import read_members
-from tarkit.storage.sources import Sink
+from tarkit.storage import Sink
 from tarkit.stream import stages
 from tarkit.stream.stages import WRITE_CHUNK, shuffle_samples, write_samples
 
