@@ -95,3 +95,12 @@ PlanKey = Annotated[
         show_default=False,
     ),
 ]
+ShowProgress = Annotated[
+    Optional[bool],
+    typer.Option(
+        "--progress/--no-progress",
+        help="A progress line on stderr: the rate, and the time left when the total is "
+        "known (default: when stderr is a terminal that the output does not go to).",
+        show_default=False,
+    ),
+]
