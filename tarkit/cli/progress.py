@@ -89,18 +89,18 @@ class Progress:
         from ..stream.stages import close_iterator
 
         bar = self._bar
-        done = due = bar.n
+        done = bar.n
         try:
             for item in items:
                 if self._bar is not bar and self._bar is not None:  # a new stage began
                     bar = self._bar
-                    done = due = bar.n
+                    done = bar.n
                 yield item
                 done += 1 if weight is None else weight(item)
-                # tqdm's own test, inlined: call it only when a redraw may be due.
-                if done >= due:
+                # tqdm's own test, inlined: call it only when a redraw may be due
+                # (miniters grows with the rate; tqdm's monitor shrinks it again).
+                if done - bar.last_print_n >= bar.miniters:
                     bar.update(done - bar.n)
-                    due = bar.last_print_n + max(int(bar.miniters), 1)
         finally:
             if done != bar.n:
                 bar.update(done - bar.n)
