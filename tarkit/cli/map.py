@@ -9,6 +9,7 @@ from typing import Annotated, Any, Optional
 
 import typer
 
+from . import options as o
 from .imports import load_function
 from .progress import MapProgressLine
 from .runner import run, typer_main, warn
@@ -161,6 +162,7 @@ def map_command(
     quiet: Annotated[
         bool, typer.Option("-q", "--quiet", help="No progress; with -c, no command output.")
     ] = False,
+    progress: o.ShowProgress = None,
 ) -> None:
     tool = ctx.command_path
 
@@ -188,7 +190,7 @@ def map_command(
             )  # fmt: skip
         from tarkit.storage import expand_inputs
 
-        display = MapProgressLine(tool, quiet)
+        display = MapProgressLine(tool, progress, quiet)
         try:
             result = map_shards(
                 mapper, expand_inputs(inputs), output, engine=engine, workers=shards_at_once,

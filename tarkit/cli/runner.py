@@ -199,6 +199,15 @@ def plain_typer() -> None:
     typer.main.HAS_RICH = False  # type: ignore[attr-defined]
 
 
+def completion_variable(tool: str) -> str:
+    """The environment variable through which a shell asks ``tool`` for completions.
+
+    >>> completion_variable("tarcat")
+    '_TARCAT_COMPLETE'
+    """
+    return f"_{tool}_COMPLETE".replace("-", "_").replace(" ", "_").upper()
+
+
 def typer_main(app: object, tool: str) -> NoReturn:
     """Entry point for a console script: run the typer ``app`` under the name ``tool``.
 
@@ -210,6 +219,12 @@ def typer_main(app: object, tool: str) -> NoReturn:
 
     _fill_closed_std_streams()
     plain_typer()
+    if completion_variable(tool) in os.environ:
+        # A shell asks for completions (see docs/index.md): only then is typer's
+        # completion machinery loaded, so that start-up stays as it is.
+        from typer.completion import completion_init
+
+        completion_init()
     command = typer.main.get_command(app)  # type: ignore[arg-type]
     try:
         status = command.main(prog_name=tool, standalone_mode=False)

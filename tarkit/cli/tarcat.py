@@ -7,6 +7,7 @@ from typing import Annotated, Optional
 import typer
 
 from . import options as o
+from .progress import Progress, wanted, writes_stdout
 from .runner import report_skips, run, skip_log, typer_main
 
 app = typer.Typer(add_completion=False, rich_markup_mode=None)
@@ -102,6 +103,7 @@ def tarcat(
     strict: o.Strict = False,
     ignore_zeros: o.IgnoreZeros = False,
     allow_empty: o.AllowEmpty = False,
+    progress: o.ShowProgress = None,
 ) -> None:
     tool = ctx.command_path
 
@@ -141,7 +143,9 @@ def tarcat(
         if shuffle:
             samples = shuffle_samples(samples, shuffle, seed)
         samples = take(samples, count)
-        write_samples(samples, Sink(output))
+        with Progress(tool, wanted(progress, to_stdout=writes_stdout(output)),
+                      total=count) as shown:  # fmt: skip
+            write_samples(shown.count(samples), Sink(output))
         report_skips(tool, skips)
         return 0
 
