@@ -44,10 +44,22 @@ class Argument(_Parameter):
 
 
 class Context:
-    """What a command function gets as ``ctx`` from the quick parser."""
+    """What a command function gets as ``ctx`` from the quick parser: its path, and
+    which parameters the command line gave (:func:`given`)."""
 
-    def __init__(self, command_path: str) -> None:
+    def __init__(self, command_path: str, given: frozenset[str] = frozenset()) -> None:
         self.command_path = command_path
+        self.given = given
+
+
+def given(ctx: Any, name: str) -> bool:
+    """Whether the command line gave parameter ``name``, rather than its default; for
+    the quick parser's context and for click's alike."""
+    if isinstance(ctx, Context):
+        return name in ctx.given
+    from click.core import ParameterSource
+
+    return bool(ctx.get_parameter_source(name) != ParameterSource.DEFAULT)
 
 
 class Command:
@@ -125,9 +137,10 @@ class Command:
             if spec.inputs is None or (len(positional) > 1 and not spec.variadic):
                 return None
             values[spec.inputs] = positional if spec.variadic else positional[0]
+        parsed = frozenset(values)
         for name in spec.order:
             if name == spec.context:
-                values[name] = Context(command_path)
+                values[name] = Context(command_path, parsed)
             elif name not in values:
                 if name not in spec.defaults:
                     return None  # required and missing: typer says so

@@ -8,6 +8,7 @@ from collections.abc import Callable
 from typing import Annotated, Any, Optional
 
 from . import declare as typer  # typer itself only when needed: declare.py
+from . import options as o
 from .imports import load_function
 from .progress import MapProgressLine
 from .runner import run, typer_main, warn
@@ -160,6 +161,7 @@ def map_command(
     quiet: Annotated[
         bool, typer.Option("-q", "--quiet", help="No progress; with -c, no command output.")
     ] = False,
+    progress: o.ShowProgress = None,
 ) -> None:
     tool = ctx.command_path
 
@@ -187,7 +189,7 @@ def map_command(
             )  # fmt: skip
         from tarkit.storage import expand_inputs
 
-        display = MapProgressLine(tool, quiet)
+        display = MapProgressLine(tool, progress, quiet)
         try:
             result = map_shards(
                 mapper, expand_inputs(inputs), output, engine=engine, workers=shards_at_once,

@@ -121,3 +121,14 @@ def write_mode(overwrite: bool, resume: bool = False) -> str:
     if overwrite and resume:
         raise UsageError("--overwrite and --resume exclude each other")
     return "overwrite" if overwrite else "resume" if resume else "create"
+
+
+ShowProgress = Annotated[
+    Optional[bool],
+    typer.Option(
+        "--progress/--no-progress",
+        help="A progress line on stderr: the rate, and the time left when the total is "
+        "known (default: when stderr is a terminal that the output does not go to).",
+        show_default=False,
+    ),
+]

@@ -203,6 +203,15 @@ def plain_typer() -> None:
     typer.main.HAS_RICH = False  # type: ignore[attr-defined]
 
 
+def completion_variable(tool: str) -> str:
+    """The environment variable through which a shell asks ``tool`` for completions.
+
+    >>> completion_variable("tarcat")
+    '_TARCAT_COMPLETE'
+    """
+    return f"_{tool}_COMPLETE".replace("-", "_").replace(" ", "_").upper()
+
+
 def typer_main(app: Typer, tool: str) -> NoReturn:
     """Entry point for a console script: run the ``app`` under the name ``tool``.
 
@@ -211,7 +220,8 @@ def typer_main(app: Typer, tool: str) -> NoReturn:
     like every other error (click alone prints a three-line usage block).
     """
     _fill_closed_std_streams()
-    call = app.quick_call(sys.argv[1:], tool)
+    completing = completion_variable(tool) in os.environ
+    call = None if completing else app.quick_call(sys.argv[1:], tool)
     if call is not None:
         status = call()
         sys.exit(status if isinstance(status, int) else EXIT_OK)
@@ -219,6 +229,12 @@ def typer_main(app: Typer, tool: str) -> NoReturn:
     import typer.main
 
     plain_typer()
+    if completing:
+        # A shell asks for completions (see docs/index.md): only then is typer's
+        # completion machinery loaded, so that start-up stays as it is.
+        from typer.completion import completion_init
+
+        completion_init()
     command = typer.main.get_command(app.real())
     try:
         status = command.main(prog_name=tool, standalone_mode=False)

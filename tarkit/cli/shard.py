@@ -156,14 +156,7 @@ def shard(
         bool,
         typer.Option("--strict", help="Files the layout cannot use are errors, not warnings."),
     ] = False,
-    progress: Annotated[
-        Optional[bool],
-        typer.Option(
-            "--progress/--no-progress",
-            help="Progress line on stderr (default: when stderr is a terminal).",
-            show_default=False,
-        ),
-    ] = None,  # fmt: skip
+    progress: o.ShowProgress = None,
     verbose: o.Verbose = False,
 ) -> None:
     tool = ctx.command_path

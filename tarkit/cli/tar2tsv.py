@@ -6,6 +6,7 @@ from typing import Annotated, Optional
 
 from . import declare as typer  # typer itself only when needed: declare.py
 from . import options as o
+from .progress import Progress, wanted
 from .runner import report_skips, run, skip_log, typer_main
 
 app = typer.Typer(add_completion=False, rich_markup_mode=None)
@@ -39,6 +40,7 @@ def tar2tsv(
     strict: o.Strict = False,
     ignore_zeros: o.IgnoreZeros = False,
     allow_empty: o.AllowEmpty = False,
+    progress: o.ShowProgress = None,
 ) -> None:
     tool = ctx.command_path
 
@@ -57,9 +59,11 @@ def tar2tsv(
             ignore_zeros=ignore_zeros, allow_empty=allow_empty,
         )  # fmt: skip
         samples = take(samples, count)
-        lines = tsv_lines(samples, columns, header=not no_header, key=not no_key)
-        with output_errors("-"):
-            write_lines(lines, out)
+        with Progress(tool, wanted(progress, to_stdout=True), total=count) as shown:
+            lines = tsv_lines(shown.count(samples), columns, header=not no_header,
+                              key=not no_key)  # fmt: skip
+            with output_errors("-"):
+                write_lines(lines, out)
         report_skips(tool, skips)
         return 0
 

@@ -6,6 +6,7 @@ from typing import Annotated, Optional
 
 from . import declare as typer  # typer itself only when needed: declare.py
 from . import options as o
+from .progress import Progress, wanted, writes_stdout
 from .runner import report_skips, run, skip_log, typer_main
 
 app = typer.Typer(add_completion=False, rich_markup_mode=None)
@@ -101,6 +102,7 @@ def tarcat(
     strict: o.Strict = False,
     ignore_zeros: o.IgnoreZeros = False,
     allow_empty: o.AllowEmpty = False,
+    progress: o.ShowProgress = None,
 ) -> None:
     tool = ctx.command_path
 
@@ -140,7 +142,9 @@ def tarcat(
         if shuffle:
             samples = shuffle_samples(samples, shuffle, seed)
         samples = take(samples, count)
-        write_samples(samples, Sink(output))
+        with Progress(tool, wanted(progress, to_stdout=writes_stdout(output)),
+                      total=count) as shown:  # fmt: skip
+            write_samples(shown.count(samples), Sink(output))
         report_skips(tool, skips)
         return 0
 

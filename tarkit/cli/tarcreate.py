@@ -6,6 +6,7 @@ from typing import Annotated, Optional
 
 from . import declare as typer  # typer itself only when needed: declare.py
 from . import options as o
+from .progress import Progress, wanted, writes_stdout
 from .runner import report_skips, run, skip_log, typer_main, warn
 
 app = typer.Typer(add_completion=False, rich_markup_mode=None)
@@ -65,6 +66,7 @@ def tarcreate(
             "name, symlinks, FIFOs, devices) errors.",
         ),
     ] = False,
+    progress: o.ShowProgress = None,
 ) -> None:
     tool = ctx.command_path
 
@@ -73,24 +75,30 @@ def tarcreate(
 
         from ..errors import UsageError
         from ..stream.stages import write_members
-        from ..writing.files import list_tree, tree_members
-        from ..writing.plan import plan_members, read_plan
+        from ..writing.files import TreeSample, list_tree, tree_members
+        from ..writing.plan import PlanRow, plan_members, read_plan
 
         if (plan is None) == (directory is None):
             raise UsageError("give a PLAN file or --dir DIR (one of them)")
         skips = skip_log(tool)
+        tree: list[TreeSample] = []
+        rows: list[PlanRow] = []
         if directory is not None:
             if key is not None or delimiter is not None:
                 raise UsageError("--key and -d are for plans, not --dir")
             tree = list_tree(directory, strict=strict, skips=skips, dereference=dereference)
-            members = tree_members(directory, tree)
         else:
             if dereference:
                 raise UsageError("-L is for --dir")
             rows = read_plan(plan, delimiter, key_format=key,  # type: ignore[arg-type]
                              warn=lambda message: warn(tool, message))  # fmt: skip
-            members = plan_members(rows)
-        write_members(members, Sink(output))
+        shown = wanted(progress, to_stdout=writes_stdout(output))
+        with Progress(tool, shown, total=len(tree) + len(rows)) as line:
+            if directory is not None:
+                members = tree_members(directory, line.count(tree))
+            else:
+                members = plan_members(line.count(rows))
+            write_members(members, Sink(output))
         report_skips(tool, skips)
         return 0
 

@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
-from typing import Annotated, Optional
+from typing import TYPE_CHECKING, Annotated, Optional
 
 from . import declare as typer  # typer itself only when needed: declare.py
 from . import options as o
+from .progress import Progress, wanted, writes_stdout
 from .runner import report_skips, run, skip_log, typer_main
+
+if TYPE_CHECKING:
+    from tarkit.format.manifest import ShardInfo
 
 app = typer.Typer(add_completion=False, rich_markup_mode=None)
 
@@ -47,18 +51,30 @@ def tarindex(
         ),
     ] = False,
     strict: o.Strict = False,
+    progress: o.ShowProgress = None,
 ) -> None:
     tool = ctx.command_path
 
     def body() -> int:
-        from tarkit.storage import Sink
+        from tarkit.storage import Sink, expand_inputs
         from tarkit.stream.stages import output_errors, write_all
         from tarkit.writing.index import index_shards
 
         skips = skip_log(tool)
-        manifest = index_shards(
-            shards, offsets=offsets, manifest_path=output, strict=strict, skips=skips
-        )
+        with Progress(tool, wanted(progress, to_stdout=writes_stdout(output)), unit="shards",
+                      total=len(expand_inputs(shards))) as shown:  # fmt: skip
+            samples = 0
+
+            def on_shard(shard: ShardInfo) -> None:
+                nonlocal samples
+                samples += shard.samples
+                shown.note(f"{samples} samples")
+                shown.advance()
+
+            manifest = index_shards(
+                shards, offsets=offsets, manifest_path=output, strict=strict, skips=skips,
+                on_shard=on_shard if shown.shown else None,
+            )  # fmt: skip
         # A file or object appears whole; a FIFO or device is written in place.
         sink = Sink(output)
         try:

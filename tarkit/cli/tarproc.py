@@ -7,6 +7,7 @@ from typing import Annotated, Optional
 
 from . import declare as typer  # typer itself only when needed: declare.py
 from . import options as o
+from .progress import Progress, wanted, writes_stdout
 from .runner import report_skips, run, skip_log, typer_main, warn
 
 app = typer.Typer(add_completion=False, rich_markup_mode=None)
@@ -87,6 +88,7 @@ def tarproc(
     strict: o.Strict = False,
     ignore_zeros: o.IgnoreZeros = False,
     allow_empty: o.AllowEmpty = False,
+    progress: o.ShowProgress = None,
 ) -> None:
     tool = ctx.command_path
 
@@ -128,9 +130,11 @@ def tarproc(
             samples, spec, parallel=parallel, ordered=not unordered, on_error=on_error,
             on_reject=on_reject, report=report,
         )  # fmt: skip
+        shown = Progress(tool, wanted(progress, to_stdout=writes_stdout(output)))
         try:
-            write_samples(processed, Sink(output))
+            write_samples(shown.count(processed), Sink(output))
         finally:
+            shown.close()
             processed.close()  # type: ignore[attr-defined]
             if rejects_sink is not None:
                 rejects_sink.commit()

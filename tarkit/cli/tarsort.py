@@ -6,6 +6,7 @@ from typing import Annotated, Optional
 
 from . import declare as typer  # typer itself only when needed: declare.py
 from . import options as o
+from .progress import Progress, wanted, writes_stdout
 from .runner import report_skips, run, skip_log, typer_main
 
 app = typer.Typer(add_completion=False, rich_markup_mode=None)
@@ -64,6 +65,7 @@ def tarsort(
     strict: o.Strict = False,
     ignore_zeros: o.IgnoreZeros = False,
     allow_empty: o.AllowEmpty = False,
+    progress: o.ShowProgress = None,
 ) -> None:
     tool = ctx.command_path
 
@@ -82,13 +84,23 @@ def tarsort(
             shuffle_seed=(seed or 0) if shuffle else None,
         )  # fmt: skip
         skips = skip_log(tool)
+        shown = Progress(tool, wanted(progress, to_stdout=writes_stdout(output)),
+                         unit="members", stage="reading")  # fmt: skip
+
+        def on_read(members: int, finished: bool) -> None:
+            shown.update_to(members)
+            if finished:
+                shown.phase("writing", "members", members)
+
         samples = sort_samples(
             inputs or [], order, memory=parse_size(memory, "--memory"), strict=strict,
             skips=skips, ignore_zeros=ignore_zeros, allow_empty=allow_empty, tempdir=tempdir,
+            on_read=on_read if shown.shown else None,
         )  # fmt: skip
         try:
-            write_samples(samples, Sink(output))
+            write_samples(shown.count(samples, lambda s: len(s.members)), Sink(output))
         finally:
+            shown.close()
             close_iterator(samples)  # removes the temporary runs on every way out
         report_skips(tool, skips)
         return 0

@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
-from typing import Annotated, Optional
+from typing import TYPE_CHECKING, Annotated, Optional
 
 from . import declare as typer  # typer itself only when needed: declare.py
 from . import options as o
+from .progress import Progress, wanted
 from .runner import report_skips, run, shard_reporter, skip_log, typer_main, warn
+
+if TYPE_CHECKING:
+    from tarkit.format.manifest import ShardInfo
 
 app = typer.Typer(add_completion=False, rich_markup_mode=None)
 
@@ -18,6 +22,8 @@ app = typer.Typer(add_completion=False, rich_markup_mode=None)
     "one is removed (a warning names it and the complete samples it held), and the exit "
     "status is 2. Files that already match -o are an error: --overwrite replaces them, "
     "--resume continues an interrupted run.\n\n"
+    "With --num-shards N and --total (a count, or the manifest of the inputs) the "
+    "samples are cut into exactly N shards of equal counts instead.\n\n"
     "Example: tarcat data-*.tar | tarsplit -s 500M -o 'out/train-%06d.tar' "
     "--manifest out/manifest.json",
     no_args_is_help=False,
@@ -33,6 +39,27 @@ def tarsplit(
         typer.Option(
             "--maxshards",
             help="Fail (exit 2) when the input needs more than N shards; the first N stay.",
+            show_default=False,
+        ),
+    ] = None,
+    num_shards: Annotated[
+        Optional[int],
+        typer.Option(
+            "--num-shards",
+            help="Cut into exactly N shards of equal sample counts (the first ones one "
+            "larger when N does not divide the total); needs --total, and takes the place "
+            "of -c and -s.",
+            show_default=False,
+        ),
+    ] = None,
+    total: Annotated[
+        Optional[str],
+        typer.Option(
+            "--total",
+            metavar="N|MANIFEST",
+            help="How many samples the inputs hold: a number, or a manifest of the inputs "
+            "(from tarindex or --manifest) whose counts add up to it. Checked: another "
+            "count is an error (exit 2). Also gives the progress line its time left.",
             show_default=False,
         ),
     ] = None,
@@ -54,32 +81,66 @@ def tarsplit(
     strict: o.Strict = False,
     ignore_zeros: o.IgnoreZeros = False,
     allow_empty: o.AllowEmpty = False,
+    progress: o.ShowProgress = None,
 ) -> None:
     tool = ctx.command_path
 
     def body() -> int:
         import itertools
 
-        from ..errors import InputError, SourceError
+        from tarkit.storage import location
+
+        from ..errors import InputError, SourceError, UsageError
         from ..stream.stages import read_samples
+        from ..writing.equal_shards import UNLIMITED_SIZE, checked_total, write_equal_shards
         from ..writing.shard_writer import ShardWriter
 
         mode = o.write_mode(overwrite, resume)
+        expected = None if total is None else input_total(total)
+        if num_shards is not None and mode == "resume":
+            raise UsageError("--num-shards cuts the whole input at once: it does not resume")
+        if num_shards is not None:
+            if expected is None:
+                raise UsageError(
+                    "--num-shards needs --total N or --total MANIFEST: a stream cannot be "
+                    "cut into equal shards before its length is known"
+                )
+            given = [name for name, option in (("-c", "maxcount"), ("-s", "maxsize"))
+                     if typer.given(ctx, option)]  # fmt: skip
+            if given:
+                raise UsageError(f"--num-shards sets the shards' counts: leave out {given[0]}")
+        reporter = shard_reporter(tool) if verbose else None
+        shown = Progress(tool, wanted(progress), total=expected)
+        shards = 0
+
+        def on_shard(shard: ShardInfo) -> None:
+            nonlocal shards
+            shards += 1
+            shown.note(f"{shards} shard{'' if shards == 1 else 's'}")
+            if reporter is not None:
+                reporter(shard)
+
         writer = ShardWriter(
-            output, maxcount=maxcount, maxsize=maxsize, maxshards=maxshards, start=start,
-            post=post, manifest=manifest, on_shard=shard_reporter(tool) if verbose else None,
+            output, maxcount=maxcount, maxsize=UNLIMITED_SIZE if num_shards else maxsize,
+            maxshards=maxshards, start=start, post=post, manifest=manifest, on_shard=on_shard,
             # only a manifest shows them (a resumed one lists the kept shards too)
             checksums=manifest is not None, mode=mode,
         )  # fmt: skip
         skips = skip_log(tool)
-        samples = read_samples(
+        samples = shown.count(read_samples(
             inputs or [], strict=strict, skips=skips,
             ignore_zeros=ignore_zeros, allow_empty=allow_empty,
-        )  # fmt: skip
+        ))  # fmt: skip
+        source = "the inputs" if inputs and len(inputs) > 1 else location((inputs or ["-"])[0]).name
         try:
-            with writer:
-                # --resume: the samples of the complete shards are read again, not written
-                writer.write_all(itertools.islice(samples, writer.samples_done, None))
+            with shown, writer:
+                if num_shards is not None:
+                    write_equal_shards(writer, samples, expected, num_shards, source)  # type: ignore[arg-type]
+                elif expected is not None:
+                    writer.write_all(checked_total(samples, expected, source))
+                else:
+                    # --resume: the samples of the complete shards are read again, not written
+                    writer.write_all(itertools.islice(samples, writer.samples_done, None))
         except (InputError, SourceError):
             # The complete samples of the removed shard are lost to this run: say so,
             # above the error line.
@@ -93,6 +154,21 @@ def tarsplit(
         return 0
 
     run(tool, body)
+
+
+def input_total(spec: str) -> int:
+    """--total: a number of samples, or the sum of a manifest's counts."""
+    from ..errors import UsageError
+
+    try:
+        number = int(spec)
+    except ValueError:
+        from tarkit.storage import load_manifest
+
+        return load_manifest(spec).samples
+    if number < 0:
+        raise UsageError(f"--total must not be negative (got {number})")
+    return number
 
 
 def main() -> None:

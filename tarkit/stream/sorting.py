@@ -119,6 +119,7 @@ def sort_samples(
     ignore_zeros: bool = False,
     allow_empty: bool = False,
     tempdir: str | None = None,
+    on_read: Callable[[int, bool], object] | None = None,
 ) -> Iterator[Sample]:
     """Yield the samples of all ``inputs`` (none: stdin) sorted as ``order`` says.
 
@@ -126,14 +127,18 @@ def sort_samples(
     samples. Members that are not sample data are skipped (counted in ``skips``) or,
     with ``strict``, raise, as :func:`~tarkit.format.samples.group_samples` does. Every input
     is read to its end before the first sample is yielded. See the module docstring for
-    the order, the errors and the memory used.
+    the order, the errors and the memory used. ``on_read(members, finished)`` is told
+    how many members were read so far, every 256 members, and once more with
+    ``finished`` true when every input is read (for a progress display).
     """
     if memory < MIN_MEMORY:
         raise UsageError(f"--memory must be at least {MIN_MEMORY >> 20}M (got {memory} bytes)")
     sorter = _Sorter(memory, tempdir)
     try:
         sources: list[str] = []
-        members = _keyed_members(inputs, sources, memory, strict, skips, ignore_zeros, allow_empty)
+        members = _keyed_members(
+            inputs, sources, memory, strict, skips, ignore_zeros, allow_empty, on_read
+        )
         if order.field is None:
             items = _regroup(
                 sorter.sort(_member_items(members, order), reverse=order.reverse), sources
@@ -157,9 +162,11 @@ def _keyed_members(
     skips: SkipLog | None,
     ignore_zeros: bool,
     allow_empty: bool,
+    on_read: Callable[[int, bool], object] | None = None,
 ) -> Iterator[tuple[int, Member]]:
     """(input index, member) for every member that is sample data, inputs in order."""
     chunk_size = min(1 << 20, memory // 16)
+    read = 0
     for spec in expand_inputs(inputs):
         with open_source(spec) as source:
             index = len(sources)
@@ -172,8 +179,13 @@ def _keyed_members(
                 reason = skip_reason(member)
                 if reason is None:
                     yield index, member
+                    read += 1
+                    if on_read is not None and not read & 255:
+                        on_read(read, False)
                 elif reason not in QUIET_SKIPS:
                     skip_member(reason, member, source.name, strict, skips)
+    if on_read is not None:
+        on_read(read, True)
 
 
 def _member_items(members: Iterable[tuple[int, Member]], order: SortOrder) -> Iterator[Item]:

@@ -8,7 +8,7 @@ offset in the uncompressed tar stream; :func:`index_shards` makes the
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 from ..errors import UsageError
 from ..format.compression import open_decompressed
@@ -79,15 +79,19 @@ def index_shards(
     strict: bool = False,
     skips: SkipLog | None = None,
     storage_options: StorageOptions | None = None,
+    on_shard: Callable[[ShardInfo], object] | None = None,
 ) -> Manifest:
     """The manifest of the shards ``specs`` (brace-expanded), in the order given.
 
     ``manifest_path`` is where the manifest will be written: local shards beside or
-    below it are named relative to it. ``storage_options`` go to fsspec.
+    below it are named relative to it. ``storage_options`` go to fsspec; ``on_shard`` is
+    called with each entry as it is made.
     """
-    shards = [
-        index_shard(spec, offsets=offsets, manifest_path=manifest_path, strict=strict,
-                    skips=skips, storage_options=storage_options)
-        for spec in expand_inputs(specs)
-    ]  # fmt: skip
+    shards = []
+    for spec in expand_inputs(specs):
+        shard = index_shard(spec, offsets=offsets, manifest_path=manifest_path, strict=strict,
+                            skips=skips, storage_options=storage_options)  # fmt: skip
+        shards.append(shard)
+        if on_shard is not None:
+            on_shard(shard)
     return Manifest(shards, manifest_path)

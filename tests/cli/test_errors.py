@@ -499,7 +499,7 @@ def test_a_count_beyond_any_stream_means_every_sample(command: str) -> None:
     assert result.stdout == every.stdout and every.stdout.count(b"0003") == 1
 
 
-PLAN = "__key__,cls\na,1\nb,2\n"
+PLAN = "__key__,@bin,cls\na,base.tar,1\nb,base.tar,2\n"  # embeds a file: no warning
 
 
 @pytest.mark.parametrize(

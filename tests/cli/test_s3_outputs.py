@@ -116,7 +116,7 @@ def test_a_resumed_writer_aborts_the_multipart_upload_a_killed_run_left(
     with ShardWriter(f"s3://{bucket}/w/s-%03d.tar", maxcount=1, storage_options=options) as w:
         w.write({"__key__": "a", "txt": "one"})
     with ShardWriter(f"s3://{bucket}/w/s-%03d.tar", maxcount=1, storage_options=options,
-                     resume=True) as w:  # fmt: skip
+                     mode="resume") as w:  # fmt: skip
         assert w.samples_done == 1
         w.write({"__key__": "b", "txt": "two"})
     uploads = fs.call_s3("list_multipart_uploads", Bucket=bucket).get("Uploads", [])

@@ -5,8 +5,6 @@ from __future__ import annotations
 import io
 import json
 import os
-import pty
-import re
 import subprocess
 from pathlib import Path
 
@@ -395,36 +393,6 @@ def test_sigkill_then_resume_gives_the_bytes_of_a_clean_run(tmp_path: Path) -> N
     assert resumed.returncode == 0, resumed.stderr
     expected = {p.name: p.read_bytes() for p in (tmp_path / "clean").iterdir()}
     assert {p.name: p.read_bytes() for p in cut.iterdir()} == expected
-
-
-def test_progress_is_drawn_on_a_terminal_and_not_into_a_pipe(tmp_path: Path) -> None:
-    (tmp_path / "mydata.py").write_text(DATASET_MODULE)
-    command = [tool("tarkit"), "shard", "--dataset", "mydata:make", "6"]
-    piped = subprocess.run([*command, "-o", "a-%d.tar"], cwd=tmp_path, capture_output=True)
-    assert piped.returncode == 0 and piped.stderr == b""
-
-    leader, follower = pty.openpty()
-    try:
-        process = subprocess.Popen([*command, "-o", "b-%d.tar"], cwd=tmp_path,
-                                   stdout=subprocess.PIPE, stderr=follower)  # fmt: skip
-        os.close(follower)
-        out, _ = process.communicate(timeout=120)
-        screen = b""
-        while True:
-            try:
-                chunk = os.read(leader, 4096)
-            except OSError:  # EIO: the terminal's other side is closed and drained
-                break
-            if not chunk:
-                break
-            screen += chunk
-    finally:
-        os.close(leader)
-    assert process.returncode == 0 and out == b""
-    # Redrawn in place as tarkit map's line is, and left standing at the end.
-    assert screen.startswith(b"\rtarkit shard: ")
-    assert re.search(rb"\rtarkit shard: 6/6 samples \(100%\), 1 shard done, \d+ samples/s *\r\n$",
-                     screen)  # fmt: skip
 
 
 def test_shards_go_to_s3_through_fsspec(tmp_path: Path, s3_env: dict[str, str],

@@ -76,8 +76,10 @@ def numbered(count: int, text: str = "text") -> bytes:
     )
 
 
-def imported_modules(module: str, args: list[str], cwd: Path) -> set[str]:
-    """Top-level packages imported by running ``module``'s main() with ``args``."""
+def imported_modules(module: str, args: list[str], cwd: Path, stderr: int = subprocess.PIPE
+                     ) -> set[str]:  # fmt: skip
+    """Top-level packages imported by running ``module``'s main() with ``args`` (stderr
+    to ``stderr``: a pipe unless told)."""
     probe = (
         "import atexit, sys\n"
         "def report():\n"
@@ -88,7 +90,8 @@ def imported_modules(module: str, args: list[str], cwd: Path) -> set[str]:
         f"from {module} import main\n"
         "main()\n"
     )
-    result = subprocess.run([sys.executable, "-c", probe], cwd=cwd, capture_output=True, timeout=60)
+    result = subprocess.run([sys.executable, "-c", probe], cwd=cwd, stdout=subprocess.PIPE,
+                            stderr=stderr, timeout=60)  # fmt: skip
     assert result.returncode == 0, result.stderr
     return set((cwd / "modules.txt").read_text().split())
 
