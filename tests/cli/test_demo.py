@@ -26,7 +26,7 @@ def test_demo_trains_a_classifier_above_90_percent_from_the_shards(demo_out) -> 
     metrics = json.loads((out / "metrics.json").read_text())
     assert len(metrics["epochs"]) == 4
     assert metrics["accuracy"] >= 0.9
-    assert metrics["train_shards"] == 8  # 4 original + 4 augmented
+    assert metrics["train_shards"] == 5  # 4 original + 1 augmented (a quarter: ~350 samples)
     assert (out / "model.pt").stat().st_size > 0
 
 
@@ -71,7 +71,9 @@ def test_plain_setup_installs_every_distribution_the_demo_imports() -> None:
         assert distribution in installed, f"bin/demo would run without {distribution}"
 
 
-def test_demo_augmented_shards_have_the_same_samples_with_new_images(demo_out) -> None:
+def test_demo_augmented_shards_hold_a_seeded_quarter_of_the_samples_with_new_images(
+    demo_out,
+) -> None:
     out, _ = demo_out
     original = {}
     for path in sorted((out / "shards").glob("train-*.tar")):
@@ -79,10 +81,11 @@ def test_demo_augmented_shards_have_the_same_samples_with_new_images(demo_out) -
     augmented = {}
     for path in sorted((out / "augmented").glob("*.tar")):
         augmented.update(samples_of(path.read_bytes()))
-    assert augmented.keys() == original.keys()
-    changed = sum(augmented[k]["png"] != original[k]["png"] for k in original)
-    assert changed > 0.9 * len(original)
-    assert all(augmented[k]["cls"] == original[k]["cls"] for k in original)
+    assert augmented.keys() < original.keys()
+    assert 0.2 * len(original) < len(augmented) < 0.3 * len(original)
+    changed = sum(augmented[k]["png"] != original[k]["png"] for k in augmented)
+    assert changed > 0.9 * len(augmented)
+    assert all(augmented[k]["cls"] == original[k]["cls"] for k in augmented)
 
 
 def test_demo_writes_contact_sheets_labels_and_prints_copyable_commands(demo_out) -> None:

@@ -306,9 +306,12 @@ def test_a_worker_killed_mid_command_loses_its_command_and_directory_not_its_sha
         [str(BIN / "tarkit"), "map", "-c", command, inputs, "-o", f"{tmp_path}/out/", "-j", "2"],
         env=env, stderr=subprocess.PIPE,
     )  # fmt: skip
-    deadline = time.monotonic() + 30
-    while not pids.exists() and time.monotonic() < deadline:
+    deadline = time.monotonic() + 90  # a loaded machine starts workers slowly
+    while not pids.exists() and process.poll() is None and time.monotonic() < deadline:
         time.sleep(0.02)
+    if not pids.exists():
+        process.kill()
+        raise AssertionError(f"s1-02 never ran: {process.communicate()[1].decode()}")
     command_pid, worker_pid = map(int, pids.read_text().split())
     os.kill(worker_pid, signal.SIGKILL)
     _, stderr = process.communicate(timeout=30)
