@@ -169,7 +169,7 @@ def map_command(
     def body() -> int:
         from ..errors import MapError, UsageError
         from ..processing.driver import map_shards
-        from ..processing.engines.base import ShardMapper
+        from ..processing.mappers import ShardMapper
 
         if (command is None) == (fn is None):
             raise UsageError("give either -c COMMAND or --fn package.module:function")

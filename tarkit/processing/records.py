@@ -29,7 +29,7 @@ from ..storage import (
     publish,
     read_bytes,
 )
-from .engines.base import Row
+from .mappers import Row
 
 RECORD_FORMAT = "tarkit-map-shard"
 RECORD_VERSION = 1

@@ -24,9 +24,9 @@ import pytest
 from conftest import BIN, ROOT, assert_gone, run, samples_of
 from map_functions import write_inputs
 
+from tarkit.engines.ledger import sweep_ledgers
 from tarkit.errors import UsageError
 from tarkit.processing.driver import MapError, map_shards
-from tarkit.processing.ledger import sweep_ledgers
 
 pytest.importorskip("ray")
 pytestmark = pytest.mark.timeout(150)  # each test, the cluster's start-up included
