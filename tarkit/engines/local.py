@@ -63,7 +63,7 @@ def _worker_main(
     except OSError:
         return
     # Should this process be killed, the driver finds the commands it ran and their
-    # directories in its ledger (see tarkit.processing.ledger).
+    # directories in its ledger (see tarkit.engines.ledger).
     record_commands(ledgers)
     try:
         while True:

@@ -9,7 +9,7 @@ sample and is all another process needs.
 
 Every command runs in a session (process group) of its own; its process is reaped only
 after the whole group was killed, so killing the group never hits another program. In a
-map worker the :mod:`~tarkit.processing.ledger` records each running command.
+map worker the :mod:`~tarkit.engines.ledger` records each running command.
 """
 
 from __future__ import annotations
