@@ -38,6 +38,7 @@ from .sources import (
     open_source_at,
     read_bytes,
     skip_bytes,
+    stored_matches,
 )
 
 __all__ = [
@@ -79,5 +80,6 @@ __all__ = [
     "save_manifest",
     "skip_bytes",
     "stdout_stream",
+    "stored_matches",
     "temp_place",
 ]

@@ -20,22 +20,21 @@ import itertools
 import json
 import random
 import time
-import traceback
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from ..errors import InputError, SampleError, TarkitError, UsageError
-from ..format.encoding import DEFAULT_QUALITY, ImageTransform, encode_sample
+from ..errors import UsageError
+from ..format.encoding import DEFAULT_QUALITY, ImageTransform
 from ..format.manifest import Manifest, ShardInfo
 from ..sizes import check_on_error
 from ..storage import location, publish
 from .huggingface import FieldNames, hf_samples, is_hf_dataset
+from .items import ItemEncoder, ItemFailure, ToSample, default_sample
 from .patterns import CREATE, OVERWRITE, RESUME
 from .rejects import ON_ERROR, Rejected, default_rejects, load_rejects, save_rejects
 from .shard_writer import DEFAULT_MAXCOUNT, DEFAULT_MAXSIZE, DEFAULT_PATTERN, ShardWriter
 
-ToSample = Callable[[Any, int], Mapping[str, Any]]
 CHUNK = 8  # items per worker task: fewer, larger messages between processes
 CLASSES_FILE = "classes.json"
 
@@ -65,142 +64,13 @@ class ShardProgress:
         return (self.samples - self.resumed) / self.seconds if self.seconds > 0 else 0.0
 
 
-def default_sample(
-    item: Any, index: int, *, image_ext: str = "png", fields: FieldNames | None = None
-) -> dict[str, Any]:
-    """The sample dict for a dataset item when no ``to_sample`` is given.
-
-    A dict is used as it is, but for the entries ``fields`` renames (or, mapped to None,
-    leaves out); ``__key__`` defaults to the index as ``%09d``. A pair
-    ``(x, label)``, as torchvision datasets return, becomes ``x`` under a field chosen by
-    its type (a PIL image: ``image_ext``, lossless PNG by default; a numpy array: ``npy``;
-    a tensor: ``pth``; str: ``txt``; bytes: ``bin``; dict or list: ``json``) and the
-    label under ``cls`` (an int) or by the same rule.
-
-    >>> default_sample(("hello", 3), 7)
-    {'__key__': '000000007', 'txt': 'hello', 'cls': 3}
-    >>> default_sample({"text": "hi", "id": 4}, 0, fields={"text": "txt", "id": None})
-    {'txt': 'hi', '__key__': '000000000'}
-    """
-    key = f"{index:09d}"
-    if isinstance(item, Mapping):
-        if fields:
-            renamed = ((fields.get(name, name), value) for name, value in item.items())
-            sample = {name: value for name, value in renamed if name is not None}
-        else:
-            sample = dict(item)
-        sample.setdefault("__key__", key)
-        return sample
-    if isinstance(item, (tuple, list)) and len(item) == 2:
-        value, label = item
-        value_field = _field_for(value, image_ext)
-        label_field = "cls" if _is_int(label) else _field_for(label, image_ext)
-        if value_field is not None and label_field is not None and value_field != label_field:
-            return {"__key__": key, value_field: value, label_field: label}
-    raise SampleError(
-        f"item {index} is a {type(item).__name__}: give a dict, an (x, label) pair, "
-        "or a to_sample function that returns a dict of fields",
-        source="dataset",
-    )
-
-
-def _is_int(value: object) -> bool:
-    import numbers
-
-    return isinstance(value, numbers.Integral) and not isinstance(value, bool)
-
-
-def _field_for(value: object, image_ext: str) -> str | None:
-    module = type(value).__module__
-    if module.startswith("PIL."):
-        return image_ext
-    if module == "numpy":
-        return "npy"
-    if module.startswith("torch"):
-        return "pth"
-    if isinstance(value, str):
-        return "txt"
-    if isinstance(value, (bytes, bytearray)):
-        return "bin"
-    if isinstance(value, (dict, list)):
-        return "json"
-    if _is_int(value):
-        return "cls"
-    return None
-
-
-class _Failure:
-    """An error raised by one item, carried back from a worker process intact."""
-
-    def __init__(self, index: int, exc: BaseException) -> None:
-        self.index = index
-        self.tarkit = isinstance(exc, TarkitError)
-        # A tarkit error is rebuilt as it was; anything else travels as text.
-        self.type = type(exc) if self.tarkit else None
-        self.state = dict(exc.__dict__) if self.tarkit else {}
-        self.args = exc.args if self.tarkit else ()
-        self.text = f"{type(exc).__name__}: {exc}"
-        self.traceback = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))
-
-    def exception(self) -> BaseException:
-        cause = RuntimeError(f"in the worker:\n{self.traceback}")
-        if self.type is not None:
-            exc = self.type.__new__(self.type)
-            exc.args = self.args
-            exc.__dict__.update(self.state)
-        else:
-            exc = InputError(f"item {self.index}: {self.text}", source="dataset")
-        exc.__cause__ = cause
-        return exc
-
-
-class _Encoder:
-    """The per-item work: item → sample dict → raw tar members. Runs in the workers."""
-
-    def __init__(self, dataset: Any, to_sample: ToSample | None, mtime: int, quality: int,
-                 image_ext: str, transform: ImageTransform,
-                 fields: FieldNames | None = None) -> None:  # fmt: skip
-        self.dataset = dataset
-        self.to_sample = to_sample
-        self.mtime = mtime
-        self.quality = quality
-        self.image_ext = image_ext
-        self.transform = transform
-        self.fields = fields
-
-    def encode(self, index: int, item: Any) -> bytes | _Failure:
-        try:
-            if self.to_sample is not None:
-                sample = self.to_sample(item, index)
-            else:
-                sample = default_sample(item, index, image_ext=self.image_ext,
-                                        fields=self.fields)  # fmt: skip
-            if self.transform.active:
-                sample = self.transform.sample(sample, f"item {index}")
-            return encode_sample(sample, mtime=self.mtime, quality=self.quality)
-        except Exception as exc:
-            return _Failure(index, exc)
-
-    def __call__(self, indices: Sequence[int]) -> list[bytes | _Failure]:
-        """Load and encode the items at ``indices`` of a map-style dataset."""
-        results: list[bytes | _Failure] = []
-        for index in indices:
-            try:
-                item = self.dataset[index]
-            except Exception as exc:
-                results.append(_Failure(index, exc))
-                continue
-            results.append(self.encode(index, item))
-        return results
-
-
 class _Chunks:
     """A map-style dataset over chunks of indices, for the DataLoader."""
 
-    def __init__(self, encoder: _Encoder) -> None:
+    def __init__(self, encoder: ItemEncoder) -> None:
         self.encoder = encoder
 
-    def __getitem__(self, indices: Sequence[int]) -> list[bytes | _Failure]:
+    def __getitem__(self, indices: Sequence[int]) -> list[bytes | ItemFailure]:
         return self.encoder(indices)
 
 
@@ -330,7 +200,7 @@ def shard_dataset(
         pattern, maxcount=maxcount, maxsize=maxsize, start=start, post=post,
         manifest=manifest, on_shard=shard_done, storage_options=storage_options, mode=mode,
     )  # fmt: skip
-    encoder = _Encoder(dataset, to_sample, writer.mtime, quality, image_ext, transform, fields)
+    encoder = ItemEncoder(dataset, to_sample, writer.mtime, quality, image_ext, transform, fields)
     if rejects is not None and mode == RESUME and writer.shards:
         rejected = load_rejects(rejects, storage_options)
         published[0] = len(rejected)
@@ -345,7 +215,6 @@ def shard_dataset(
         items = itertools.islice(enumerate(dataset), done, None)
         results = _iterable_results(encoder, items, num_workers)
     started = time.monotonic()
-    source_of = getattr(dataset, "item_source", None)
 
     def report(finished: bool = False) -> None:
         if progress is not None:
@@ -359,8 +228,7 @@ def shard_dataset(
                 if isinstance(result, bytes):
                     writer.write_raw(result)
                 elif skipping:
-                    where = source_of(result.index) if source_of is not None else ""
-                    reject = Rejected(result.index, where, str(result.exception()))
+                    reject = Rejected(result.index, result.source, str(result.exception()))
                     rejected.append(reject)
                     if on_reject is not None:
                         on_reject(reject)
@@ -398,8 +266,8 @@ def _chunks(order: Sequence[int], size: int) -> list[list[int]]:
 
 
 def _map_results(
-    encoder: _Encoder, order: Sequence[int], num_workers: int
-) -> Iterator[bytes | _Failure]:
+    encoder: ItemEncoder, order: Sequence[int], num_workers: int
+) -> Iterator[bytes | ItemFailure]:
     """Encoded samples of a map-style dataset, in ``order``."""
     if num_workers == 0:
         for index in order:
@@ -429,17 +297,17 @@ def _map_results(
             shutdown()
 
 
-_ITERABLE_ENCODER: _Encoder | None = None
+_ITERABLE_ENCODER: ItemEncoder | None = None
 
 
-def _encode_in_worker(pair: tuple[int, Any]) -> bytes | _Failure:
+def _encode_in_worker(pair: tuple[int, Any]) -> bytes | ItemFailure:
     assert _ITERABLE_ENCODER is not None
     return _ITERABLE_ENCODER.encode(*pair)
 
 
 def _iterable_results(
-    encoder: _Encoder, items: Iterable[tuple[int, Any]], num_workers: int
-) -> Iterator[bytes | _Failure]:
+    encoder: ItemEncoder, items: Iterable[tuple[int, Any]], num_workers: int
+) -> Iterator[bytes | ItemFailure]:
     """Encoded samples of an iterable's (index, item) pairs, in order.
 
     Workers are forked processes that inherit the encoder (so ``to_sample`` need not be
