@@ -21,16 +21,19 @@ import json
 import random
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
+from ..engines import check_engine
 from ..errors import UsageError
 from ..format.encoding import DEFAULT_QUALITY, ImageTransform
 from ..format.manifest import Manifest, ShardInfo
-from ..sizes import check_on_error
+from ..format.tar import default_mtime
+from ..sizes import check_on_error, parse_size
 from ..storage import location, publish
-from .huggingface import FieldNames, hf_samples, is_hf_dataset
-from .items import ItemEncoder, ItemFailure, ToSample, default_sample
+from .cluster import Tally, shard_on_engine
+from .huggingface import FieldNames, hf_rows, hf_samples, is_hf_dataset
+from .items import DatasetFactory, ItemEncoder, ItemFailure, ToSample, default_sample
 from .patterns import CREATE, OVERWRITE, RESUME
 from .rejects import ON_ERROR, Rejected, default_rejects, load_rejects, save_rejects
 from .shard_writer import DEFAULT_MAXCOUNT, DEFAULT_MAXSIZE, DEFAULT_PATTERN, ShardWriter
@@ -47,7 +50,9 @@ class ShardProgress:
     ``samples`` counts the samples in the shards so far, the ``resumed`` ones found in
     the complete shards of an interrupted run included; ``total`` is the dataset's length
     (None for an iterable); ``shards`` counts the complete shards; ``rejected`` the
-    items left out under ``on_error="skip"``.
+    items left out under ``on_error="skip"``. On a cluster, ``samples`` counts the items
+    encoded so far, ``retries`` the tasks tried again, and ``message`` says why, once,
+    in the report that follows each retry.
     """
 
     samples: int
@@ -57,6 +62,8 @@ class ShardProgress:
     seconds: float
     finished: bool = False
     rejected: int = 0
+    retries: int = 0
+    message: str | None = None
 
     @property
     def samples_per_second(self) -> float:
@@ -132,6 +139,10 @@ def shard_dataset(
     on_reject: Callable[[Rejected], object] | None = None,
     progress: Callable[[ShardProgress], object] | None = None,
     on_shard: Callable[[ShardInfo], object] | None = None,
+    engine: str = "local",
+    address: str | None = None,
+    num_cpus: float = 1,
+    retries: int = 2,
 ) -> Manifest:
     """Write every item of ``dataset`` into shards named by ``pattern``; return the manifest.
 
@@ -147,7 +158,15 @@ def shard_dataset(
     other options are :class:`ShardWriter`'s (``mode``: ``create``, ``overwrite`` or
     ``resume``, see :mod:`tarkit.writing.patterns`); ``quality`` is the JPEG/WebP quality
     for images encoded by extension. ``progress`` is called with a :class:`ShardProgress`
-    after every sample and at the end.
+    after every sample (on a cluster: as tasks end) and at the end.
+
+    ``engine="ray"`` runs the work on the Ray cluster at ``address`` (or ``RAY_ADDRESS``,
+    else a local Ray), in tasks of ``num_cpus`` CPUs (``num_workers``, when not 0, limits
+    the tasks in flight), and writes the same shards, byte for byte, with the same
+    manifest (:mod:`tarkit.writing.cluster`): the dataset must be map-style and reach
+    every node (pickled, or a :class:`~tarkit.writing.items.DatasetFactory` that each
+    node calls), and so must ``to_sample``; a task whose worker dies is tried
+    ``retries`` more times.
 
     ``resize`` (``"256x256:crop"``, see :func:`~tarkit.format.encoding.parse_resize`) and
     ``image_format`` (``"jpg"``, ``"png"``, ``"webp"``…) apply to every image field of
@@ -172,19 +191,80 @@ def shard_dataset(
     if num_workers < 0:
         raise UsageError(f"num_workers must not be negative (got {num_workers})")
     check_on_error(on_error, ON_ERROR)
-    if to_sample is None and is_hf_dataset(dataset):
-        dataset, to_sample = hf_samples(dataset, fields)
+    cluster = check_engine(engine) != "local"
+    made = dataset.dataset if isinstance(dataset, DatasetFactory) else dataset
+    if to_sample is None and is_hf_dataset(made):
+        converted, to_sample = hf_samples(made, fields)
         class_names = to_sample.classes
+        dataset = dataset.then(hf_rows) if isinstance(dataset, DatasetFactory) else converted
+        made = converted
     else:
-        class_names = _class_names(dataset) if to_sample is None else None
-    map_style = is_map_style(dataset)
+        class_names = _class_names(made) if to_sample is None else None
+    map_style = is_map_style(made)
     if shuffle and not map_style:
         raise UsageError("shuffle=True needs a map-style dataset (with __len__ and __getitem__)")
+    if cluster and not map_style:
+        raise UsageError(f"engine={engine!r} needs a map-style dataset (with __len__ and "
+                         "__getitem__): each task reads its own items by index")  # fmt: skip
     transform = ImageTransform(resize, image_format, quality, verify=verify)
-    if transform.format is not None:
-        image_ext = transform.format
     skipping = on_error == "skip"
     rejects = rejects or (default_rejects(pattern) if skipping else None)
+    started = time.monotonic()
+    total = len(made) if map_style else None
+    last = [ShardProgress(0, total, 0, 0, 0.0)]
+
+    def report(state: ShardProgress) -> None:
+        last[0] = state
+        if progress is not None:
+            progress(state)
+
+    encoder = ItemEncoder(dataset, to_sample, default_mtime(), quality,
+                          transform.format or image_ext, transform, fields)  # fmt: skip
+    order = sample_order(len(made), shuffle, seed) if map_style else None
+    written: tuple[Manifest, list[Rejected]]
+    common: dict[str, Any] = dict(mode=mode, start=start, storage_options=storage_options, post=post,
+                  on_shard=on_shard, on_reject=on_reject)  # fmt: skip
+    if cluster:
+        if retries < 0:
+            raise UsageError(f"retries must not be negative (got {retries})")
+
+        def tally(state: Tally) -> None:
+            report(ShardProgress(state.samples, total, state.shards, state.resumed,
+                                 time.monotonic() - started, False, 0, state.retries,
+                                 state.message))  # fmt: skip
+
+        written = shard_on_engine(
+            encoder, order or [], pattern, engine=engine, workers=num_workers or None,
+            address=address, num_cpus=num_cpus, retries=retries, manifest=manifest,
+            maxcount=maxcount, maxsize=parse_size(maxsize, "maxsize"), skipping=skipping,
+            rejects=rejects, report=tally, **common,
+        )  # fmt: skip
+    else:
+        written = _write_here(encoder, order, num_workers, pattern, maxcount, maxsize,
+                              manifest, skipping, rejects, report, started, total, **common)  # fmt: skip
+    result, rejected = written
+    if rejects is not None:
+        save_rejects(rejected, rejects, storage_options)
+    if class_names is not None:
+        names = json.dumps(class_names, ensure_ascii=False, indent=1) + "\n"
+        publish(classes or location(pattern).sibling(CLASSES_FILE), names.encode("utf-8"),
+                storage_options)  # fmt: skip
+    final = replace(last[0], seconds=time.monotonic() - started, finished=True,
+                    rejected=len(rejected), shards=len(result.shards), message=None)  # fmt: skip
+    if progress is not None:
+        progress(final)
+    return result
+
+
+def _write_here(
+    encoder: ItemEncoder, order: list[int] | None, num_workers: int, pattern: str,
+    maxcount: int, maxsize: int | str, manifest: str | None, skipping: bool,
+    rejects: str | None, report: Callable[[ShardProgress], object], started: float,
+    total: int | None, *, mode: str, start: int, storage_options: Mapping[str, Any] | None,
+    post: str | Callable[[str], object] | None, on_shard: Callable[[ShardInfo], object] | None,
+    on_reject: Callable[[Rejected], object] | None,
+) -> tuple[Manifest, list[Rejected]]:  # fmt: skip
+    """The local engine: workers of this machine encode, this process writes."""
     rejected: list[Rejected] = []
     published: list[int | None] = [None]  # how many rejects the rejects file lists
 
@@ -199,29 +279,18 @@ def shard_dataset(
     writer = ShardWriter(
         pattern, maxcount=maxcount, maxsize=maxsize, start=start, post=post,
         manifest=manifest, on_shard=shard_done, storage_options=storage_options, mode=mode,
+        mtime=encoder.mtime,
     )  # fmt: skip
-    encoder = ItemEncoder(dataset, to_sample, writer.mtime, quality, image_ext, transform, fields)
     if rejects is not None and mode == RESUME and writer.shards:
         rejected = load_rejects(rejects, storage_options)
         published[0] = len(rejected)
     resumed = writer.samples_done
     done = resumed + len(rejected)  # the items the complete shards stand for
-    if map_style:
-        order = sample_order(len(dataset), shuffle, seed)
-        total: int | None = len(order)
+    if order is not None:
         results = _map_results(encoder, order[done:], num_workers)
     else:
-        total = None
-        items = itertools.islice(enumerate(dataset), done, None)
+        items = itertools.islice(enumerate(encoder.dataset), done, None)
         results = _iterable_results(encoder, items, num_workers)
-    started = time.monotonic()
-
-    def report(finished: bool = False) -> None:
-        if progress is not None:
-            seconds = time.monotonic() - started
-            progress(ShardProgress(writer.samples, total, len(writer.shards), resumed,
-                                   seconds, finished, len(rejected)))  # fmt: skip
-
     with writer:
         try:
             for result in results:
@@ -234,17 +303,11 @@ def shard_dataset(
                         on_reject(reject)
                 else:
                     raise result.exception()
-                report()
+                report(ShardProgress(writer.samples, total, len(writer.shards), resumed,
+                                     time.monotonic() - started, False, len(rejected)))  # fmt: skip
         finally:
             _close(results)
-    if rejects is not None:
-        save_rejects(rejected, rejects, storage_options)
-    if class_names is not None:
-        names = json.dumps(class_names, ensure_ascii=False, indent=1) + "\n"
-        publish(classes or location(pattern).sibling(CLASSES_FILE), names.encode("utf-8"),
-                storage_options)  # fmt: skip
-    report(finished=True)
-    return writer.manifest_of()
+    return writer.manifest_of(), rejected
 
 
 def _class_names(dataset: object) -> list[str] | None:

@@ -8,7 +8,7 @@ workers, Ray tasks — gets the same bytes.
 from __future__ import annotations
 
 import traceback
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any
 
 from ..errors import InputError, SampleError, TarkitError
@@ -172,3 +172,66 @@ class ItemEncoder:
                 continue
             results.append(self.encode(index, item))
         return results
+
+
+class DatasetFactory:
+    """The dataset ``function(*args)`` returns, made again wherever it is unpickled.
+
+    Sent to a Ray cluster, a dataset object travels whole (every path, every row) and
+    must make sense on every node; a factory travels as the call, and each node makes its
+    own dataset (imports ``function``'s module, which must be importable there, and calls
+    it): a Hugging Face dataset is then loaded, or read from its cache, on each node.
+    ``steps`` are functions applied to the dataset in turn after it is made (module-level
+    functions, for the same reason). It reads as the dataset it makes (``len``, indexing,
+    ``classes``, ``item_source``), and makes it on first use.
+
+    >>> squares = DatasetFactory(lambda n: [i * i for i in range(n)], 4)
+    >>> len(squares), squares[3]
+    (4, 9)
+    """
+
+    def __init__(self, function: Callable[..., Any], *args: Any,
+                 steps: tuple[Callable[[Any], Any], ...] = ()) -> None:  # fmt: skip
+        self.function = function
+        self.args = args
+        self.steps = steps
+        self._made: Any = None
+
+    @property
+    def dataset(self) -> Any:
+        """The dataset, made on first use."""
+        if self._made is None:
+            made = self.function(*self.args)
+            for step in self.steps:
+                made = step(made)
+            self._made = made
+        return self._made
+
+    def then(self, step: Callable[[Any], Any]) -> DatasetFactory:
+        """The factory of ``step(dataset)``."""
+        return DatasetFactory(self.function, *self.args, steps=(*self.steps, step))
+
+    def __getstate__(self) -> dict[str, Any]:
+        return {"function": self.function, "args": self.args, "steps": self.steps}
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__init__(state["function"], *state["args"], steps=state["steps"])  # type: ignore[misc]
+
+    def __len__(self) -> int:
+        return len(self.dataset)
+
+    def __getitem__(self, index: int) -> Any:
+        return self.dataset[index]
+
+    def __iter__(self) -> Iterator[Any]:
+        return iter(self.dataset)
+
+    @property
+    def classes(self) -> Any:
+        """The class names of the dataset, when it declares them."""
+        return getattr(self.dataset, "classes", None)
+
+    def item_source(self, index: int) -> str:
+        """Where item ``index`` comes from, when the dataset says."""
+        source_of = getattr(self.dataset, "item_source", None)
+        return "" if source_of is None else str(source_of(index))
