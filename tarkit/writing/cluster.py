@@ -1,32 +1,28 @@
 """shard_dataset on an engine: items encoded by many workers, shards cut as one machine cuts.
 
-The item order (index order, or the seeded permutation) is cut into shards by the rule
-of :class:`~tarkit.writing.shard_writer.ShardCut`, which depends on the tar size of every
-sample, so the shards of a cluster are those of one machine only if the cuts are
-computed from the sizes in order. The work goes in two kinds of task
-(:mod:`tarkit.writing.cluster_tasks`), run by the same
-:class:`~tarkit.engines.running.TaskRunner` as :func:`tarkit.map_shards`:
+The item order (index order, or the seeded permutation) is cut by the rule of
+:class:`~tarkit.writing.shard_writer.ShardCut`, which depends on the tar size of every
+sample in order. The work goes in two kinds of task (:mod:`tarkit.writing.cluster_tasks`),
+run by the same :class:`~tarkit.engines.running.TaskRunner` as :func:`tarkit.map_shards`:
 
-1. Encode tasks load and encode runs of consecutive positions (a few hundred items,
-   about a second of work each), in parallel on every node. Each reports the sizes of
-   its samples to the driver; the samples themselves stay where they were encoded (the
-   Ray object store of that node), so that no item passes through the driver.
-2. The driver walks the sizes in order, as they arrive, with the cut rule; as soon as a
+1. Encode tasks load and encode runs of consecutive positions (about a second of work
+   each), in parallel on every node, and report the sizes of their samples; the samples
+   stay where they were encoded (the Ray object store of that node): no item passes
+   through the driver.
+2. The driver walks the sizes in order as they arrive, with the cut rule; as soon as a
    shard's end is known, a write task takes exactly its samples from the encode tasks'
    payloads (Ray moves them to its node), writes the shard and publishes it. Shards are
-   written in parallel and in any order; items are encoded once.
+   written in parallel, in any order; items are encoded once.
 
-For gzip and zstd shards the cut depends on the compressed bytes (the writer measures
-its compressor), which only the writer knows: their write tasks find their own end, one
-shard after the other (encoding is still parallel). Uncompressed, bzip2 and xz shards
-are cut by the driver.
+gzip and zstd shards are cut by measuring the compressor, which only the writer can: their
+write tasks find their own end, one shard after the other (encoding stays parallel).
+Uncompressed, bzip2 and xz shards are cut by the driver.
 
 Each shard gets a record (:mod:`tarkit.writing.shard_records`) before it is published,
 so that ``mode="resume"`` keeps every complete shard, wherever it is in the set, and
-writes only the others. Errors: an item that fails raises its error once every shard
-before it is written (as on one machine: those shards stay, and a resumed run continues
-from them), or with ``on_error="skip"`` is left out; a task whose worker dies is tried
-again (``retries``); a write that fails is tried again, then raised.
+writes only the others. An item that fails raises its error once every shard before it
+is written (as on one machine), or with ``on_error="skip"`` is left out; a task whose
+worker dies is tried again (``retries``); a write that keeps failing is raised.
 """
 
 from __future__ import annotations
@@ -132,7 +128,7 @@ class ClusterRun:
         self.tally.samples = self.tally.resumed
         self.tally.shards = len(self.shards)
         # The walk along the item order: the next position and shard, the shard being cut.
-        self.pos, self.number, self.told = 0, start, 0
+        self.pos, self.number = 0, start
         self.cut = ShardCut(maxcount, maxsize, self.compression)
         self.shard_first, self.slots, self.shard_rejects = 0, [], []  # type: ignore[var-annotated]
         self.failure: tuple[int, ItemFailure] | None = None  # the first item that failed
@@ -183,12 +179,14 @@ class ClusterRun:
         """Queue encode tasks in order while fewer than ``window`` are unfinished."""
         waiting = sum(1 for p in self.pieces.values() if p.sizes is None)
         while waiting < window and self.failure is None:
-            first = self._skip_covered(self.next_piece)
+            first = self.next_piece
+            while first in self.covered:
+                first = self.covered[first].end
             if first >= self.total:
                 return
-            end = min(first + self._next_size(), self.total, self._next_covered(first))
-            piece = _Piece(first, end)
-            self.pieces[first] = piece
+            later = min((f for f in self.covered if f > first), default=self.total)
+            end = min(first + self._next_size(), later)
+            self.pieces[first] = _Piece(first, end)
             self.firsts.append(first)
             runner.add(EncodeTask(next(self.ids), first, tuple(self.order[first:end])))
             self.next_piece = end
@@ -201,15 +199,6 @@ class ClusterRun:
         by_time = PIECE_SECONDS / max(self.item_seconds, 1e-6)
         by_bytes = PIECE_BYTES / max(self.item_bytes, 1.0)
         return int(max(1, min(MAX_PIECE, by_time, by_bytes)))
-
-    def _skip_covered(self, position: int) -> int:
-        while position in self.covered:
-            position = self.covered[position].end
-        return position
-
-    def _next_covered(self, position: int) -> int:
-        later = [first for first in self.covered if first > position]
-        return min(later, default=self.total)
 
     def _ended(self, outcome: Outcome) -> None:
         task = outcome.task
@@ -306,9 +295,11 @@ class ClusterRun:
         while True:
             covered = self.covered.get(self.pos)
             if covered is not None:
-                if self.cut.count and not self._ends_before(covered):
-                    raise OutputError(self._misfit(covered))
                 if self.cut.count:
+                    # The shard being cut must end where the covered one begins.
+                    size = covered.first_size
+                    if size is None or self.cut.takes(size, _unmeasured):
+                        raise OutputError(self._misfit(covered))
                     self._write(runner, self.pos, known=True)
                 self._enter(covered)
                 continue
@@ -331,11 +322,6 @@ class ClusterRun:
                 self.pos, moved = position + 1, True
             if not moved:
                 return
-
-    def _ends_before(self, covered: Any) -> bool:
-        """Whether the shard being cut ends where a covered range begins."""
-        size = covered.first_size
-        return size is not None and not self.cut.takes(size, _unmeasured)
 
     def _misfit(self, covered: Any) -> str:
         return (
@@ -449,13 +435,9 @@ class ClusterRun:
                 run_post(self.post, info.url)
             announced = True
         if announced and self.skipping and self.rejects_file and self.mode != OVERWRITE:
-            end = self._prefix_end()
+            end = self.ends[self.in_order - 1]  # where the shards from the first on reach
             before = [r for p, r in sorted(self.rejected.items()) if p < end]
             save_rejects(self.unplaced + before, self.rejects_file, self.options)
-
-    def _prefix_end(self) -> int:
-        """The position up to which the shards from the first on are complete."""
-        return self.ends[self.in_order - 1]
 
     def _finish(self) -> Manifest:
         numbers = sorted(self.shards)
