@@ -12,7 +12,7 @@ reconnect at the byte reached.
 """
 
 from .filesystems import ObjectInfo, StorageOptions, filesystem, object_info
-from .listing import list_files, move_file, remove_file
+from .listing import files_below, is_directory, list_files, move_file, remove_file
 from .locations import (
     FILE,
     FSSPEC,
@@ -59,7 +59,9 @@ __all__ = [
     "describe_exit",
     "display_name",
     "expand_inputs",
+    "files_below",
     "filesystem",
+    "is_directory",
     "is_remote",
     "list_files",
     "load_manifest",
