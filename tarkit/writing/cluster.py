@@ -29,7 +29,7 @@ from __future__ import annotations
 
 import bisect
 from collections.abc import Callable, Iterator, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from ..engines import start_engine
@@ -38,7 +38,7 @@ from ..engines.running import DONE, FAILED, RETRY, Outcome, TaskRunner
 from ..errors import EngineError, OutputError
 from ..format.compression import MEASURED, compression_for
 from ..format.manifest import Manifest, ShardInfo
-from ..storage import move_file, relative_url, remove_file, save_manifest
+from ..storage import location, move_file, relative_url, remove_file, save_manifest
 from .cluster_tasks import Encoded, EncodeTask, Slot, WriteTask, Written
 from .items import ItemEncoder, ItemFailure
 from .patterns import (
@@ -101,6 +101,8 @@ class ClusterRun:
         self.skipping, self.rejects_file, self.on_reject = skipping, rejects, on_reject
         self.post, self.on_shard, self.report = post, on_shard, report
         self.total = len(order)
+        # Workers write shards where the driver means: not relative to their own cwd.
+        self.target = location(pattern).identity()
         self.compression = compression_for(pattern)
         self.chain = self.compression in MEASURED
         self.plan = plan_digest(order, maxcount, maxsize, self.compression)
@@ -257,7 +259,7 @@ class ClusterRun:
                 self.chain_factor *= 2
             return
         assert result.info is not None and result.record is not None
-        self.shards[task.number] = result.info
+        self.shards[task.number] = replace(result.info, url=shard_name(self.pattern, task.number))
         self.ends[task.number] = result.record.end
         self.tally.shards += 1
         if self.chain:
@@ -361,7 +363,7 @@ class ClusterRun:
                 groups.append((piece, []))
                 piece.users.add(self.number)
             groups[-1][1].append(slot)
-        name = shard_name(self.pattern, self.number)
+        name = shard_name(self.target, self.number)
         task = WriteTask(
             next(self.ids), self.number, name,
             pending_name(name) if self.mode == OVERWRITE else name, self.shard_first,

@@ -98,6 +98,8 @@ def shard_files(
     order, are saved as JSON at ``classes`` (default: ``classes.json`` beside the shards).
     """
     transform = ImageTransform(resize, image_format, quality, verify=verify)
+    if options.get("engine", "local") != "local":
+        source = location(source).identity()  # the workers' cwd is not this one
     dataset = open_files(source, layout, transform, delimiter=delimiter, key_format=key_format,
                          strict=strict, skips=skips, warn=warn,
                          storage_options=options.get("storage_options"))  # fmt: skip
