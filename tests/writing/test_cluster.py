@@ -36,12 +36,17 @@ ZIPPED = ({"maxsize": 1500, "shuffle": True}, ".tar.gz")
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RayCluster]:
     marks = tmp_path_factory.mktemp("marks")
-    ray = RayCluster(dict(S3_ENV, TARKIT_TEST_MARKS=str(marks)))
-    ray.marks = marks  # type: ignore[attr-defined]
+    import ray
+
+    cluster = RayCluster(dict(S3_ENV, TARKIT_TEST_MARKS=str(marks)))
+    cluster.marks = marks  # type: ignore[attr-defined]
     try:
-        yield ray
+        # Connected once: the runs in this process use this connection as it is.
+        ray.init(address=cluster.address, include_dashboard=False, logging_level="WARNING")
+        yield cluster
     finally:
-        ray.stop()
+        ray.shutdown()
+        cluster.stop()
 
 
 @pytest.fixture
@@ -116,6 +121,17 @@ def test_an_item_that_raises_on_ray_is_named_and_the_shards_before_it_stay(
     assert files(tmp_path) == files(tmp_path / "local")
 
 
+def test_items_left_out_on_ray_give_the_local_engines_shards_and_rejects_file(
+    tmp_path: Path, two_nodes: str
+) -> None:
+    options = {"maxcount": 10, "on_error": "skip", "shuffle": True}
+    (tmp_path / "ray").mkdir()
+    (tmp_path / "ray" / "s-00.tar").write_bytes(b"an earlier run's shard")
+    local, ray = shard_both(tmp_path, Words(60, bad=23), options, ".tar", mode="overwrite",
+                            address=two_nodes)  # fmt: skip
+    assert ray == local and b"no words for 23" in local["s-rejects.tsv"]
+
+
 def test_a_worker_killed_mid_run_is_retried_and_the_shards_are_the_same_bytes(
     tmp_path: Path, two_nodes: str, marks: Path
 ) -> None:
@@ -151,10 +167,12 @@ def test_the_driver_killed_mid_run_then_resume_gives_the_bytes_of_a_clean_run(
     done = sorted(p.name for p in cut.glob("s-*.tar"))
     assert process.returncode == -9 and 3 <= len(done) < 20, done
 
-    resumed = run(["tarkit", *args, "cut/m.json", "-o", "cut/s-%02d.tar", *ray, "--resume"],
+    resumed = run(["tarkit", *args, "cut/m.json", "-o", "cut/s-%02d.tar", *ray, "--resume",
+                   "--progress"],
                   cwd=tmp_path, env=env)  # fmt: skip
     assert resumed.returncode == 0, resumed.stderr
     assert files(cut) == files(tmp_path / "clean")
+    assert resumed.stderr.rstrip().endswith("20 shards done]"), resumed.stderr
 
 
 def test_an_imagefolder_in_s3_sharded_to_s3_on_ray_is_the_local_folders_shards(
