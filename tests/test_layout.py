@@ -18,9 +18,10 @@ ALLOWED = {
     "format": set(),
     "storage": {"format"},
     "stream": {"format", "storage"},
-    "writing": {"format", "storage", "stream"},
+    "engines": {"format", "storage"},
+    "writing": {"format", "storage", "stream", "engines"},
     "loading": {"format", "storage", "stream"},
-    "processing": {"format", "storage", "stream", "writing"},
+    "processing": {"format", "storage", "stream", "engines", "writing"},
 }
 SHARED = {"errors", "sizes", "seeds"}
 LONG_MODULES = {"format/tar.py"}  # the reader: one state machine, read in one place

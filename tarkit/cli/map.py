@@ -73,9 +73,7 @@ def map_command(
             show_default=False,
         ),
     ] = None,  # fmt: skip
-    engine: Annotated[
-        str, typer.Option("--engine", help="Where shards run: 'local' processes or 'ray'.")
-    ] = "local",
+    engine: o.Engine = "local",
     shards_at_once: Annotated[
         Optional[int],
         typer.Option(
@@ -106,18 +104,8 @@ def map_command(
             "--manifest", help="Write the manifest of the output shards here.", show_default=False
         ),
     ] = None,  # fmt: skip
-    address: Annotated[
-        Optional[str],
-        typer.Option(
-            "--address",
-            help="Ray cluster address (default: RAY_ADDRESS, else the "
-            "cluster started on this machine, else a local Ray).",
-            show_default=False,
-        ),
-    ] = None,  # fmt: skip
-    num_cpus: Annotated[
-        float, typer.Option("--num-cpus", help="Ray: CPUs each shard task asks for.")
-    ] = 1.0,
+    address: o.RayAddress = None,
+    num_cpus: o.NumCpus = 1.0,
     on_error: Annotated[
         str,
         typer.Option(
@@ -168,7 +156,7 @@ def map_command(
     def body() -> int:
         from ..errors import MapError, UsageError
         from ..processing.driver import map_shards
-        from ..processing.engines.base import ShardMapper
+        from ..processing.mappers import ShardMapper
 
         if (command is None) == (fn is None):
             raise UsageError("give either -c COMMAND or --fn package.module:function")

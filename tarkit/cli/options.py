@@ -132,3 +132,21 @@ ShowProgress = Annotated[
         show_default=False,
     ),
 ]
+Engine = Annotated[
+    str,
+    typer.Option(
+        "--engine",
+        help="Where the work runs: 'local' (processes of this machine) or 'ray' (a Ray "
+        "cluster; pip install 'tarkit[ray]').",
+    ),
+]
+RayAddress = Annotated[
+    Optional[str],
+    typer.Option(
+        "--address",
+        help="Ray cluster address (default: RAY_ADDRESS, else the "
+        "cluster started on this machine, else a local Ray).",
+        show_default=False,
+    ),
+]
+NumCpus = Annotated[float, typer.Option("--num-cpus", help="Ray: CPUs each task asks for.")]

@@ -273,19 +273,25 @@ class MapProgressLine:
 
 class ShardProgressLine:
     """``tarkit shard``'s display: samples done (of the total, with the time left when
-    the total is known), samples/s and shards done."""
+    the total is known), samples/s, shards done and, on a cluster, tasks retried; a
+    retry is also a line of its own, as in ``tarkit map``."""
 
     def __init__(self, tool: str, show: bool | None) -> None:
+        self.tool = tool
         self.progress = Progress(tool, wanted(show))
         self.first = True
 
     def __call__(self, progress: ShardProgress) -> None:
+        if progress.message is not None:
+            sys.stderr.write(f"{self.tool}: warning: {progress.message}\n")
+            sys.stderr.flush()
         if self.progress.shown:
             if self.first:
                 self.progress.begin_at(progress.resumed)
                 self.first = False
             shards = "shard" if progress.shards == 1 else "shards"
-            self.progress.note(f"{progress.shards} {shards} done")
+            retried = f", {progress.retries} retried" if progress.retries else ""
+            self.progress.note(f"{progress.shards} {shards} done{retried}")
             self.progress.update_to(progress.samples, progress.total)
 
     def close(self) -> None:

@@ -27,7 +27,9 @@ class Layout(str, Enum):
     "tarcreate), or the Dataset returned by --dataset module:function.\n\n"
     "Items are written in a seeded random order (--no-shuffle keeps the source's order), "
     "so that every shard holds a mix of classes; they are read and encoded in -p worker "
-    "processes, and the output is the same for any number of workers and from run to run. "
+    "processes or on a Ray cluster (--engine ray), and the output is the same for any "
+    "number of workers or nodes and from run to run. SOURCE may be in an object store "
+    "(s3://bucket/train/). "
     "Shards are written under temporary names and renamed when complete. Files that "
     "already match -o are an error: --overwrite replaces them, --resume continues an "
     "interrupted run.\n\n"
@@ -87,8 +89,25 @@ def shard(
     ] = None,  # fmt: skip
     seed: Annotated[int, typer.Option("--seed", help="Seed of the shuffle.")] = 0,
     workers: Annotated[
-        int, typer.Option("-p", "--workers", help="DataLoader worker processes (0: none).")
+        int,
+        typer.Option(
+            "-p",
+            "--workers",
+            help="local: DataLoader worker processes (0: none); ray: tasks at once (0: as "
+            "many as the cluster runs).",
+        ),
     ] = 0,
+    engine: o.Engine = "local",
+    address: o.RayAddress = None,
+    num_cpus: o.NumCpus = 1.0,
+    retries: Annotated[
+        int,
+        typer.Option(
+            "--retries",
+            help="Ray: further attempts for a task whose worker dies or whose shard "
+            "cannot be written.",
+        ),
+    ] = 2,
     resize: Annotated[
         Optional[str],
         typer.Option(
@@ -166,6 +185,7 @@ def shard(
         from ..writing.files import NOT_AN_IMAGE
         from ..writing.from_dataset import is_map_style, shard_dataset
         from ..writing.from_files import shard_files
+        from ..writing.items import DatasetFactory
         from ..writing.rejects import Rejected, default_rejects
 
         rejected: list[Rejected] = []
@@ -182,7 +202,8 @@ def shard(
             mode=o.write_mode(overwrite, resume), start=start, manifest=manifest,
             classes=classes, quality=quality, verify=verify, on_error=on_error,
             rejects=rejects, on_reject=on_reject, progress=display,
-            on_shard=shard_reporter(tool) if verbose else None,
+            on_shard=shard_reporter(tool) if verbose else None, engine=engine,
+            address=address, num_cpus=num_cpus, retries=retries,
         )  # fmt: skip
         if rejects is not None and on_error != "skip":
             raise UsageError("--rejects goes with --on-error skip")
@@ -193,9 +214,14 @@ def shard(
                     raise UsageError("--key makes the keys of plan rows: it takes a .csv/.tsv "
                                      "SOURCE, not --dataset")  # fmt: skip
                 factory = load_function("--dataset", dataset)
-                items = factory(source) if source is not None else factory()
+                # Each node of a cluster calls the function itself (its module must be
+                # importable there): the dataset is not sent whole.
+                items = DatasetFactory(factory, *([] if source is None else [source]))
+                made = items.dataset
+                if engine == "local":
+                    items = made
                 order = shuffle
-                if shuffle is None and not is_map_style(items):
+                if shuffle is None and not is_map_style(made):
                     warn(tool, "--dataset gives an iterable: its items are written in its own "
                                "order, not shuffled (return a map-style Dataset to shuffle)")  # fmt: skip
                     order = False

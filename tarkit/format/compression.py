@@ -321,9 +321,13 @@ def size_budget(kind: str | None, room: int) -> int:
     return low
 
 
+MEASURED = ("gzip", "zstd")  # the compressions :func:`measure` can flush mid-stream
+
+
 def measure(stream: BinaryIO, kind: str | None) -> bool:
     """Push every byte written to ``stream`` so far out of its compressor, so that the
-    bytes below it are the exact compressed size up to here; False when ``kind`` cannot.
+    bytes below it are the exact compressed size up to here; False when ``kind`` cannot
+    (``kind`` not in :data:`MEASURED`; no compression needs no measuring).
 
     gzip gets a sync flush (an empty stored block, 5 bytes) and zstd ends its current
     block; both are ordinary stream content every reader takes. bzip2 and xz have no

@@ -34,13 +34,13 @@ from __future__ import annotations
 import contextlib
 import errno
 import os
-import shutil
 import signal
 import stat
 import tempfile
 from dataclasses import dataclass, field
 from typing import Union
 
+from ..engines.ledger import remove_tree
 from ..errors import InputError, UsageError
 from ..format.samples import Sample
 from ..format.tar import FILE, Member, encode_member
@@ -49,7 +49,6 @@ from ..sizes import check_on_error as check_on_error
 
 STDERR_TAIL_BYTES = 4096
 STDERR_TAIL_LINES = 3
-_FILE_FLAGS = os.O_CREAT | os.O_EXCL | os.O_WRONLY | os.O_NOFOLLOW | os.O_CLOEXEC
 _LOG_FLAGS = os.O_CREAT | os.O_EXCL | os.O_RDWR | os.O_APPEND | os.O_NOFOLLOW | os.O_CLOEXEC
 _READ_FLAGS = os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK
 _NAME_MAX = 255
@@ -284,43 +283,6 @@ class Workspace:
                 with contextlib.suppress(FileNotFoundError):
                     os.unlink(path)
             remove_tree(self.directory)
-
-
-def write_file(path: str, data: FieldData) -> None:
-    """Create the file ``path`` (mode 0600; not if it exists or is a link) holding ``data``."""
-    fd = os.open(path, _FILE_FLAGS, 0o600)
-    try:
-        view = memoryview(data)
-        while view:
-            view = view[os.write(fd, view) :]
-    finally:
-        os.close(fd)
-
-
-def remove_tree(directory: str) -> None:
-    """Remove a directory and everything in it, even what a command made unwritable."""
-    try:
-        with os.scandir(directory) as entries:
-            names = [entry.name for entry in entries]
-        for name in names:
-            os.unlink(os.path.join(directory, name))
-        os.rmdir(directory)
-        return
-    except FileNotFoundError:
-        return
-    except OSError:
-        pass  # a subdirectory, or permissions the command changed
-
-    # Make every directory below writable again (links are not followed), then remove.
-    with contextlib.suppress(OSError):
-        os.chmod(directory, 0o700)
-    for path, subdirectories, _ in os.walk(directory):
-        for name in subdirectories:
-            subdirectory = os.path.join(path, name)
-            if not os.path.islink(subdirectory):
-                with contextlib.suppress(OSError):
-                    os.chmod(subdirectory, 0o700)
-    shutil.rmtree(directory, ignore_errors=True)
 
 
 def collect_outputs(

@@ -3,7 +3,7 @@
 Each input shard becomes one output shard: the function maps every sample of it to
 zero, one or several output samples, and may return a metadata row per sample. One
 task per shard (:mod:`tarkit.processing.shard_task`) runs on an engine
-(:mod:`tarkit.processing.engines`); the function becomes a shard mapper
+(:mod:`tarkit.engines`); the function becomes a shard mapper
 (:mod:`tarkit.processing.mappers`).
 """
 
@@ -13,11 +13,13 @@ import glob as globbing
 import json
 import pickle
 import time
-from collections import deque
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from typing import Any
 
+from ..engines import check_engine, start_engine
+from ..engines.local import default_workers
+from ..engines.running import DONE, RETRY, Outcome, TaskRunner
 from ..errors import MapError, OutputError, ShardFailure, UsageError
 from ..format.manifest import Manifest, ShardInfo
 from ..sizes import check_parallel
@@ -29,17 +31,15 @@ from ..storage import (
     publish,
     relative_url,
     remove_file,
-    remove_stale_temp,
     save_manifest,
 )
 from ..writing.patterns import CREATE, OVERWRITE, RESUME, check_mode
-from .engines.base import Engine, Row, ShardMapper, ShardResult, ShardTask
-from .mappers import SampleMapper
+from .mappers import Row, SampleMapper, ShardMapper
 from .records import record_path, recorded_outputs
+from .shard_task import ShardResult, ShardTask
 
 __all__ = ["MapError", "MapProgress", "MapResult", "ShardFailure", "map_shards"]
 
-ENGINES = ("local", "ray")
 _TICK = 0.5  # seconds between progress calls while waiting
 
 
@@ -118,7 +118,7 @@ def map_shards(
     by field extension, as :class:`~tarkit.writing.shard_writer.ShardWriter` does), a list of them,
     None, or ``(samples, metadata_row)``. ``fn`` may also be a shard mapper (an object with
     ``map_shard(samples, source)`` and ``take_rejects()``: a
-    :class:`~tarkit.processing.engines.base.ShardMapper`, like
+    :class:`~tarkit.processing.mappers.ShardMapper`, like
     :class:`~tarkit.processing.mappers.ShellCommand`).
     In worker processes ``fn`` must be importable: a module-level function.
 
@@ -163,10 +163,10 @@ def map_shards(
     mapper = _as_mapper(fn, engine)
 
     options = dict(storage_options) if storage_options else None
-    tasks = deque(
+    tasks = [
         ShardTask(i, source, output, mode == RESUME, storage_options=options)
         for i, (source, output) in enumerate(zip(input_list, output_list, strict=True))
-    )
+    ]
     state = MapProgress(total=len(tasks))
     result = MapResult(output_list)
     results: dict[int, ShardResult] = {}
@@ -175,45 +175,40 @@ def map_shards(
     def report(event: str, shard: str | None = None, message: str | None = None) -> None:
         if progress is not None:
             state.seconds = time.monotonic() - started
-            state.samples = result.samples_in + runner.samples_read()
+            state.samples = result.samples_in + engine_used.samples_read()
             state.event, state.shard, state.message = event, shard, message
             progress(state)
 
-    runner = _start_engine(engine, mapper, workers, address, num_cpus, len(tasks))
-    in_flight: dict[int, ShardTask] = {}
+    if engine == "local":
+        workers = min(workers or default_workers(), max(len(tasks), 1))
+    engine_used = start_engine(engine, mapper, workers=workers, address=address,
+                               num_cpus=num_cpus)  # fmt: skip
+    runner = TaskRunner(engine_used, retries, _judge)
+    for task in tasks:
+        runner.add(task)
     finished = False
     try:
-        while tasks or runner.running():
-            while tasks and runner.room() > 0:
-                task = tasks.popleft()
-                in_flight[task.index] = task
-                runner.submit(task)
-            ended = runner.wait(_TICK)
-            if not ended:
+        while runner.busy():
+            outcomes = runner.poll(_TICK)
+            if not outcomes:
                 report("tick")
-            for task, outcome in ended:
-                del in_flight[task.index]
-                if isinstance(outcome, ShardResult) and outcome.failure is None:
-                    results[task.index] = outcome
-                    _count(state, result, outcome)
-                    report("resumed" if outcome.resumed else "done", task.input)
-                    if outcome.skipped_members:
-                        report("warning", task.input, outcome.skipped_members)
-                    if outcome.reconnections:
-                        n = outcome.reconnections
+            for outcome in outcomes:
+                task, done = outcome.task, outcome.result
+                if outcome.event == DONE:
+                    results[task.index] = done
+                    _count(state, result, done)
+                    report("resumed" if done.resumed else "done", task.input)
+                    if done.skipped_members:
+                        report("warning", task.input, done.skipped_members)
+                    if done.reconnections:
+                        n = done.reconnections
                         what = f"{n} reconnection{'s' * (n > 1)} while reading, each at the byte reached"
                         report("warning", task.input, what)
                     continue
-                if isinstance(outcome, str):  # its worker died
-                    outcome = ShardResult(task.index, failure=ShardFailure(
-                        task.input, task.output, None, outcome, "", task.attempt
-                    ))  # fmt: skip
-                failure = outcome.failure
-                assert failure is not None
-                if task.attempt <= retries and not failure.final:
+                failure = _failure_of(task, outcome)
+                if outcome.event == RETRY:
                     state.retries += 1
                     report("retry", task.input, str(failure))
-                    tasks.append(replace(task, attempt=task.attempt + 1, resume=False))
                 else:
                     failures[task.index] = failure
                     state.failed += 1
@@ -221,10 +216,6 @@ def map_shards(
         finished = True
     finally:
         runner.close(cancel=not finished)
-        for task in in_flight.values():
-            remove_stale_temp(task.output, options)
-        for index in failures:
-            remove_stale_temp(output_list[index], options)
 
     ordered = [results[i] for i in sorted(results)]
     result.shards = [r.info for r in ordered if r.info is not None]
@@ -250,6 +241,19 @@ def map_shards(
         save_manifest(Manifest(entries, manifest), manifest, options)
     report("finished")
     return result
+
+
+def _judge(result: ShardResult) -> tuple[str, bool] | None:
+    """Why a shard task failed and whether another attempt may succeed; None: it did not."""
+    failure = result.failure
+    return None if failure is None else (str(failure), not failure.final)
+
+
+def _failure_of(task: ShardTask, outcome: Outcome) -> ShardFailure:
+    """The failure of an attempt: the task's own, or its worker's death."""
+    if outcome.result is not None and outcome.result.failure is not None:
+        return outcome.result.failure  # type: ignore[no-any-return]
+    return ShardFailure(task.input, task.output, None, outcome.reason, "", task.attempt)
 
 
 def _count(state: MapProgress, result: MapResult, outcome: ShardResult) -> None:
@@ -363,8 +367,7 @@ def _check_earlier(outputs: str | Sequence[str], output_list: list[str], mode: s
 
 
 def _as_mapper(fn: Callable[[dict[str, Any]], Any] | ShardMapper, engine: str) -> ShardMapper:
-    if engine not in ENGINES:
-        raise UsageError(f"unknown engine {engine!r}: use 'local' or 'ray'")
+    check_engine(engine)
     mapper: ShardMapper
     if isinstance(fn, ShardMapper):
         mapper = fn
@@ -382,19 +385,6 @@ def _as_mapper(fn: Callable[[dict[str, Any]], Any] | ShardMapper, engine: str) -
                 "define it at the top level of a module"
             ) from None
     return mapper
-
-
-def _start_engine(
-    engine: str, mapper: ShardMapper, workers: int | None, address: str | None, num_cpus: float,
-    shards: int,
-) -> Engine:  # fmt: skip
-    if engine == "ray":
-        from .engines.ray import RayEngine
-
-        return RayEngine(mapper, workers, address, num_cpus)
-    from .engines.local import LocalEngine, default_workers
-
-    return LocalEngine(mapper, min(workers or default_workers(), max(shards, 1)))
 
 
 # ---------------------------------------------------------------------------------------

@@ -1,6 +1,6 @@
 """How a shard's samples are mapped: the shard mappers of :func:`tarkit.map_shards`.
 
-A shard mapper (:class:`~tarkit.processing.engines.base.ShardMapper`) turns the samples
+A shard mapper (:class:`ShardMapper`) turns the samples
 of one input shard into (output samples, metadata row) pairs. When mapping a sample
 fails it raises :class:`~tarkit.errors.ShardFailure` naming the sample (any other
 exception fails the shard at the sample last read).
@@ -21,16 +21,38 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable, Iterator, Mapping
-from typing import Any
+from typing import Any, Protocol, runtime_checkable
 
 from ..errors import CommandFailed, ShardFailure
 from ..format.samples import Sample
 from ..sizes import check_parallel
 from .commands import Command, Rejection, check_on_error
-from .engines.base import Outputs, Row
 from .supervisor import map_command
 
 METADATA_FIELD = "meta.json"
+Row = dict[str, Any]  # a metadata row: JSON values
+Outputs = list[Any]  # output samples: dicts as ShardWriter takes them, or Samples
+
+
+@runtime_checkable
+class ShardMapper(Protocol):
+    """Maps the samples of one shard: :class:`SampleMapper` (a function per sample) and
+    :class:`ShellCommand` (tarproc's command) are the two there are."""
+
+    def map_shard(
+        self, samples: Iterator[Sample], source: str
+    ) -> Iterator[tuple[Outputs, Row | None]]:
+        """Yield (output samples, metadata row or None) for each sample of ``source``.
+
+        A sample that cannot be mapped raises :class:`~tarkit.errors.ShardFailure` naming
+        it (``output`` may be left empty: the task fills it in).
+        """
+        ...
+
+    def take_rejects(self) -> list[str]:
+        """The ``key<TAB>status<TAB>reason`` lines of the samples the last shard left out
+        or kept unchanged, in order (then forgotten)."""
+        ...
 
 
 class SampleMapper:

@@ -17,19 +17,17 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from ..errors import SampleError, SourceError
+from ..errors import SampleError
 from ..format.manifest import ShardInfo
 from ..storage import (
-    HashingReader,
     StorageOptions,
     list_files,
     location,
-    object_info,
-    open_source,
     publish,
     read_bytes,
+    stored_matches,
 )
-from .engines.base import Row
+from .mappers import Row
 
 RECORD_FORMAT = "tarkit-map-shard"
 RECORD_VERSION = 1
@@ -99,22 +97,7 @@ def completed_record(
         etag = record.get("etag")
     except (ValueError, KeyError, TypeError):
         return None
-    if location(output).remote:
-        found = object_info(output, storage_options)
-        if found is None or found.size != info.bytes:
-            return None
-        if etag is not None and found.etag != etag:
-            return None  # another object of the same size
-        return info, rows, rejects
-    try:
-        with open_source(output, storage_options) as opened:
-            digest = HashingReader(opened.stream)
-            digest.drain()
-    except SourceError as exc:
-        if exc.reason == SourceError.MISSING:
-            return None
-        raise
-    if digest.size != info.bytes or digest.sha256.hexdigest() != info.sha256:
+    if not stored_matches(output, info.bytes, info.sha256, etag, storage_options):
         return None
     return info, rows, rejects
 

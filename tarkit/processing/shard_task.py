@@ -24,7 +24,9 @@ from __future__ import annotations
 
 import os
 import time
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from dataclasses import dataclass, field, replace
+from typing import Any
 
 from ..errors import InputError, ShardFailure, SourceError
 from ..format.manifest import ShardInfo
@@ -32,10 +34,53 @@ from ..format.samples import Sample, SkipLog
 from ..format.tar import END_OF_ARCHIVE
 from ..storage import StagedFile, location, open_source, remove_stale_temp, retry_policy
 from ..writing.shard_writer import SampleEncoder
-from .engines.base import ShardMapper, ShardResult, ShardTask
+from .mappers import Row, ShardMapper
 from .records import completed_record, write_record
 
 PROGRESS_EVERY = 0.5  # seconds between a running task's progress reports
+
+
+@dataclass(frozen=True)
+class ShardTask:
+    """What one task does: map ``input`` (shard number ``index``) into ``output``, reading
+    and writing remote locations with fsspec's ``storage_options``. An engine task
+    (:class:`~tarkit.engines.base.Task`) whose shared object is the shard mapper."""
+
+    index: int
+    input: str
+    output: str
+    resume: bool = True
+    attempt: int = 1
+    storage_options: dict[str, Any] | None = None
+
+    def run(
+        self, shared: ShardMapper, inputs: Sequence[bytes], tell: Callable[[int], object] | None
+    ) -> tuple[ShardResult, None]:
+        return run_shard(shared, self, tell), None
+
+    def retried(self) -> ShardTask:
+        """The next attempt, which redoes the output whatever is there."""
+        return replace(self, attempt=self.attempt + 1, resume=False)
+
+    def abandon(self) -> None:
+        remove_stale_temp(self.output, self.storage_options)
+
+
+@dataclass
+class ShardResult:
+    """What a task reports back (picklable; rows are JSON values)."""
+
+    index: int
+    info: ShardInfo | None = None
+    resumed: bool = False
+    samples_in: int = 0
+    rows: list[Row] = field(default_factory=list)
+    rejects: list[str] = field(default_factory=list)
+    skipped_members: str | None = None
+    reconnections: int = 0  # of the input's read, at the byte reached
+    failure: ShardFailure | None = None
+    seconds: float = 0.0
+    worker: str = ""
 
 
 def run_shard(

@@ -9,7 +9,7 @@ sample and is all another process needs.
 
 Every command runs in a session (process group) of its own; its process is reaped only
 after the whole group was killed, so killing the group never hits another program. In a
-map worker the :mod:`~tarkit.processing.ledger` records each running command.
+map worker the :mod:`~tarkit.engines.ledger` records each running command.
 """
 
 from __future__ import annotations
@@ -24,6 +24,13 @@ import signal
 import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
 
+from ..engines.ledger import (
+    forget_command,
+    ledger_directory,
+    note_command,
+    remove_tree,
+    write_file,
+)
 from ..errors import CommandFailed, TarkitError
 from ..format.samples import Sample
 from ..format.tar import default_mtime
@@ -41,10 +48,7 @@ from .commands import (
     exit_status,
     make_root,
     output_sample,
-    remove_tree,
-    write_file,
 )
-from .ledger import forget_command, ledger_directory, note_command
 
 # Samples handed to the pool per worker: enough to keep every worker busy while the
 # main thread writes, few enough that memory stays bounded on any stream.

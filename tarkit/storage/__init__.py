@@ -12,7 +12,7 @@ reconnect at the byte reached.
 """
 
 from .filesystems import ObjectInfo, StorageOptions, filesystem, object_info
-from .listing import list_files, move_file, remove_file
+from .listing import files_below, is_directory, list_files, move_file, remove_file
 from .locations import (
     FILE,
     FSSPEC,
@@ -38,6 +38,7 @@ from .sources import (
     open_source_at,
     read_bytes,
     skip_bytes,
+    stored_matches,
 )
 
 __all__ = [
@@ -58,7 +59,9 @@ __all__ = [
     "describe_exit",
     "display_name",
     "expand_inputs",
+    "files_below",
     "filesystem",
+    "is_directory",
     "is_remote",
     "list_files",
     "load_manifest",
@@ -79,5 +82,6 @@ __all__ = [
     "save_manifest",
     "skip_bytes",
     "stdout_stream",
+    "stored_matches",
     "temp_place",
 ]

@@ -1,4 +1,4 @@
-"""The files already at a place: listing by a glob, and moving or removing them.
+"""The files already at a place: listing by a glob or a whole tree, and moving or removing them.
 
 Writers ask before they write: which files match their output pattern (an earlier run's
 shards), so that they never leave a mix of two runs behind. Local paths are listed with
@@ -51,6 +51,38 @@ def list_files(pattern: str, storage_options: StorageOptions | None = None) -> l
         for name, info in found.items()
         if info.get("type") != "directory"
     )
+
+
+def is_directory(spec: str, storage_options: StorageOptions | None = None) -> bool:
+    """Whether ``spec`` is a directory: a local one, or an fsspec URL under which objects
+    lie (``s3://bucket/train/``). Raises :class:`~tarkit.errors.SourceError` when the
+    store cannot be asked."""
+    where = location(spec)
+    if where.kind == FILE:
+        return os.path.isdir(where.path)
+    if where.kind != FSSPEC:
+        return False
+    fs, path = filesystem(spec, storage_options)
+    try:
+        return bool(fs.isdir(path.rstrip("/")))
+    except Exception as exc:  # fsspec back ends raise many kinds
+        raise SourceError(f"{spec}: cannot list: {exc}") from None
+
+
+def files_below(root: str, storage_options: StorageOptions | None = None) -> list[str]:
+    """The paths, relative to the fsspec directory ``root`` and ``/``-separated, of every
+    object below it, sorted: one listing of the whole tree. Raises
+    :class:`~tarkit.errors.SourceError` when the store cannot be listed."""
+    fs, path = filesystem(root, storage_options)
+    base = path.rstrip("/")
+    try:
+        found = fs.find(base, withdirs=False)
+    except FileNotFoundError:
+        return []
+    except Exception as exc:  # fsspec back ends raise many kinds
+        raise SourceError(f"{root}: cannot list: {exc}") from None
+    prefix = base + "/"
+    return sorted(name[len(prefix) :] for name in found if name.startswith(prefix))
 
 
 def remove_file(spec: str, storage_options: StorageOptions | None = None) -> None:

@@ -104,10 +104,11 @@ class _CountingFile(io.RawIOBase):
 class StagedFile:
     """One output file, written whole or not at all (see the module docstring).
 
-    ``stream`` takes the bytes (compressed by the name's ending: ``.gz``, ``.zst``…).
-    :meth:`commit` publishes it and returns ``(bytes stored, sha256 or None)``;
-    :meth:`abort` removes it. ``hashing`` computes the sha256 of the stored bytes;
-    ``parents`` creates a local file's missing directories.
+    ``stream`` takes the bytes (compressed by the name's ending: ``.gz``, ``.zst``…, or
+    by the ending of ``compressed_as``: a hidden name such as ``.x.tar.gz.pending`` is
+    compressed as ``x.tar.gz``). :meth:`commit` publishes it and returns ``(bytes stored,
+    sha256 or None)``; :meth:`abort` removes it. ``hashing`` computes the sha256 of the
+    stored bytes; ``parents`` creates a local file's missing directories.
     Raises :class:`~tarkit.errors.OutputError` when it cannot be written; a location
     that cannot hold a file (stdin, ``pipe:``, ``http://``) is refused at once.
     """
@@ -119,6 +120,7 @@ class StagedFile:
         *,
         hashing: bool = False,
         parents: bool = True,
+        compressed_as: str | None = None,
     ) -> None:
         where = location(spec)
         if where.kind not in (FILE, FSSPEC):
@@ -139,7 +141,7 @@ class StagedFile:
             raise OutputError(f"{spec}: cannot create: {exc.strerror}") from None
         self.raw = _CountingFile(fd, hashing)
         self.buffered = io.BufferedWriter(self.raw, buffer_size=BUFFER)
-        self.compression = compression_for(spec)
+        self.compression = compression_for(compressed_as or spec)
         self.stream: BinaryIO = open_compressor(self.buffered, self.compression)  # type: ignore[arg-type]
         self.write = self.stream.write
 

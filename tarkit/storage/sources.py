@@ -32,7 +32,7 @@ import sys
 from typing import BinaryIO
 
 from ..errors import InputError, SourceError
-from .filesystems import FsspecObject, StorageOptions
+from .filesystems import FsspecObject, StorageOptions, object_info
 from .http import HttpObject
 from .locations import FILE, HTTP, PIPE, STDIO, location
 from .retrying import Connector, ResumingStream, RetryPolicy, retry_policy
@@ -248,6 +248,36 @@ def read_bytes(spec: str, storage_options: StorageOptions | None = None) -> byte
             raise SourceError(f"{spec}: cannot read: {exc.strerror}") from None
     with open_source(spec, storage_options) as source:
         return bytes(source.stream.read())
+
+
+def stored_matches(
+    spec: str,
+    size: int,
+    sha256: str | None,
+    etag: str | None = None,
+    storage_options: StorageOptions | None = None,
+) -> bool:
+    """Whether the file or object at ``spec`` is the one a record describes.
+
+    A local file is read whole: its size and sha256 must match. A remote object is not
+    read: its size must match, and its ETag when one is given (an object replaced by
+    another of the same size then does not pass). False when there is none; raises
+    :class:`SourceError` when it cannot be read or asked about.
+    """
+    if location(spec).remote:
+        found = object_info(spec, storage_options)
+        if found is None or found.size != size:
+            return False
+        return etag is None or found.etag == etag
+    try:
+        with open_source(spec, storage_options) as opened:
+            digest = HashingReader(opened.stream)
+            digest.drain()
+    except SourceError as exc:
+        if exc.reason == SourceError.MISSING:
+            return False
+        raise
+    return digest.size == size and digest.sha256.hexdigest() == sha256
 
 
 class HashingReader(io.RawIOBase):

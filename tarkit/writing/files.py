@@ -46,6 +46,7 @@ from dataclasses import dataclass
 from ..errors import InputError, SourceError
 from ..format.encoding import IMAGE_FORMATS, ImageTransform, extension
 from ..format.samples import SkipLog, is_metadata, split_name
+from ..storage import StorageOptions, files_below, location, read_bytes
 
 NO_FIELD_FILE = "file without a field (no dot in the file name)"
 METADATA_FILE = "file below a webdataset metadata directory (__name__), which readers skip"
@@ -54,15 +55,21 @@ IMAGE_EXTENSIONS = frozenset(IMAGE_FORMATS)
 
 
 def tree_files(
-    root: str, *, strict: bool = False, skips: SkipLog | None = None, dereference: bool = False
-) -> Iterator[str]:
+    root: str, *, strict: bool = False, skips: SkipLog | None = None, dereference: bool = False,
+    storage_options: StorageOptions | None = None,
+) -> Iterator[str]:  # fmt: skip
     """The paths (relative, with ``/``) of the regular files a layout may use, in walk
-    order; what the walker leaves out is skipped as the module docstring says.
+    order; what the walker leaves out is skipped as the module docstring says. A root in
+    an object store (``s3://bucket/train/``) is listed whole, once, with
+    ``storage_options``: its objects are all files.
 
     Raises :class:`SourceError` when ``root`` is not a directory or a directory cannot
     be listed or an entry cannot be examined, and :class:`InputError` for a skipped
     file under ``strict``.
     """
+    if location(root).remote:
+        yield from _remote_tree_files(root, strict, skips, storage_options)
+        return
     if not os.path.isdir(root):
         what = "no such directory" if not os.path.exists(root) else "not a directory"
         raise SourceError(f"{root}: {what}")
@@ -83,6 +90,31 @@ def tree_files(
             else:
                 yield path
         pending.extend(reversed(subdirectories))
+
+
+def _remote_tree_files(
+    root: str, strict: bool, skips: SkipLog | None, storage_options: StorageOptions | None
+) -> Iterator[str]:
+    """:func:`tree_files` of an object store's "directory", in the local walker's order."""
+    paths = files_below(root, storage_options)
+    if not paths:
+        raise SourceError(f"{root}: no such directory (no objects below it)")
+    visible = [p for p in paths if not any(part.startswith(".") for part in p.split("/"))]
+    for path in sorted(visible, key=_walk_order):
+        if is_metadata(path):
+            skip_file(root, path, METADATA_FILE, strict, skips)
+        else:
+            yield path
+
+
+def _walk_order(path: str) -> list[tuple[int, str]]:
+    """The walker's order: in a directory its files by name, then its subdirectories.
+
+    >>> sorted(["b/x", "a.txt", "a/y", "c.txt"], key=_walk_order)
+    ['a.txt', 'c.txt', 'a/y', 'b/x']
+    """
+    *directories, name = path.split("/")
+    return [(1, d) for d in directories] + [(0, name)]
 
 
 def skip_file(root: str, path: str, reason: str, strict: bool, skips: SkipLog | None) -> None:
@@ -130,8 +162,15 @@ _KINDS = (
 )
 
 
-def read_file(path: str) -> bytes:
-    """The bytes of ``path``; :class:`SourceError` naming it when it cannot be read."""
+def read_file(path: str, storage_options: StorageOptions | None = None) -> bytes:
+    """The bytes of ``path`` (or of an object store's object, read with
+    ``storage_options``, reconnecting as :mod:`tarkit.storage.retrying` says);
+    :class:`SourceError` naming it when it cannot be read."""
+    if location(path).remote:
+        data = read_bytes(path, storage_options)
+        if data is None:
+            raise SourceError(f"{path}: no such file", reason=SourceError.MISSING)
+        return data
     try:
         with open(path, "rb") as f:
             return f.read()
@@ -148,15 +187,18 @@ class TreeSample:
 
 
 def list_tree(
-    root: str, *, strict: bool = False, skips: SkipLog | None = None, dereference: bool = False
-) -> list[TreeSample]:
+    root: str, *, strict: bool = False, skips: SkipLog | None = None, dereference: bool = False,
+    storage_options: StorageOptions | None = None,
+) -> list[TreeSample]:  # fmt: skip
     """The samples of the tree ``root``, sorted by key (see the module docstring).
 
     Raises :class:`SourceError` as :func:`tree_files` does, and :class:`InputError` for
     a field that appears twice and for a skipped file under ``strict``.
     """
     groups: dict[str, dict[str, tuple[str, str]]] = {}
-    for path in tree_files(root, strict=strict, skips=skips, dereference=dereference):
+    files = tree_files(root, strict=strict, skips=skips, dereference=dereference,
+                       storage_options=storage_options)  # fmt: skip
+    for path in files:
         parts = split_name(path)
         if parts is None:
             skip_file(root, path, NO_FIELD_FILE, strict, skips)
@@ -188,10 +230,13 @@ class FileTree:
     """Every file of a tree, grouped into samples by key (:func:`list_tree`)."""
 
     def __init__(self, root: str, transform: ImageTransform | None = None, *,
-                 strict: bool = False, skips: SkipLog | None = None) -> None:  # fmt: skip
+                 strict: bool = False, skips: SkipLog | None = None,
+                 storage_options: StorageOptions | None = None) -> None:  # fmt: skip
         self.root = root
         self.transform = transform or ImageTransform()
-        self.samples = list_tree(root, strict=strict, skips=skips)
+        self.storage_options = dict(storage_options) if storage_options else None
+        self.samples = list_tree(root, strict=strict, skips=skips,
+                                 storage_options=storage_options)  # fmt: skip
         if not self.samples:
             raise InputError("no files with a field (name.ext) in the tree", source=root)
 
@@ -202,7 +247,7 @@ class FileTree:
         sample = self.samples[index]
         item: dict[str, object] = {"__key__": sample.key}
         for field, path in sample.files:
-            item[field] = read_file(os.path.join(self.root, path))
+            item[field] = read_file(os.path.join(self.root, path), self.storage_options)
         return self.transform.sample(item, self.item_source(index))
 
     def item_source(self, index: int) -> str:
@@ -218,16 +263,22 @@ def _in_a_class(path: str) -> bool:
 
 
 class ImageFolder:
-    """Images in ``root/<class>/…``: samples of the image, ``cls`` and ``class.txt``."""
+    """Images in ``root/<class>/…``: samples of the image, ``cls`` and ``class.txt``.
+    In an object store, the classes are the "directories" that hold objects."""
 
     def __init__(self, root: str, transform: ImageTransform | None = None, *,
-                 strict: bool = False, skips: SkipLog | None = None) -> None:  # fmt: skip
+                 strict: bool = False, skips: SkipLog | None = None,
+                 storage_options: StorageOptions | None = None) -> None:  # fmt: skip
         self.root = root
         self.transform = transform or ImageTransform()
-        paths = list(tree_files(root, strict=strict, skips=skips))
+        self.storage_options = dict(storage_options) if storage_options else None
+        paths = list(tree_files(root, strict=strict, skips=skips, storage_options=storage_options))
         # The directories the walker entered, but for webdataset metadata.
-        self.classes = [e.name for e in _listing(root)
-                        if e.is_dir(follow_symlinks=False) and not is_metadata(e.name)]  # fmt: skip
+        if location(root).remote:
+            entered = sorted({p.split("/", 1)[0] for p in paths if "/" in p})
+        else:
+            entered = [e.name for e in _listing(root) if e.is_dir(follow_symlinks=False)]
+        self.classes = [name for name in entered if not is_metadata(name)]
         if not self.classes:
             raise InputError("no class subdirectories (ImageFolder layout: root/<class>/<image>)",
                              source=root)  # fmt: skip
@@ -264,14 +315,14 @@ class ImageFolder:
         full = self.item_source(index)
         sample: dict[str, object] = {
             "__key__": key,
-            "jpg" if ext == "jpeg" else ext: read_file(full),
+            "jpg" if ext == "jpeg" else ext: read_file(full, self.storage_options),
             "cls": label,
             "class.txt": self.classes[label],
         }
         return self.transform.sample(sample, full)
 
 
-def detect_layout(root: str) -> str:
+def detect_layout(root: str, storage_options: StorageOptions | None = None) -> str:
     """``"imagefolder"`` or ``"tree"``: how ``--layout auto`` reads the directory ``root``.
 
     Only the files the walker keeps count. ImageFolder when every file is an image in a
@@ -281,7 +332,7 @@ def detect_layout(root: str) -> str:
     as ``cat/Thumbs.db`` or a top-level ``labels.csv`` — could be either, and raises
     :class:`InputError` naming the first stray file: ``--layout`` decides.
     """
-    files = sorted(tree_files(root))
+    files = sorted(tree_files(root, storage_options=storage_options))
     images = [f for f in files if _in_a_class(f)]
     if not images:
         return "tree"

@@ -20,22 +20,24 @@ import itertools
 import json
 import random
 import time
-import traceback
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
-from ..errors import InputError, SampleError, TarkitError, UsageError
-from ..format.encoding import DEFAULT_QUALITY, ImageTransform, encode_sample
+from ..engines import check_engine
+from ..errors import UsageError
+from ..format.encoding import DEFAULT_QUALITY, ImageTransform
 from ..format.manifest import Manifest, ShardInfo
-from ..sizes import check_on_error
+from ..format.tar import default_mtime
+from ..sizes import check_on_error, parse_size
 from ..storage import location, publish
-from .huggingface import FieldNames, hf_samples, is_hf_dataset
+from .cluster import Tally, shard_on_engine
+from .huggingface import FieldNames, hf_rows, hf_samples, is_hf_dataset
+from .items import DatasetFactory, ItemEncoder, ItemFailure, ToSample, default_sample
 from .patterns import CREATE, OVERWRITE, RESUME
 from .rejects import ON_ERROR, Rejected, default_rejects, load_rejects, save_rejects
 from .shard_writer import DEFAULT_MAXCOUNT, DEFAULT_MAXSIZE, DEFAULT_PATTERN, ShardWriter
 
-ToSample = Callable[[Any, int], Mapping[str, Any]]
 CHUNK = 8  # items per worker task: fewer, larger messages between processes
 CLASSES_FILE = "classes.json"
 
@@ -48,7 +50,9 @@ class ShardProgress:
     ``samples`` counts the samples in the shards so far, the ``resumed`` ones found in
     the complete shards of an interrupted run included; ``total`` is the dataset's length
     (None for an iterable); ``shards`` counts the complete shards; ``rejected`` the
-    items left out under ``on_error="skip"``.
+    items left out under ``on_error="skip"``. On a cluster, ``samples`` counts the items
+    encoded so far, ``retries`` the tasks tried again, and ``message`` says why, once,
+    in the report that follows each retry.
     """
 
     samples: int
@@ -58,6 +62,8 @@ class ShardProgress:
     seconds: float
     finished: bool = False
     rejected: int = 0
+    retries: int = 0
+    message: str | None = None
 
     @property
     def samples_per_second(self) -> float:
@@ -65,142 +71,13 @@ class ShardProgress:
         return (self.samples - self.resumed) / self.seconds if self.seconds > 0 else 0.0
 
 
-def default_sample(
-    item: Any, index: int, *, image_ext: str = "png", fields: FieldNames | None = None
-) -> dict[str, Any]:
-    """The sample dict for a dataset item when no ``to_sample`` is given.
-
-    A dict is used as it is, but for the entries ``fields`` renames (or, mapped to None,
-    leaves out); ``__key__`` defaults to the index as ``%09d``. A pair
-    ``(x, label)``, as torchvision datasets return, becomes ``x`` under a field chosen by
-    its type (a PIL image: ``image_ext``, lossless PNG by default; a numpy array: ``npy``;
-    a tensor: ``pth``; str: ``txt``; bytes: ``bin``; dict or list: ``json``) and the
-    label under ``cls`` (an int) or by the same rule.
-
-    >>> default_sample(("hello", 3), 7)
-    {'__key__': '000000007', 'txt': 'hello', 'cls': 3}
-    >>> default_sample({"text": "hi", "id": 4}, 0, fields={"text": "txt", "id": None})
-    {'txt': 'hi', '__key__': '000000000'}
-    """
-    key = f"{index:09d}"
-    if isinstance(item, Mapping):
-        if fields:
-            renamed = ((fields.get(name, name), value) for name, value in item.items())
-            sample = {name: value for name, value in renamed if name is not None}
-        else:
-            sample = dict(item)
-        sample.setdefault("__key__", key)
-        return sample
-    if isinstance(item, (tuple, list)) and len(item) == 2:
-        value, label = item
-        value_field = _field_for(value, image_ext)
-        label_field = "cls" if _is_int(label) else _field_for(label, image_ext)
-        if value_field is not None and label_field is not None and value_field != label_field:
-            return {"__key__": key, value_field: value, label_field: label}
-    raise SampleError(
-        f"item {index} is a {type(item).__name__}: give a dict, an (x, label) pair, "
-        "or a to_sample function that returns a dict of fields",
-        source="dataset",
-    )
-
-
-def _is_int(value: object) -> bool:
-    import numbers
-
-    return isinstance(value, numbers.Integral) and not isinstance(value, bool)
-
-
-def _field_for(value: object, image_ext: str) -> str | None:
-    module = type(value).__module__
-    if module.startswith("PIL."):
-        return image_ext
-    if module == "numpy":
-        return "npy"
-    if module.startswith("torch"):
-        return "pth"
-    if isinstance(value, str):
-        return "txt"
-    if isinstance(value, (bytes, bytearray)):
-        return "bin"
-    if isinstance(value, (dict, list)):
-        return "json"
-    if _is_int(value):
-        return "cls"
-    return None
-
-
-class _Failure:
-    """An error raised by one item, carried back from a worker process intact."""
-
-    def __init__(self, index: int, exc: BaseException) -> None:
-        self.index = index
-        self.tarkit = isinstance(exc, TarkitError)
-        # A tarkit error is rebuilt as it was; anything else travels as text.
-        self.type = type(exc) if self.tarkit else None
-        self.state = dict(exc.__dict__) if self.tarkit else {}
-        self.args = exc.args if self.tarkit else ()
-        self.text = f"{type(exc).__name__}: {exc}"
-        self.traceback = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))
-
-    def exception(self) -> BaseException:
-        cause = RuntimeError(f"in the worker:\n{self.traceback}")
-        if self.type is not None:
-            exc = self.type.__new__(self.type)
-            exc.args = self.args
-            exc.__dict__.update(self.state)
-        else:
-            exc = InputError(f"item {self.index}: {self.text}", source="dataset")
-        exc.__cause__ = cause
-        return exc
-
-
-class _Encoder:
-    """The per-item work: item → sample dict → raw tar members. Runs in the workers."""
-
-    def __init__(self, dataset: Any, to_sample: ToSample | None, mtime: int, quality: int,
-                 image_ext: str, transform: ImageTransform,
-                 fields: FieldNames | None = None) -> None:  # fmt: skip
-        self.dataset = dataset
-        self.to_sample = to_sample
-        self.mtime = mtime
-        self.quality = quality
-        self.image_ext = image_ext
-        self.transform = transform
-        self.fields = fields
-
-    def encode(self, index: int, item: Any) -> bytes | _Failure:
-        try:
-            if self.to_sample is not None:
-                sample = self.to_sample(item, index)
-            else:
-                sample = default_sample(item, index, image_ext=self.image_ext,
-                                        fields=self.fields)  # fmt: skip
-            if self.transform.active:
-                sample = self.transform.sample(sample, f"item {index}")
-            return encode_sample(sample, mtime=self.mtime, quality=self.quality)
-        except Exception as exc:
-            return _Failure(index, exc)
-
-    def __call__(self, indices: Sequence[int]) -> list[bytes | _Failure]:
-        """Load and encode the items at ``indices`` of a map-style dataset."""
-        results: list[bytes | _Failure] = []
-        for index in indices:
-            try:
-                item = self.dataset[index]
-            except Exception as exc:
-                results.append(_Failure(index, exc))
-                continue
-            results.append(self.encode(index, item))
-        return results
-
-
 class _Chunks:
     """A map-style dataset over chunks of indices, for the DataLoader."""
 
-    def __init__(self, encoder: _Encoder) -> None:
+    def __init__(self, encoder: ItemEncoder) -> None:
         self.encoder = encoder
 
-    def __getitem__(self, indices: Sequence[int]) -> list[bytes | _Failure]:
+    def __getitem__(self, indices: Sequence[int]) -> list[bytes | ItemFailure]:
         return self.encoder(indices)
 
 
@@ -262,6 +139,10 @@ def shard_dataset(
     on_reject: Callable[[Rejected], object] | None = None,
     progress: Callable[[ShardProgress], object] | None = None,
     on_shard: Callable[[ShardInfo], object] | None = None,
+    engine: str = "local",
+    address: str | None = None,
+    num_cpus: float = 1,
+    retries: int = 2,
 ) -> Manifest:
     """Write every item of ``dataset`` into shards named by ``pattern``; return the manifest.
 
@@ -277,7 +158,15 @@ def shard_dataset(
     other options are :class:`ShardWriter`'s (``mode``: ``create``, ``overwrite`` or
     ``resume``, see :mod:`tarkit.writing.patterns`); ``quality`` is the JPEG/WebP quality
     for images encoded by extension. ``progress`` is called with a :class:`ShardProgress`
-    after every sample and at the end.
+    after every sample (on a cluster: as tasks end) and at the end.
+
+    ``engine="ray"`` runs the work on the Ray cluster at ``address`` (or ``RAY_ADDRESS``,
+    else a local Ray), in tasks of ``num_cpus`` CPUs (``num_workers``, when not 0, limits
+    the tasks in flight), and writes the same shards, byte for byte, with the same
+    manifest (:mod:`tarkit.writing.cluster`): the dataset must be map-style and reach
+    every node (pickled, or a :class:`~tarkit.writing.items.DatasetFactory` that each
+    node calls), and so must ``to_sample``; a task whose worker dies is tried
+    ``retries`` more times.
 
     ``resize`` (``"256x256:crop"``, see :func:`~tarkit.format.encoding.parse_resize`) and
     ``image_format`` (``"jpg"``, ``"png"``, ``"webp"``…) apply to every image field of
@@ -302,19 +191,80 @@ def shard_dataset(
     if num_workers < 0:
         raise UsageError(f"num_workers must not be negative (got {num_workers})")
     check_on_error(on_error, ON_ERROR)
-    if to_sample is None and is_hf_dataset(dataset):
-        dataset, to_sample = hf_samples(dataset, fields)
+    cluster = check_engine(engine) != "local"
+    made = dataset.dataset if isinstance(dataset, DatasetFactory) else dataset
+    if to_sample is None and is_hf_dataset(made):
+        converted, to_sample = hf_samples(made, fields)
         class_names = to_sample.classes
+        dataset = dataset.then(hf_rows) if isinstance(dataset, DatasetFactory) else converted
+        made = converted
     else:
-        class_names = _class_names(dataset) if to_sample is None else None
-    map_style = is_map_style(dataset)
+        class_names = _class_names(made) if to_sample is None else None
+    map_style = is_map_style(made)
     if shuffle and not map_style:
         raise UsageError("shuffle=True needs a map-style dataset (with __len__ and __getitem__)")
+    if cluster and not map_style:
+        raise UsageError(f"engine={engine!r} needs a map-style dataset (with __len__ and "
+                         "__getitem__): each task reads its own items by index")  # fmt: skip
     transform = ImageTransform(resize, image_format, quality, verify=verify)
-    if transform.format is not None:
-        image_ext = transform.format
     skipping = on_error == "skip"
     rejects = rejects or (default_rejects(pattern) if skipping else None)
+    started = time.monotonic()
+    total = len(made) if map_style else None
+    last = [ShardProgress(0, total, 0, 0, 0.0)]
+
+    def report(state: ShardProgress) -> None:
+        last[0] = state
+        if progress is not None:
+            progress(state)
+
+    encoder = ItemEncoder(dataset, to_sample, default_mtime(), quality,
+                          transform.format or image_ext, transform, fields)  # fmt: skip
+    order = sample_order(len(made), shuffle, seed) if map_style else None
+    written: tuple[Manifest, list[Rejected]]
+    common: dict[str, Any] = dict(mode=mode, start=start, storage_options=storage_options, post=post,
+                  on_shard=on_shard, on_reject=on_reject)  # fmt: skip
+    if cluster:
+        if retries < 0:
+            raise UsageError(f"retries must not be negative (got {retries})")
+
+        def tally(state: Tally) -> None:
+            report(ShardProgress(state.samples, total, state.shards, state.resumed,
+                                 time.monotonic() - started, False, 0, state.retries,
+                                 state.message))  # fmt: skip
+
+        written = shard_on_engine(
+            encoder, order or [], pattern, engine=engine, workers=num_workers or None,
+            address=address, num_cpus=num_cpus, retries=retries, manifest=manifest,
+            maxcount=maxcount, maxsize=parse_size(maxsize, "maxsize"), skipping=skipping,
+            rejects=rejects, report=tally, **common,
+        )  # fmt: skip
+    else:
+        written = _write_here(encoder, order, num_workers, pattern, maxcount, maxsize,
+                              manifest, skipping, rejects, report, started, total, **common)  # fmt: skip
+    result, rejected = written
+    if rejects is not None:
+        save_rejects(rejected, rejects, storage_options)
+    if class_names is not None:
+        names = json.dumps(class_names, ensure_ascii=False, indent=1) + "\n"
+        publish(classes or location(pattern).sibling(CLASSES_FILE), names.encode("utf-8"),
+                storage_options)  # fmt: skip
+    final = replace(last[0], seconds=time.monotonic() - started, finished=True,
+                    rejected=len(rejected), shards=len(result.shards), message=None)  # fmt: skip
+    if progress is not None:
+        progress(final)
+    return result
+
+
+def _write_here(
+    encoder: ItemEncoder, order: list[int] | None, num_workers: int, pattern: str,
+    maxcount: int, maxsize: int | str, manifest: str | None, skipping: bool,
+    rejects: str | None, report: Callable[[ShardProgress], object], started: float,
+    total: int | None, *, mode: str, start: int, storage_options: Mapping[str, Any] | None,
+    post: str | Callable[[str], object] | None, on_shard: Callable[[ShardInfo], object] | None,
+    on_reject: Callable[[Rejected], object] | None,
+) -> tuple[Manifest, list[Rejected]]:  # fmt: skip
+    """The local engine: workers of this machine encode, this process writes."""
     rejected: list[Rejected] = []
     published: list[int | None] = [None]  # how many rejects the rejects file lists
 
@@ -329,54 +279,35 @@ def shard_dataset(
     writer = ShardWriter(
         pattern, maxcount=maxcount, maxsize=maxsize, start=start, post=post,
         manifest=manifest, on_shard=shard_done, storage_options=storage_options, mode=mode,
+        mtime=encoder.mtime,
     )  # fmt: skip
-    encoder = _Encoder(dataset, to_sample, writer.mtime, quality, image_ext, transform, fields)
     if rejects is not None and mode == RESUME and writer.shards:
         rejected = load_rejects(rejects, storage_options)
         published[0] = len(rejected)
     resumed = writer.samples_done
     done = resumed + len(rejected)  # the items the complete shards stand for
-    if map_style:
-        order = sample_order(len(dataset), shuffle, seed)
-        total: int | None = len(order)
+    if order is not None:
         results = _map_results(encoder, order[done:], num_workers)
     else:
-        total = None
-        items = itertools.islice(enumerate(dataset), done, None)
+        items = itertools.islice(enumerate(encoder.dataset), done, None)
         results = _iterable_results(encoder, items, num_workers)
-    started = time.monotonic()
-    source_of = getattr(dataset, "item_source", None)
-
-    def report(finished: bool = False) -> None:
-        if progress is not None:
-            seconds = time.monotonic() - started
-            progress(ShardProgress(writer.samples, total, len(writer.shards), resumed,
-                                   seconds, finished, len(rejected)))  # fmt: skip
-
     with writer:
         try:
             for result in results:
                 if isinstance(result, bytes):
                     writer.write_raw(result)
                 elif skipping:
-                    where = source_of(result.index) if source_of is not None else ""
-                    reject = Rejected(result.index, where, str(result.exception()))
+                    reject = Rejected(result.index, result.source, str(result.exception()))
                     rejected.append(reject)
                     if on_reject is not None:
                         on_reject(reject)
                 else:
                     raise result.exception()
-                report()
+                report(ShardProgress(writer.samples, total, len(writer.shards), resumed,
+                                     time.monotonic() - started, False, len(rejected)))  # fmt: skip
         finally:
             _close(results)
-    if rejects is not None:
-        save_rejects(rejected, rejects, storage_options)
-    if class_names is not None:
-        names = json.dumps(class_names, ensure_ascii=False, indent=1) + "\n"
-        publish(classes or location(pattern).sibling(CLASSES_FILE), names.encode("utf-8"),
-                storage_options)  # fmt: skip
-    report(finished=True)
-    return writer.manifest_of()
+    return writer.manifest_of(), rejected
 
 
 def _class_names(dataset: object) -> list[str] | None:
@@ -398,8 +329,8 @@ def _chunks(order: Sequence[int], size: int) -> list[list[int]]:
 
 
 def _map_results(
-    encoder: _Encoder, order: Sequence[int], num_workers: int
-) -> Iterator[bytes | _Failure]:
+    encoder: ItemEncoder, order: Sequence[int], num_workers: int
+) -> Iterator[bytes | ItemFailure]:
     """Encoded samples of a map-style dataset, in ``order``."""
     if num_workers == 0:
         for index in order:
@@ -429,17 +360,17 @@ def _map_results(
             shutdown()
 
 
-_ITERABLE_ENCODER: _Encoder | None = None
+_ITERABLE_ENCODER: ItemEncoder | None = None
 
 
-def _encode_in_worker(pair: tuple[int, Any]) -> bytes | _Failure:
+def _encode_in_worker(pair: tuple[int, Any]) -> bytes | ItemFailure:
     assert _ITERABLE_ENCODER is not None
     return _ITERABLE_ENCODER.encode(*pair)
 
 
 def _iterable_results(
-    encoder: _Encoder, items: Iterable[tuple[int, Any]], num_workers: int
-) -> Iterator[bytes | _Failure]:
+    encoder: ItemEncoder, items: Iterable[tuple[int, Any]], num_workers: int
+) -> Iterator[bytes | ItemFailure]:
     """Encoded samples of an iterable's (index, item) pairs, in order.
 
     Workers are forked processes that inherit the encoder (so ``to_sample`` need not be

@@ -19,6 +19,7 @@ from ..errors import SourceError, UsageError
 from ..format.encoding import DEFAULT_QUALITY, ImageTransform
 from ..format.manifest import Manifest
 from ..format.samples import SkipLog
+from ..storage import StorageOptions, is_directory, location
 from .files import FileTree, ImageFolder, detect_layout
 from .from_dataset import shard_dataset
 from .plan import PlanDataset
@@ -37,10 +38,13 @@ def open_files(
     strict: bool = False,
     skips: SkipLog | None = None,
     warn: Callable[[str], object] | None = None,
+    storage_options: StorageOptions | None = None,
 ) -> FileTree | ImageFolder | PlanDataset:
     """The dataset for ``source``: a directory read by ``layout`` (``auto``,
     ``imagefolder`` or ``tree``), else a CSV/TSV plan (``delimiter``, ``key_format`` and
-    ``warn`` as :func:`~tarkit.writing.plan.read_plan` takes them).
+    ``warn`` as :func:`~tarkit.writing.plan.read_plan` takes them). Either may be in an
+    object store (``s3://bucket/train/``, ``s3://bucket/plan.csv``), listed or read with
+    ``storage_options`` here, its files read by whoever loads the items.
 
     Files a layout cannot use are skipped into ``skips`` (or raise under ``strict``), as
     :mod:`tarkit.writing.files` says. Raises :class:`UsageError` for an unknown layout
@@ -49,17 +53,21 @@ def open_files(
     """
     if layout not in LAYOUTS:
         raise UsageError(f"--layout {layout!r}: expected one of {', '.join(LAYOUTS)}")
-    if os.path.isdir(source):
+    options = storage_options
+    if is_directory(source, options):
         if key_format is not None:
             raise UsageError("--key makes the keys of plan rows: it takes a .csv/.tsv SOURCE")
         if layout == "auto":
-            layout = detect_layout(source)
+            layout = detect_layout(source, options)
         if layout == "imagefolder":
-            return ImageFolder(source, transform, strict=strict, skips=skips)
-        return FileTree(source, transform, strict=strict, skips=skips)
-    if not os.path.exists(source):
+            return ImageFolder(
+                source, transform, strict=strict, skips=skips, storage_options=options
+            )
+        return FileTree(source, transform, strict=strict, skips=skips, storage_options=options)
+    if not location(source).remote and not os.path.exists(source):
         raise SourceError(f"{source}: no such file or directory")
-    return PlanDataset(source, transform, delimiter, key_format=key_format, warn=warn)
+    return PlanDataset(source, transform, delimiter, key_format=key_format, warn=warn,
+                       storage_options=options)  # fmt: skip
 
 
 def shard_files(
@@ -90,6 +98,9 @@ def shard_files(
     order, are saved as JSON at ``classes`` (default: ``classes.json`` beside the shards).
     """
     transform = ImageTransform(resize, image_format, quality, verify=verify)
+    if options.get("engine", "local") != "local":
+        source = location(source).identity()  # the workers' cwd is not this one
     dataset = open_files(source, layout, transform, delimiter=delimiter, key_format=key_format,
-                         strict=strict, skips=skips, warn=warn)  # fmt: skip
+                         strict=strict, skips=skips, warn=warn,
+                         storage_options=options.get("storage_options"))  # fmt: skip
     return shard_dataset(dataset, pattern, quality=quality, shuffle=shuffle, **options)

@@ -54,16 +54,27 @@ def is_hf_dataset(dataset: object) -> bool:
 
 def hf_samples(dataset: Any, fields: FieldNames | None = None) -> tuple[Any, HFSample]:
     """(the dataset with images and audio left undecoded, the converter of its rows)."""
+    kinds = _kinds(dataset)
+    dataset = hf_rows(dataset)
+    return dataset, HFSample(dataset.features or {}, kinds, dict(fields or {}))
+
+
+def _kinds(dataset: Any) -> dict[str, str]:
+    return {name: type(feature).__name__ for name, feature in (dataset.features or {}).items()}
+
+
+def hf_rows(dataset: Any) -> Any:
+    """The dataset with its images and audio left undecoded (their bytes and paths), as
+    plain Python rows: what :class:`HFSample` converts. A function of the module, so that
+    a :class:`~tarkit.writing.items.DatasetFactory` can apply it on every node."""
     import datasets
 
-    kinds = {name: type(feature).__name__ for name, feature in (dataset.features or {}).items()}
-    for name, kind in kinds.items():
+    for name, kind in _kinds(dataset).items():
         if kind == "Image":
             dataset = dataset.cast_column(name, datasets.Image(decode=False))
         elif kind == "Audio":
             dataset = dataset.cast_column(name, datasets.Audio(decode=False))
-    dataset = dataset.with_format(None)
-    return dataset, HFSample(dataset.features or {}, kinds, dict(fields or {}))
+    return dataset.with_format(None)
 
 
 class HFSample:

@@ -28,6 +28,7 @@ binary file) is named as such instead of being read as one.
 from __future__ import annotations
 
 import csv
+import io
 import os
 import string
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
@@ -35,6 +36,7 @@ from dataclasses import dataclass
 
 from ..errors import InputError, SampleError, SourceError, UsageError
 from ..format.encoding import ImageTransform, check_key
+from ..storage import StorageOptions, location, read_bytes, resolve_url
 from .files import read_file
 
 KEY_COLUMN = "__key__"
@@ -54,15 +56,16 @@ class PlanRow:
         """The row's field names, sorted."""
         return sorted([f for f, _ in self.texts] + [f for f, _ in self.files])
 
-    def load(self) -> dict[str, object]:
-        """The sample dict: ``__key__``, text fields as str, file fields as bytes.
+    def load(self, storage_options: StorageOptions | None = None) -> dict[str, object]:
+        """The sample dict: ``__key__``, text fields as str, file fields as bytes (URLs
+        read with ``storage_options``).
 
         Raises :class:`SourceError` naming the file when one cannot be read.
         """
         sample: dict[str, object] = {KEY_COLUMN: self.key}
         sample.update(self.texts)
         for field, path in self.files:
-            sample[field] = read_file(path)
+            sample[field] = read_file(path, storage_options)
         return sample
 
 
@@ -82,7 +85,8 @@ def plan_members(rows: Iterable[PlanRow]) -> Iterator[tuple[str, bytes]]:
 
 class PlanDataset:
     """The rows of a plan (checked when built), loaded per item and transformed by
-    ``transform``; ``key_format`` makes the keys as in :func:`read_plan`."""
+    ``transform``; ``key_format`` makes the keys as in :func:`read_plan`; the plan and
+    the URLs in it are read with ``storage_options``."""
 
     def __init__(
         self,
@@ -92,9 +96,12 @@ class PlanDataset:
         *,
         key_format: str | None = None,
         warn: Callable[[str], object] | None = None,
+        storage_options: StorageOptions | None = None,
     ) -> None:
+        self.storage_options = dict(storage_options) if storage_options else None
         if isinstance(plan, str):
-            self.rows = read_plan(plan, delimiter, key_format=key_format, warn=warn)
+            self.rows = read_plan(plan, delimiter, key_format=key_format, warn=warn,
+                                  storage_options=storage_options)  # fmt: skip
         else:
             self.rows = list(plan)
         self.transform = transform or ImageTransform()
@@ -105,7 +112,7 @@ class PlanDataset:
 
     def __getitem__(self, index: int) -> dict[str, object]:
         row = self.rows[index]
-        return self.transform.sample(row.load(), self.item_source(index))
+        return self.transform.sample(row.load(self.storage_options), self.item_source(index))
 
     def item_source(self, index: int) -> str:
         """Where item ``index`` comes from: the plan's line (and the files it names)."""
@@ -134,15 +141,17 @@ def plan_delimiter(path: str, delimiter: str | None = None) -> str:
     raise UsageError(f"{path}: cannot tell the delimiter from the file name: pass -d ',' or -d tab")
 
 
-def check_plan_file(path: str) -> None:
-    """Raise :class:`InputError` when ``path`` is plainly not a CSV/TSV plan (an archive,
-    an image, any binary file), naming what it is; a missing file passes (read_plan says).
+def check_plan_file(path: str, head: bytes | None = None) -> None:
+    """Raise :class:`InputError` when ``path`` (whose first bytes are ``head``, when
+    given) is plainly not a CSV/TSV plan (an archive, an image, any binary file), naming
+    what it is; a missing file passes (read_plan says).
     """
-    try:
-        with open(path, "rb") as f:
-            head = f.read(4096)
-    except OSError:
-        return
+    if head is None:
+        try:
+            with open(path, "rb") as f:
+                head = f.read(4096)
+        except OSError:
+            return
     for magic, what in _NOT_PLANS:
         if head.startswith(magic):
             raise InputError(f"{what}, not a CSV/TSV plan{_HINTS.get(what, '')}", source=path)
@@ -185,8 +194,14 @@ def read_plan(
     *,
     key_format: str | None = None,
     warn: Callable[[str], object] | None = None,
+    storage_options: StorageOptions | None = None,
 ) -> list[PlanRow]:
     """Read and check a whole plan; return its rows in order.
+
+    A plan in an object store (``s3://…``) is read with ``storage_options``; its relative
+    paths are relative to its URL. Paths that are URLs, and the paths of a remote plan,
+    are not checked here (that would ask the store about every file from this machine):
+    one that cannot be read fails its item when it is read.
 
     Raises :class:`InputError` for a file that is not a plan (see
     :func:`check_plan_file`), a malformed header, a row whose length differs from the
@@ -197,11 +212,20 @@ def read_plan(
     a plan with a ``__key__`` column. ``warn`` is called with a message when the header
     has no ``@`` column (no file is embedded).
     """
-    check_plan_file(path)
     sep = plan_delimiter(path, delimiter)
+    remote = location(path).remote
     try:
-        with open(path, encoding="utf-8-sig", newline="") as f:
-            lines = list(csv.reader(f, delimiter=sep, strict=True))
+        if remote:
+            data = read_bytes(path, storage_options)
+            if data is None:
+                raise SourceError(f"{path}: no such file")
+            check_plan_file(path, data[:4096])
+            text = io.StringIO(data.decode("utf-8-sig"), newline="")
+            lines = list(csv.reader(text, delimiter=sep, strict=True))
+        else:
+            check_plan_file(path)
+            with open(path, encoding="utf-8-sig", newline="") as f:
+                lines = list(csv.reader(f, delimiter=sep, strict=True))
     except FileNotFoundError:
         raise SourceError(f"{path}: no such file") from None
     except UnicodeDecodeError:
@@ -218,7 +242,7 @@ def read_plan(
     columns = _check_header(header, path, header_line)
     if key_format is not None:
         _check_key_format(key_format, columns, path)
-    base = os.path.dirname(os.path.abspath(path))
+    base = "" if remote else os.path.dirname(os.path.abspath(path))
     if warn is not None and not any(is_file for _, is_file in columns):
         warn(_no_file_column(header, body, base, path))
     rows: list[PlanRow] = []
@@ -236,7 +260,8 @@ def _no_file_column(
     first = body[0][1] if body else []
     suggested = list(header)
     for i, cell in enumerate(first[: len(header)]):
-        if cell and os.path.isfile(os.path.join(base, cell)) and "." in os.path.basename(cell):
+        exists = bool(base) and os.path.isfile(os.path.join(base, cell))  # not for a remote plan
+        if cell and exists and "." in os.path.basename(cell):
             suggested[i] = "@" + os.path.basename(cell).rsplit(".", 1)[1].lower()
             break
     else:
@@ -335,6 +360,9 @@ def _check_row(
             continue
         if not is_file:
             texts.append((field, cell))
+            continue
+        if not base or location(cell).remote:  # a remote plan, or a URL: not checked
+            files.append((field, resolve_url(path, cell)))
             continue
         file_path = os.path.join(base, cell)
         if not os.path.isfile(file_path):

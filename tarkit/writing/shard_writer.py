@@ -45,7 +45,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..errors import OutputError, SampleError, UsageError
-from ..format.compression import size_budget
+from ..format.compression import compression_for, size_budget
 from ..format.manifest import Manifest, ShardInfo
 from ..format.samples import Sample, same_key_error
 from ..format.tar import END_OF_ARCHIVE, default_mtime
@@ -168,6 +168,66 @@ class SampleEncoder:
         return raw
 
 
+class ShardCut:
+    """Where shards end: :class:`ShardWriter`'s rule (see the module docstring), over the
+    tar bytes of samples, one sample after another.
+
+    :meth:`takes` says whether a sample goes into the current shard or begins the next
+    (then call :meth:`begin`); :meth:`add` counts it in. ``measure()`` gives the bytes
+    on disk so far, after flushing the compressor, or None when it cannot be flushed:
+    without compression, or with bzip2 and xz, that never changes a cut, so the cuts
+    follow from the sizes alone; with gzip and zstd (in
+    :data:`~tarkit.format.compression.MEASURED`) they depend on the compressed bytes.
+
+    >>> cut = ShardCut(maxcount=10, maxsize=5000, compression=None)
+    >>> ends = []
+    >>> for size in [1536, 1536, 1536, 512]:
+    ...     if not cut.takes(size, lambda: None):
+    ...         ends.append(cut.count)
+    ...         cut.begin()
+    ...     cut.add(size)
+    >>> ends, cut.count
+    ([2], 2)
+    """
+
+    def __init__(self, maxcount: int, maxsize: int, compression: str | None) -> None:
+        self.maxcount = maxcount
+        self.maxsize = maxsize
+        self.compression = compression
+        self.begin()
+
+    def begin(self) -> None:
+        """Start a new shard."""
+        self.count = 0
+        # Tar bytes written since the compressor was last measured, and how many may
+        # follow them.
+        self.unmeasured = 0
+        self.budget = size_budget(self.compression, self.maxsize)
+
+    def takes(self, size: int, measure: Callable[[], int | None]) -> bool:
+        """Whether a sample of ``size`` tar bytes goes into the current shard (a first
+        sample always does)."""
+        if self.count == 0:
+            return True
+        if self.count >= self.maxcount:
+            return False
+        if self.unmeasured + size + 1024 <= self.budget:
+            return True
+        if self.unmeasured == 0:
+            return False
+        measured = measure()
+        if measured is None:
+            return False
+        self.unmeasured = 0
+        self.budget = size_budget(self.compression, self.maxsize - measured)
+        return size + 1024 <= self.budget
+
+    def add(self, size: int) -> None:
+        """Count a sample of ``size`` tar bytes into the current shard."""
+        self.count += 1
+        self.unmeasured += size
+
+
 class ShardWriter:
     """Write samples into numbered shards, within count and size limits.
 
@@ -240,11 +300,7 @@ class ShardWriter:
         self.samples_done = 0
         self._file: StagedFile | None = None
         self._name = ""  # the final name of the shard being written
-        self._count = 0
-        # Tar bytes written since the compressor was last measured, and how many may
-        # follow them (see the module docstring).
-        self._unmeasured = 0
-        self._budget = 0
+        self._cut = ShardCut(maxcount, self.maxsize, compression_for(pattern))
         self._first_key: str | None = None
         self._encoder = SampleEncoder(self.mtime)
         self._closed = False
@@ -278,6 +334,11 @@ class ShardWriter:
         """Samples written so far (those of resumed shards included)."""
         return self.samples_done + self._count
 
+    @property
+    def _count(self) -> int:
+        """Samples in the shard being written."""
+        return self._cut.count if self._file is not None else 0
+
     def write(self, sample: Sample | Mapping[str, Any]) -> None:
         """Write one sample: a :class:`Sample` byte for byte, or a dict with ``__key__``.
 
@@ -306,13 +367,7 @@ class ShardWriter:
         if self._closed:
             raise UsageError("the shard writer is closed")
         size = len(raw)
-        if self._file is not None and (
-            self._count >= self.maxcount
-            or (
-                self._unmeasured + size + 1024 > self._budget
-                and not self._room_after_measuring(size)
-            )
-        ):
+        if self._file is not None and not self._cut.takes(size, self._measure):
             self._finish()
         if self._file is None:
             self._open()
@@ -320,23 +375,15 @@ class ShardWriter:
             self._file.write(raw)  # type: ignore[union-attr]
         except OSError as exc:
             raise OutputError(f"{self._file.spec}: write failed: {exc.strerror}") from None  # type: ignore[union-attr]
-        self._count += 1
-        self._unmeasured += size
+        self._cut.add(size)
 
-    def _room_after_measuring(self, size: int) -> bool:
-        """Measure the compressed shard on disk; whether ``size`` more tar bytes then fit."""
+    def _measure(self) -> int | None:
+        """The bytes of the shard on disk so far (None when they cannot be measured)."""
         assert self._file is not None
-        if self._unmeasured == 0:
-            return False
         try:
-            measured = self._file.measure()
+            return self._file.measure()
         except OSError as exc:
             raise OutputError(f"{self._file.spec}: write failed: {exc.strerror}") from None
-        if measured is None:
-            return False
-        self._unmeasured = 0
-        self._budget = size_budget(self._file.compression, self.maxsize - measured)
-        return size + 1024 <= self._budget
 
     def _open(self) -> None:
         if self.maxshards is not None and len(self.shards) >= self.maxshards:
@@ -351,11 +398,10 @@ class ShardWriter:
             pending_name(name) if self.mode == OVERWRITE else name,
             self.storage_options,
             hashing=self.checksums,
+            compressed_as=name,
         )
         self._name = name
-        self._count = 0
-        self._unmeasured = 0
-        self._budget = size_budget(self._file.compression, self.maxsize)
+        self._cut.begin()
         self._first_key = None
 
     def _finish(self) -> None:
@@ -367,13 +413,13 @@ class ShardWriter:
             shard.abort()
             self._file = None
             raise OutputError(f"{shard.spec}: write failed: {exc.strerror}") from None
+        count = self._cut.count
         self._file = None
         # One sample alone may be larger than maxsize; more than one over it is a bug.
-        size, sha256 = shard.commit(self.maxsize if self._count > 1 else None)
-        info = ShardInfo(url=self._name, samples=self._count, bytes=size, sha256=sha256)
-        self.samples_done += self._count
-        self._count = 0
-        self._unmeasured = 0
+        size, sha256 = shard.commit(self.maxsize if count > 1 else None)
+        info = ShardInfo(url=self._name, samples=count, bytes=size, sha256=sha256)
+        self.samples_done += count
+        self._cut.begin()
         self.shards.append(info)
         if self.mode == OVERWRITE:
             self._pending.append(shard.spec)

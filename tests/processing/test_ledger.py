@@ -9,13 +9,13 @@ from pathlib import Path
 
 from conftest import assert_gone, make_tar
 
-from tarkit.processing.ledger import sweep_ledgers
+from tarkit.engines.ledger import sweep_ledgers
 
 LEDGER_CHILD = """
 import sys
 from tarkit.stream.stages import read_samples
 from tarkit.processing.commands import Command
-from tarkit.processing.ledger import record_commands
+from tarkit.engines.ledger import record_commands
 from tarkit.processing.supervisor import map_command
 record_commands(sys.argv[1])
 list(map_command(read_samples([sys.argv[2]]), Command(sys.argv[3])))

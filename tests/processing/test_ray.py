@@ -1,18 +1,13 @@
 """map_shards on a real Ray cluster: a head node and a worker node started with `ray start`.
 
-One cluster for the module (Ray takes seconds to start). Its processes are started in
-their own sessions and stopped by process id at the end (every process of those
-sessions and their children), never by name: other Ray processes on the machine are
-left alone. Worker processes see the tests directory on PYTHONPATH (for
+One cluster for the module (Ray takes seconds to start; :mod:`ray_cluster` starts and
+stops it). Worker processes see the tests directory on PYTHONPATH (for
 ``map_functions``) and the marks directory in ``TARKIT_TEST_MARKS``.
 """
 
 from __future__ import annotations
 
 import os
-import shutil
-import signal
-import socket
 import subprocess
 import tempfile
 import time
@@ -21,122 +16,27 @@ from pathlib import Path
 
 import map_functions as fns
 import pytest
-from conftest import BIN, ROOT, assert_gone, run, samples_of
+from conftest import BIN, assert_gone, run, samples_of
 from map_functions import write_inputs
+from ray_cluster import RayCluster
 
 from tarkit.errors import UsageError
 from tarkit.processing.driver import MapError, map_shards
-from tarkit.processing.ledger import sweep_ledgers
 
 pytest.importorskip("ray")
 pytestmark = pytest.mark.timeout(150)  # each test, the cluster's start-up included
-
-HERE = Path(__file__).resolve().parent.parent  # tests/, where map_functions is
-START_TIMEOUT = 90
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-def _children() -> dict[int, list[int]]:
-    children: dict[int, list[int]] = {}
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit():
-            continue
-        try:
-            stat = Path(f"/proc/{entry}/stat").read_text()
-        except OSError:
-            continue
-        fields = stat.rsplit(")", 1)[1].split()
-        children.setdefault(int(fields[1]), []).append(int(entry))
-    return children
-
-
-def _session_members(sessions: list[int]) -> set[int]:
-    """Processes in the given sessions (by session id), with all their descendants."""
-    found: set[int] = set()
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit():
-            continue
-        try:
-            fields = Path(f"/proc/{entry}/stat").read_text().rsplit(")", 1)[1].split()
-        except OSError:
-            continue
-        if int(fields[3]) in sessions:
-            found.add(int(entry))
-    children = _children()
-    todo = list(found)
-    while todo:
-        for child in children.get(todo.pop(), []):
-            if child not in found:
-                found.add(child)
-                todo.append(child)
-    return found
-
-
-def _stop(sessions: list[int]) -> None:
-    for pid in _session_members(sessions):
-        try:
-            os.kill(pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
 
 
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory: pytest.TempPathFactory):
     """(address, marks directory) of a two-node Ray cluster on this machine."""
-    temp = tempfile.mkdtemp(prefix="ray", dir="/tmp")  # short: Ray's socket paths are long
     marks = tmp_path_factory.mktemp("marks")
-    port = free_port()
-    address = f"127.0.0.1:{port}"
-    # Token authentication off, explicitly: with RAY_AUTH_MODE unset, a head node turns
-    # it on when ~/.ray/auth_token exists (any local ray.init() writes one) and the
-    # worker node then cannot join.
-    saved_mode = os.environ.get("RAY_AUTH_MODE")
-    os.environ["RAY_AUTH_MODE"] = "disabled"
-    env = dict(
-        os.environ,
-        RAY_USAGE_STATS_ENABLED="0",
-        PYTHONPATH=os.pathsep.join([str(HERE), str(ROOT)]),
-        TARKIT_TEST_MARKS=str(marks),
-    )
-    env.pop("RAY_ADDRESS", None)
-    ray = str(BIN / "ray")
-    common = ["--num-cpus=1", "--object-store-memory=100000000", "--disable-usage-stats"]
-    sessions: list[int] = []
-
-    def start(args: list[str]) -> None:
-        process = subprocess.Popen(
-            [ray, "start", *args, *common], env=env, start_new_session=True,
-            stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-        )  # fmt: skip
-        sessions.append(process.pid)
-        try:
-            output, _ = process.communicate(timeout=START_TIMEOUT)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            raise
-        assert process.returncode == 0, output.decode("utf-8", "replace")[-2000:]
-
+    ray = RayCluster({"TARKIT_TEST_MARKS": str(marks)})
     try:
-        start(
-            ["--head", f"--port={port}", "--node-ip-address=127.0.0.1",
-             "--include-dashboard=false", f"--temp-dir={temp}",
-             f"--ray-client-server-port={free_port()}"]
-        )  # fmt: skip
-        start([f"--address={address}"])
-        yield address, marks
+        ray.add_node()
+        yield ray.address, marks
     finally:
-        _stop(sessions)
-        sweep_ledgers()  # of the workers just killed that ran commands
-        shutil.rmtree(temp, ignore_errors=True)
-        if saved_mode is None:
-            os.environ.pop("RAY_AUTH_MODE", None)
-        else:
-            os.environ["RAY_AUTH_MODE"] = saved_mode
+        ray.stop()
 
 
 @pytest.fixture

@@ -11,9 +11,8 @@ from conftest import make_tar
 from tarkit.errors import CommandFailed, MapError, ShardFailure
 from tarkit.processing.commands import Rejection
 from tarkit.processing.driver import MapResult
-from tarkit.processing.engines.base import ShardTask
 from tarkit.processing.mappers import SampleMapper, ShellCommand
-from tarkit.processing.shard_task import run_shard
+from tarkit.processing.shard_task import ShardTask, run_shard
 
 FIELDS = ("input", "output", "key", "error", "traceback", "attempts", "final")
 

@@ -64,3 +64,30 @@ def test_an_image_folder_publishes_its_classes_beside_the_shards_or_where_told(
     assert sorted(p.name for p in (tmp_path / "two").iterdir()) == ["s-0.tar"]
     shard_files(str(root), str(tmp_path / "tree" / "s-%d.tar"), layout="tree")
     assert sorted(p.name for p in (tmp_path / "tree").iterdir()) == ["s-0.tar"]
+
+
+def test_a_tree_and_a_plan_in_s3_give_the_shards_of_their_local_copies(
+    tmp_path: Path, s3_env: dict[str, str]
+) -> None:
+    import s3fs
+
+    make(tmp_path / "t", {"b/x.txt": b"1", "b/x.cls": b"2", "a.txt": b"3",
+                            "a/c/y.txt": b"4", ".hidden/z.txt": b"5"})  # fmt: skip
+    (tmp_path / "plan.csv").write_text("@txt,label\nt/b/x.txt,one\nt/a.txt,two\n")
+    options = {"endpoint_url": s3_env["FSSPEC_S3_ENDPOINT_URL"]}
+    fs = s3fs.S3FileSystem(**options)
+    fs.mkdir("files-in")
+    fs.put(str(tmp_path) + "/", "files-in/d/", recursive=True)
+    fs.mkdir("files-out")
+    for name in ("t", "plan.csv"):
+        remote = f"s3://files-in/d/{name}" + "/" * (name == "t")
+        shard_files(remote, f"s3://files-out/{name}/s-%d.tar", layout="tree",
+                    storage_options=options)  # fmt: skip
+        shard_files(str(tmp_path / name), str(tmp_path / "out" / name / "s-%d.tar"),
+                    layout="tree")  # fmt: skip
+        assert (
+            fs.cat(f"files-out/{name}/s-0.tar")
+            == (tmp_path / "out" / name / "s-0.tar").read_bytes()
+        )
+    keys = [key for key, _ in samples_of((tmp_path / "out" / "t" / "s-0.tar").read_bytes())]
+    assert sorted(keys) == ["a", "a/c/y", "b/x"]

@@ -89,6 +89,27 @@ def test_overwrite_leaves_exactly_the_new_set_and_a_manifest_of_it(tmp_path: Pat
     assert not [p for p in tmp_path.iterdir() if p.name.startswith(".")]
 
 
+@pytest.mark.parametrize(
+    "ending,magic",
+    [(".tar.gz", b"\x1f\x8b"), (".tar.zst", b"\x28\xb5\x2f\xfd"), (".tar.xz", b"\xfd7zXZ\x00")],
+)
+def test_overwrite_compresses_as_the_shard_names_say_not_as_the_pending_names_do(
+    tmp_path: Path, ending: str, magic: bytes
+) -> None:
+    from tarkit.format.compression import open_decompressed
+
+    pattern = str(tmp_path / f"s-%03d{ending}")
+    write_set(pattern, 4, 2, text="old")
+    write_set(pattern, 4, 2, text="new", mode="overwrite")
+    shards = sorted(tmp_path.glob(f"s-*{ending}"))
+    assert len(shards) == 2
+    for path in shards:
+        assert path.read_bytes().startswith(magic)
+        with open(path, "rb") as stream:
+            samples = samples_of(open_decompressed(stream, str(path)).read())
+        assert [data["txt"][:3] for _, data in samples] == [b"new", b"new"]
+
+
 def test_a_failed_overwrite_leaves_the_old_set_as_it_was(tmp_path: Path) -> None:
     pattern = str(tmp_path / "s-%03d.tar")
     write_set(pattern, 6, 2, text="old")

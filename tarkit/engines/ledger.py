@@ -1,20 +1,24 @@
-"""The crash ledger: what a map worker's commands leave behind, should the worker be killed.
+"""The crash ledger: what a worker's commands leave behind, should the worker be killed.
 
-A worker process calls :func:`record_commands`; then the supervisor tells its ledger of
-every command it starts (:func:`note_command`) and reaps (:func:`forget_command`), and
-:func:`sweep_ledgers` (the local engine's driver, a Ray task) kills the commands and
+Every engine's worker process calls :func:`record_commands`; then the code it runs (the
+command supervisor of :mod:`tarkit.processing`) tells its ledger of every command it
+starts (:func:`note_command`) and reaps (:func:`forget_command`), and
+:func:`sweep_ledgers` (the local engine's driver, each Ray task) kills the commands and
 removes the directories of workers that are gone. See :class:`_Ledger` for the layout.
+The ledger's own files are made with :func:`write_file` and removed with
+:func:`remove_tree`, which the command workspaces use too.
 """
 
 from __future__ import annotations
 
 import contextlib
 import os
+import shutil
 import signal
 import stat
 import tempfile
 
-from .commands import remove_tree, write_file
+_FILE_FLAGS = os.O_CREAT | os.O_EXCL | os.O_WRONLY | os.O_NOFOLLOW | os.O_CLOEXEC
 
 
 class _Ledger:
@@ -225,3 +229,40 @@ def _private_directory(path: str, create: bool = True) -> None:
     info = os.lstat(path)
     if not stat.S_ISDIR(info.st_mode) or info.st_uid != os.getuid() or info.st_mode & 0o077:
         raise PermissionError(f"{path} is not a private directory of this user")
+
+
+def write_file(path: str, data: bytes | memoryview) -> None:
+    """Create the file ``path`` (mode 0600; not if it exists or is a link) holding ``data``."""
+    fd = os.open(path, _FILE_FLAGS, 0o600)
+    try:
+        view = memoryview(data)
+        while view:
+            view = view[os.write(fd, view) :]
+    finally:
+        os.close(fd)
+
+
+def remove_tree(directory: str) -> None:
+    """Remove a directory and everything in it, even what a command made unwritable."""
+    try:
+        with os.scandir(directory) as entries:
+            names = [entry.name for entry in entries]
+        for name in names:
+            os.unlink(os.path.join(directory, name))
+        os.rmdir(directory)
+        return
+    except FileNotFoundError:
+        return
+    except OSError:
+        pass  # a subdirectory, or permissions the command changed
+
+    # Make every directory below writable again (links are not followed), then remove.
+    with contextlib.suppress(OSError):
+        os.chmod(directory, 0o700)
+    for path, subdirectories, _ in os.walk(directory):
+        for name in subdirectories:
+            subdirectory = os.path.join(path, name)
+            if not os.path.islink(subdirectory):
+                with contextlib.suppress(OSError):
+                    os.chmod(subdirectory, 0o700)
+    shutil.rmtree(directory, ignore_errors=True)

@@ -1,9 +1,11 @@
 """The local engine: a pool of worker processes on this machine, robust to one being killed.
 
-Workers are started with ``forkserver`` (``spawn`` where there is none) and run one shard
-task at a time each. A worker that dies (killed, out of memory) costs only its own task,
+Workers are started with ``forkserver`` (``spawn`` where there is none) and run one task
+at a time each. A worker that dies (killed, out of memory) costs only its own task,
 which is reported for a retry; the worker is replaced, and the shell commands it was
-running are killed and their directories removed (from its ledger).
+running are killed and their directories removed (from its ledger). Payloads come back
+to this process and go out again with the tasks that take them: on one machine that is
+a copy through a pipe.
 """
 
 from __future__ import annotations
@@ -14,12 +16,13 @@ import multiprocessing.connection
 import os
 import signal
 import sys
+from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any
 
-from ...storage import describe_exit
-from ..ledger import ledger_base, record_commands, stop_recording, sweep_ledgers
-from ..shard_task import run_shard
-from .base import Ended, ShardMapper, ShardResult, ShardTask
+from ..storage import describe_exit
+from .base import Ended, Handle, Task
+from .ledger import ledger_base, record_commands, stop_recording, sweep_ledgers
 
 
 def default_workers() -> int:
@@ -34,8 +37,16 @@ def _on_sigterm(signum: int, frame: object) -> None:
     raise SystemExit(128 + signum)  # unwind so that staging directories are removed
 
 
+@dataclass
+class _Done:
+    """A task's result and payload, as a worker sends them back."""
+
+    result: Any
+    payload: bytes | None
+
+
 def _worker_main(
-    conn: multiprocessing.connection.Connection, mapper: ShardMapper, environ: dict[str, str],
+    conn: multiprocessing.connection.Connection, shared: Any, environ: dict[str, str],
     ledgers: str | None,
 ) -> None:  # fmt: skip
     # A forkserver child has the server's environment: give it the driver's, as now.
@@ -48,22 +59,23 @@ def _worker_main(
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     signal.signal(signal.SIGTERM, _on_sigterm)
     try:
-        conn.send(_STARTED)  # it got this far: importing the main module and fn worked
+        conn.send(_STARTED)  # it got this far: importing the main module and shared worked
     except OSError:
         return
     # Should this process be killed, the driver finds the commands it ran and their
-    # directories in its ledger (see tarkit.processing.ledger).
+    # directories in its ledger (see tarkit.engines.ledger).
     record_commands(ledgers)
     try:
         while True:
             try:
-                task = conn.recv()
+                message = conn.recv()
             except (EOFError, OSError):
                 return
-            if task is None:
+            if message is None:
                 return
+            task, inputs = message
             try:
-                conn.send(run_shard(mapper, task, functools.partial(_tell, conn)))
+                conn.send(_Done(*task.run(shared, inputs, functools.partial(_tell, conn))))
             except (BrokenPipeError, OSError):
                 return
     finally:
@@ -78,11 +90,11 @@ def _tell(conn: multiprocessing.connection.Connection, samples: int) -> None:
 
 
 class _Worker:
-    def __init__(self, context: Any, mapper: ShardMapper, ledgers: str | None) -> None:
+    def __init__(self, context: Any, shared: Any, ledgers: str | None) -> None:
         self.conn, child = context.Pipe()
         self.process = context.Process(
             target=_worker_main,
-            args=(child, mapper, dict(os.environ), ledgers),
+            args=(child, shared, dict(os.environ), ledgers),
             daemon=True,
             name="tarkit-map-worker",
         )
@@ -130,18 +142,22 @@ def start_method() -> str:
 class LocalEngine:
     """A pool of ``workers`` processes on this machine, robust to a worker being killed.
 
-    A worker that dies costs its task (reported, for a retry); the shell commands it
-    was running are killed and their directories removed (from its ledger).
+    ``shared`` goes to each worker once, when it starts. A worker that dies costs its
+    task (reported, for a retry); the shell commands it was running are killed and their
+    directories removed (from its ledger). A payload's handle is the payload itself.
     """
 
-    def __init__(self, mapper: ShardMapper, workers: int) -> None:
+    def __init__(self, shared: Any, workers: int) -> None:
         self.context = multiprocessing.get_context(start_method())
         self.ledgers = ledger_base()
-        self.mapper = mapper
+        self.shared = shared
         self.size = max(1, workers)
         self.idle: list[_Worker] = []
-        self.busy: dict[_Worker, ShardTask] = {}
+        self.busy: dict[_Worker, Task] = {}
         self.read: dict[int, int] = {}  # task index: samples read so far, while it runs
+
+    def capacity(self) -> int:
+        return self.size
 
     def samples_read(self) -> int:
         return sum(self.read.values())
@@ -152,10 +168,10 @@ class LocalEngine:
     def running(self) -> int:
         return len(self.busy)
 
-    def submit(self, task: ShardTask) -> None:
-        worker = self.idle.pop() if self.idle else _Worker(self.context, self.mapper, self.ledgers)
+    def submit(self, task: Task, inputs: Sequence[Handle] = ()) -> None:
+        worker = self.idle.pop() if self.idle else _Worker(self.context, self.shared, self.ledgers)
         try:
-            worker.conn.send(task)
+            worker.conn.send((task, list(inputs)))
         except OSError:  # it died while idle: the next wait() reports it with the task
             pass
         self.busy[worker] = task
@@ -171,11 +187,11 @@ class LocalEngine:
         for worker, task in list(self.busy.items()):
             if worker.conn in ready:
                 result = self._receive(worker, task)
-                if isinstance(result, ShardResult):
+                if isinstance(result, _Done):
                     del self.busy[worker]
                     self.read.pop(task.index, None)
                     self.idle.append(worker)
-                    ended.append((task, result))
+                    ended.append(Ended(task, result.result, result.payload))
                     continue
                 if result is not None and worker.process.sentinel not in ready:
                     continue  # it said how far it is, and runs on
@@ -190,10 +206,10 @@ class LocalEngine:
             what = f"its worker process (pid {pid}) {describe_exit(exitcode)}"
             if not worker.started and exitcode is not None and exitcode > 0:
                 what += start_failure_hint()
-            ended.append((task, what))
+            ended.append(Ended(task, died=what))
         return ended
 
-    def _receive(self, worker: _Worker, task: ShardTask) -> ShardResult | bool | None:
+    def _receive(self, worker: _Worker, task: Task) -> _Done | bool | None:
         """The task's result; True when only news came; None when the pipe broke."""
         conn = worker.conn
         while True:
@@ -201,7 +217,7 @@ class LocalEngine:
                 message = conn.recv()
             except (EOFError, OSError):
                 return None
-            if isinstance(message, ShardResult):
+            if isinstance(message, _Done):
                 return message
             if message == _STARTED:
                 worker.started = True

@@ -1,0 +1,206 @@
+"""The two tasks of :func:`~tarkit.shard_dataset` on an engine: encode items, write a shard.
+
+Both are :class:`~tarkit.engines.base.Task` objects run by a worker whose shared object
+is the :class:`~tarkit.writing.items.ItemEncoder` (the dataset with it):
+
+- :class:`EncodeTask` loads and encodes a run of consecutive positions of the item
+  order. It reports each item's tar size (or its failure, to be raised or left out) and
+  leaves the encoded samples, one after another, as its payload: they stay in the
+  engine (a Ray object store) until the shard that holds them is written.
+- :class:`WriteTask` writes one shard from the payloads of the encode tasks that hold
+  its samples, cutting it with :class:`~tarkit.writing.shard_writer.ShardCut` exactly as
+  :class:`~tarkit.writing.shard_writer.ShardWriter` cuts: the same samples, the same
+  write calls, so the same bytes. It publishes the shard's record
+  (:mod:`tarkit.writing.shard_records`) and then the shard
+  (:class:`~tarkit.storage.StagedFile`: a finished-looking shard is always complete).
+
+When the driver knows where the shard ends (``known``: no compression, bzip2 or xz,
+whose cuts follow from the sizes), the task checks that it agrees. Otherwise (gzip and
+zstd, whose cuts depend on the compressed bytes) the task finds the end itself among the
+candidates it is given: it stops at the first sample that does not fit, or, when every
+candidate fits, ends at ``stop`` if the data ends there or the sample after it
+(``sentinel``, the first of a shard already written) would not fit, and else reports
+that it needs more candidates (``short``).
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+from ..engines.base import Tell
+from ..errors import OutputError
+from ..format.compression import compression_for
+from ..format.manifest import ShardInfo
+from ..format.tar import END_OF_ARCHIVE
+from ..storage import StagedFile, remove_stale_temp
+from .items import CarriedError, ItemEncoder, ItemFailure
+from .shard_records import PositionedReject, ShardRecord, write_record
+from .shard_writer import ShardCut
+
+Slot = tuple[int, int, int]  # (position in the item order, offset in the payload, tar size)
+
+
+@dataclass
+class Encoded:
+    """What an :class:`EncodeTask` reports: the tar size of each item from ``first`` on
+    (-1 for one that failed) and the failures, in order."""
+
+    first: int
+    sizes: list[int]
+    failures: list[ItemFailure] = field(default_factory=list)
+    seconds: float = 0.0
+    worker: str = ""
+
+    def failed(self) -> tuple[str, bool] | None:
+        return None  # items that fail are the driver's to raise or leave out
+
+
+@dataclass(frozen=True)
+class EncodeTask:
+    """Encode the items ``indices`` (the dataset indices at positions ``first``… of the
+    item order); the payload is their encoded samples, one after another."""
+
+    index: int
+    first: int
+    indices: tuple[int, ...]
+    attempt: int = 1
+
+    def run(
+        self, shared: ItemEncoder, inputs: Sequence[bytes], tell: Tell | None
+    ) -> tuple[Encoded, bytes]:
+        started = time.monotonic()
+        result = Encoded(self.first, [], worker=_worker())
+        parts: list[bytes] = []
+        for outcome in shared(self.indices):
+            if isinstance(outcome, ItemFailure):
+                result.sizes.append(-1)
+                result.failures.append(outcome)
+            else:
+                result.sizes.append(len(outcome))
+                parts.append(outcome)
+        result.seconds = time.monotonic() - started
+        return result, b"".join(parts)
+
+    def retried(self) -> EncodeTask:
+        return replace(self, attempt=self.attempt + 1)
+
+    def abandon(self) -> None:
+        pass  # it leaves nothing outside the engine
+
+
+@dataclass
+class Written:
+    """What a :class:`WriteTask` reports: the shard's entry and the positions it covers,
+    or ``short`` (it needs more candidates), or its ``failure``."""
+
+    number: int
+    info: ShardInfo | None = None
+    record: ShardRecord | None = None
+    short: bool = False
+    failure: CarriedError | None = None
+    final: bool = False  # the failure would happen again
+    name: str = ""
+
+    def failed(self) -> tuple[str, bool] | None:
+        if self.failure is None:
+            return None
+        return str(self.exception()), not self.final
+
+    def exception(self) -> BaseException:
+        """The failure as the exception to raise."""
+        assert self.failure is not None
+        return self.failure.rebuilt(lambda text: OutputError(f"{self.name}: {text}"))
+
+
+@dataclass(frozen=True)
+class WriteTask:
+    """Write shard ``number`` to ``path`` (its name, or its pending name under
+    ``mode="overwrite"``) from the samples ``slots`` (one tuple per input payload) and
+    publish it, with its record first when ``plan`` is given; see the module docstring
+    for ``known``, ``stop``, ``last`` and ``sentinel``."""
+
+    index: int
+    number: int
+    name: str
+    path: str
+    first: int
+    slots: tuple[tuple[Slot, ...], ...]
+    rejects: tuple[PositionedReject, ...]
+    stop: int
+    known: bool
+    last: bool
+    sentinel: int | None
+    maxcount: int
+    maxsize: int
+    plan: str | None
+    storage_options: dict[str, Any] | None = None
+    attempt: int = 1
+
+    def run(
+        self, shared: ItemEncoder, inputs: Sequence[bytes], tell: Tell | None
+    ) -> tuple[Written, None]:
+        try:
+            return self._write(inputs), None
+        except Exception as exc:
+            return Written(self.number, failure=CarriedError(exc), name=self.name), None
+
+    def _write(self, inputs: Sequence[bytes]) -> Written:
+        options = self.storage_options
+        remove_stale_temp(self.path, options)
+        cut = ShardCut(self.maxcount, self.maxsize, compression_for(self.name))
+        with StagedFile(self.path, options, hashing=True, compressed_as=self.name) as staged:
+            end, first_size = None, 0
+            for payload, slots in zip(inputs, self.slots, strict=True):
+                view = memoryview(payload)
+                for position, offset, size in slots:
+                    if not cut.takes(size, staged.measure):
+                        end = position
+                        break
+                    staged.write(view[offset : offset + size])
+                    cut.add(size)
+                    first_size = first_size or size
+                if end is not None:
+                    break
+            if end is None:
+                fits = self.sentinel is not None and cut.takes(self.sentinel, staged.measure)
+                if not (self.known or self.last or self.sentinel is not None):
+                    return Written(self.number, short=True, name=self.name)
+                if fits:
+                    return self._refused(
+                        "the shard after it, written by an earlier run, does not begin where "
+                        "this run's cut falls: it comes from another plan"
+                    )
+                end = self.stop
+            elif self.known:
+                return self._refused(f"the cut fell at item position {end}, not {self.stop}: "
+                                     "a bug in tarkit, please report it")  # fmt: skip
+            staged.write(END_OF_ARCHIVE)
+            count = cut.count
+            size, sha256 = staged.finish(self.maxsize if count > 1 else None)
+            info = ShardInfo(self.name, count, size, sha256)
+            rejects = tuple(r for r in self.rejects if r[0] < end)
+            record = ShardRecord(self.plan or "", self.first, end, first_size, rejects)
+            if self.plan is not None:
+                write_record(self.name, record, info, options)
+            staged.publish()
+        return Written(self.number, info, record, name=self.name)
+
+    def _refused(self, why: str) -> Written:
+        """A failure another attempt would meet again."""
+        failure = CarriedError(OutputError(f"{self.name}: {why}"))
+        return Written(self.number, failure=failure, final=True, name=self.name)
+
+    def retried(self) -> WriteTask:
+        return replace(self, attempt=self.attempt + 1)
+
+    def abandon(self) -> None:
+        remove_stale_temp(self.path, self.storage_options)
+
+
+def _worker() -> str:
+    return f"{socket.gethostname()}:{os.getpid()}"
