@@ -148,6 +148,15 @@ class SampleEncoder:
         """The raw bytes of ``sample``'s members; None for a sample without members."""
         if isinstance(sample, Sample) and not sample.fields:  # (fields: members unmade)
             return None
+        self.admit(sample)
+        if isinstance(sample, Sample):
+            return sample.raw
+        from ..format.encoding import encode_sample
+
+        return encode_sample(sample, mtime=self.mtime)
+
+    def admit(self, sample: Sample | Mapping[str, Any]) -> None:
+        """Check that ``sample`` may follow the sample before it, and remember it."""
         key = _key_of(sample)
         previous = self._previous
         if previous is not None and key == _key_of(previous):
@@ -158,14 +167,7 @@ class SampleEncoder:
                 "merge the two: give every sample a key of its own",
                 source="dataset",
             )
-        if isinstance(sample, Sample):
-            raw = sample.raw
-        else:
-            from ..format.encoding import encode_sample
-
-            raw = encode_sample(sample, mtime=self.mtime)
         self._previous = sample
-        return raw
 
 
 class ShardCut:
@@ -354,13 +356,51 @@ class ShardWriter:
             self._first_key = _key_of(sample)
 
     def write_all(self, samples: Iterable[Sample | Mapping[str, Any]]) -> int:
-        """Write every sample of ``samples``; return how many."""
+        """Write every sample of ``samples``; return how many.
+
+        Samples that lie one after another in the same read buffer (as the compiled
+        scanner hands them over) and stay in the same uncompressed shard are written as
+        one slice of that buffer: the same bytes, one write instead of one per sample.
+        """
         count = 0
-        write = self.write
-        for sample in samples:
-            write(sample)
-            count += 1
+        write, admit, cut = self.write, self._encoder.admit, self._cut
+        buffer: bytes | None = None  # the run of contiguous samples not yet written
+        start = stop = 0
+        try:
+            for sample in samples:
+                count += 1
+                span = sample.span if isinstance(sample, Sample) else None
+                if (
+                    span is None
+                    or self._file is None
+                    or cut.compression is not None
+                    or not sample.fields
+                    or not cut.takes(span[2] - span[1], self._measure)
+                ):
+                    if buffer is not None:
+                        self._write_slice(buffer, start, stop)
+                        buffer = None
+                    write(sample)
+                    continue
+                admit(sample)
+                cut.add(span[2] - span[1])
+                if buffer is span[0] and span[1] == stop:
+                    stop = span[2]
+                else:
+                    if buffer is not None:
+                        self._write_slice(buffer, start, stop)
+                    buffer, start, stop = span[0], span[1], span[2]
+        finally:  # the samples of the run are counted in: write them, whatever came next
+            if buffer is not None:
+                self._write_slice(buffer, start, stop)
         return count
+
+    def _write_slice(self, buffer: bytes, start: int, stop: int) -> None:
+        """Write ``buffer[start:stop]`` (samples already counted) to the open shard."""
+        try:
+            self._file.write(memoryview(buffer)[start:stop])  # type: ignore[union-attr]
+        except OSError as exc:
+            raise OutputError(f"{self._file.spec}: write failed: {exc.strerror}") from None  # type: ignore[union-attr]
 
     def write_raw(self, raw: bytes) -> None:
         """Write one sample given as the complete raw blocks of its members."""

@@ -97,7 +97,9 @@ def test_ray_on_two_nodes_writes_the_local_engines_shards_and_manifest(
 ) -> None:
     reports: list[ShardProgress] = []
     for n, (options, suffix) in enumerate((PLAIN, SIZED, ZIPPED)):
-        local, ray = shard_both(tmp_path / str(n), Words(150), options, suffix,
+        # Items that take a moment, so that the second node's worker, slow to start on
+        # a loaded machine, still finds work.
+        local, ray = shard_both(tmp_path / str(n), Words(150, delay=0.02), options, suffix,
                                 address=two_nodes, progress=reports.append)  # fmt: skip
         assert len(local) > 4 and ray == local, options
     assert len(list(marks.glob("node-*"))) == 2, "only one node read items"

@@ -15,7 +15,7 @@ from conftest import make_tar, samples_of
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from tarkit.errors import OutputError, SampleError, UsageError
+from tarkit.errors import InputError, OutputError, SampleError, UsageError
 from tarkit.format.compression import compression_for, open_compressor, open_decompressed
 from tarkit.format.encoding import encode_sample
 from tarkit.format.samples import group_samples
@@ -126,6 +126,32 @@ def test_samples_from_the_reader_are_copied_byte_for_byte(tmp_path: Path) -> Non
         writer.write_all(samples)
     written = b"".join(p.read_bytes()[:-1024] for p in shard_files(out))
     assert written == b"".join(s.raw for s in samples)
+
+
+@pytest.mark.parametrize("limits", [{"maxcount": 7}, {"maxsize": 9000}, {"maxcount": 1}])
+def test_write_all_gives_the_bytes_of_one_write_per_sample(
+    tmp_path: Path, reader: str, limits: dict[str, int]
+) -> None:
+    # With the compiled scanner, samples of one read buffer are written as runs.
+    rng = random.Random(3)
+    members = [(f"k{i:03d}.{ext}", rng.randbytes(rng.randrange(2000))) for i in range(60)
+               for ext in ("bin", "cls")]  # fmt: skip
+    archive, twice = make_tar(members), make_tar(members + members)
+    # The reader stops at the second k000; every sample it gave is written.
+    for name in ("all", "one"):
+        with ShardWriter(str(tmp_path / name / "s-%02d.tar"), **limits) as writer:
+            samples = group_samples(read_members(io.BytesIO(twice)))
+            with pytest.raises(InputError, match="key 'k000' comes back"):
+                if name == "all":
+                    writer.write_all(samples)
+                else:
+                    for sample in samples:
+                        writer.write(sample)
+    written = [p.read_bytes() for p in shard_files(tmp_path / "all")]
+    assert written == [p.read_bytes() for p in shard_files(tmp_path / "one")]
+    # k059 is held back: the member that would close it is the error.
+    expected = b"".join(s.raw for s in samples_from(archive)[:59])
+    assert b"".join(w[:-1024] for w in written) == expected
 
 
 def test_dict_samples_give_identical_bytes_on_every_run(tmp_path: Path) -> None:
