@@ -369,12 +369,11 @@ class ShardWriter:
         try:
             for sample in samples:
                 count += 1
-                span = sample.span if isinstance(sample, Sample) else None
+                span = sample.span if isinstance(sample, Sample) and sample.fields else None
                 if (
                     span is None
                     or self._file is None
                     or cut.compression is not None
-                    or not sample.fields
                     or not cut.takes(span[2] - span[1], self._measure)
                 ):
                     if buffer is not None:
