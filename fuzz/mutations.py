@@ -51,6 +51,7 @@ from corpus import (  # noqa: E402
 
 from tarkit.cli.runner import one_line  # noqa: E402
 from tarkit.errors import TarkitError  # noqa: E402
+from tarkit.format import scanner  # noqa: E402
 from tarkit.format.compression import open_decompressed  # noqa: E402
 from tarkit.format.samples import Sample, group_samples  # noqa: E402
 from tarkit.format.tar import END_OF_ARCHIVE, read_members  # noqa: E402
@@ -284,7 +285,7 @@ class Hang(Exception):
 @dataclass(frozen=True)
 class Failure:
     index: int
-    kind: str  # crash, hang, misread, nondeterministic
+    kind: str  # crash, hang, memory, misread, nondeterministic, disagreement
     detail: str
     data: bytes
 
@@ -297,17 +298,83 @@ def read_and_write(data: bytes) -> tuple[bytes | None, list[Sample], str | None]
 
     Returns (output, samples, None), or (None, samples so far, error message).
     """
+    output, got, error = read_case(io.BytesIO(data))
+    return output, got, None if error is None else str(error)
+
+
+def read_case(
+    stream: io.RawIOBase | io.BytesIO,
+) -> tuple[bytes | None, list[Sample], TarkitError | None]:
+    """:func:`read_and_write` on a stream, the error itself rather than its message."""
     out: list[bytes] = []
     got: list[Sample] = []
-    stream = open_decompressed(io.BytesIO(data), "case")  # type: ignore[arg-type]
+    stream = open_decompressed(stream, "case")  # type: ignore[arg-type]
     try:
         for sample in group_samples(read_members(stream, "case"), "case"):
             got.append(sample)
             out.append(sample.raw)
     except TarkitError as exc:
-        return None, got, str(exc)
+        return None, got, exc
     out.append(END_OF_ARCHIVE)
     return b"".join(out), got, None
+
+
+class Pieces(io.RawIOBase):
+    """``data`` handed out a few bytes at a time (sizes from ``seed``), like a slow pipe:
+    the compiled scanner then meets members cut by the end of its buffer everywhere."""
+
+    def __init__(self, data: bytes, seed: int) -> None:
+        self.data = io.BytesIO(data)
+        self.rng = random.Random(seed)
+
+    def readable(self) -> bool:
+        return True
+
+    def read(self, n: int = -1) -> bytes:  # type: ignore[override]
+        size = self.rng.choice([1, 7, 100, 511, 512, 513, 1500, 4096])
+        return self.data.read(size if n is None or n < 0 else min(n, size))
+
+    read1 = read  # type: ignore[assignment]
+
+    def readinto(self, b) -> int:  # type: ignore[no-untyped-def, override]
+        data = self.read(len(b))
+        b[: len(data)] = data
+        return len(data)
+
+
+def outcome(result: tuple[bytes | None, list[Sample], TarkitError | None]) -> tuple:
+    """Everything a reading gives, to compare two readings exactly."""
+    output, samples, error = result
+    got = [(s.key, s.fields, s.source, s.raw, list(s.members)) for s in samples]
+    what = None if error is None else (type(error), str(error), error.offset, error.member)
+    return output, got, what
+
+
+def disagreement(index: int, data: bytes) -> str | None:
+    """How the compiled scanner and the pure-Python reader differ on ``data``, read whole
+    and read in small pieces; None when they agree byte for byte and error for error, or
+    when the scanner is not built. (Whole and in pieces may differ from each other: on a
+    corrupt compressed stream, how far the decompressor has read decides which error
+    comes first.)"""
+    compiled = scanner.compiled
+    if compiled is None:
+        return None
+    readings = []
+    for implementation in (compiled, None):
+        scanner.compiled = implementation
+        try:
+            whole = outcome(read_case(io.BytesIO(data)))
+            pieces = outcome(read_case(Pieces(data, index)))
+        finally:
+            scanner.compiled = compiled
+        readings.append((whole, pieces))
+    for how, ours, theirs in zip(("whole", "in small pieces"), *readings, strict=True):
+        if ours != theirs:
+            parts = [name for name, a, b in zip(("output", "samples", "error"), ours, theirs,
+                                                strict=True) if a != b]  # fmt: skip
+            return (f"read {how}, the compiled scanner and the pure-Python reader differ in "
+                    f"{', '.join(parts)}: {ours[2]} / {theirs[2]}")  # fmt: skip
+    return None
 
 
 def _on_time_limit(signum: int, frame: object) -> None:
@@ -321,6 +388,7 @@ def check(index: int, data: bytes, time_limit: float = TIME_LIMIT) -> Failure | 
     try:
         first = read_and_write(data)
         second = read_and_write(data)
+        differs = disagreement(index, data)
     except Hang:
         return Failure(index, "hang", f"over {time_limit} s of CPU", data)
     except MemoryError:
@@ -333,6 +401,8 @@ def check(index: int, data: bytes, time_limit: float = TIME_LIMIT) -> Failure | 
     output, samples, error = first
     if (output, error) != second[::2] or [s.raw for s in samples] != [s.raw for s in second[1]]:
         return Failure(index, "nondeterministic", "a second run differs", data)
+    if differs is not None:
+        return Failure(index, "disagreement", differs, data)
     if output is None:
         # The commands print it as one line, naming the source.
         if error is None or "\n" in one_line(error) or not error.startswith("case: "):

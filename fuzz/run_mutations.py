@@ -79,6 +79,9 @@ def main(argv: list[str] | None = None) -> int:
             stem.with_suffix(".tar").write_bytes(bytes.fromhex(failure.pop("data")))
             stem.with_suffix(".txt").write_text(json.dumps(failure, indent=1) + "\n")
     summary = {
+        # The compiled scanner and the pure reader are compared on every case when the
+        # scanner is built (mutations.disagreement); "pure" means the pure reader alone.
+        "reader": mutations.scanner.implementation(),
         "seed": args.seed,
         "start": args.start,
         "cases": done,

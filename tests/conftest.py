@@ -83,6 +83,35 @@ def webdataset_samples(path: str | Path) -> list[tuple[str, dict[str, bytes]]]:
     return result
 
 
+READERS = ("compiled", "pure")
+
+
+def reader_env(reader: str) -> dict[str, str]:
+    """The environment that makes a command use ``reader``: the compiled scanner or the
+    pure-Python reader (``TARKIT_PURE``)."""
+    return {"TARKIT_PURE": "1" if reader == "pure" else "0"}
+
+
+@pytest.fixture(params=READERS)
+def reader(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
+    """Run the test with the compiled scanner, then again with the pure-Python reader,
+    in this process and in the commands it starts. A test module takes it with
+    ``pytestmark = pytest.mark.usefixtures("reader")``; both must pass everything."""
+    from tarkit.format import scanner
+
+    if request.param == "pure":
+        monkeypatch.setattr(scanner, "compiled", None)
+    elif scanner.compiled is None:
+        if os.environ.get("TARKIT_PURE", "") not in ("", "0"):
+            pytest.skip("TARKIT_PURE is set: the pure-Python reader only")
+        pytest.fail("the compiled scanner is not built: pip install -e . needs a C compiler and "
+                    "Python's headers (bin/setup installs them); TARKIT_PURE=1 tests the pure "
+                    "reader alone")  # fmt: skip
+    for name, value in reader_env(request.param).items():
+        monkeypatch.setenv(name, value)
+    return str(request.param)
+
+
 @pytest.fixture
 def small_archive() -> bytes:
     """Ten samples of three fields each."""

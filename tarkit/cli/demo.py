@@ -12,9 +12,8 @@ import time
 from pathlib import Path
 from typing import Annotated, TextIO
 
-import typer
-
 from ..errors import TarkitError
+from . import declare as typer  # typer itself only when needed: declare.py
 from .runner import run, typer_main
 
 app = typer.Typer(add_completion=False, rich_markup_mode=None)

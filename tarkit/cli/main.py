@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import importlib
 
-import typer
+from . import declare as typer  # typer itself only when needed: declare.py
 
 # (subcommand, module under tarkit.cli, function in it, one-line help)
 COMMANDS = [
@@ -29,6 +29,7 @@ COMMANDS = [
 
 
 def build_app() -> typer.Typer:
+    """The umbrella app: each command module's command under its subcommand name."""
     app = typer.Typer(
         add_completion=False,
         rich_markup_mode=None,
@@ -43,8 +44,8 @@ def build_app() -> typer.Typer:
                 continue
             raise
         callback = getattr(command_module, function)
-        info = command_module.app.registered_commands[0]
-        app.command(name, help=info.help, short_help=summary)(callback)
+        info = command_module.app.commands[0]
+        app.command(name, help=info.settings.get("help"), short_help=summary)(callback)
     return app
 
 

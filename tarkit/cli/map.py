@@ -7,8 +7,7 @@ import sys
 from collections.abc import Callable
 from typing import Annotated, Any, Optional
 
-import typer
-
+from . import declare as typer  # typer itself only when needed: declare.py
 from . import options as o
 from .imports import load_function
 from .progress import MapProgressLine

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Annotated, Optional
 
-import typer
+from . import declare as typer  # typer itself only when needed: declare.py
 
 Inputs = Annotated[
     Optional[list[str]],

@@ -15,13 +15,13 @@ import os
 import re
 import signal
 import sys
-import traceback
 from collections.abc import Callable
 from typing import TYPE_CHECKING, NoReturn
 
 from ..errors import TarkitError
 from ..format.samples import SkipLog
 from ..storage import report_reconnections
+from .declare import Typer
 
 if TYPE_CHECKING:
     from ..format.manifest import ShardInfo
@@ -162,6 +162,8 @@ def run(tool: str, body: Callable[[], int | None]) -> NoReturn:
         status = EXIT_TERMINATED
     except TarkitError as exc:
         if debug:
+            import traceback
+
             traceback.print_exc()
         sys.stderr.write(f"{tool}: error: {one_line(str(exc))}\n")
         status = EXIT_ERROR
@@ -170,6 +172,8 @@ def run(tool: str, body: Callable[[], int | None]) -> NoReturn:
         status = EXIT_ERROR
     except OSError as exc:
         if debug:
+            import traceback
+
             traceback.print_exc()
         where = f"{exc.filename}: " if exc.filename else ""
         sys.stderr.write(f"{tool}: error: {one_line(f'{where}{exc.strerror or exc}')}\n")
@@ -208,24 +212,30 @@ def completion_variable(tool: str) -> str:
     return f"_{tool}_COMPLETE".replace("-", "_").replace(" ", "_").upper()
 
 
-def typer_main(app: object, tool: str) -> NoReturn:
-    """Entry point for a console script: run the typer ``app`` under the name ``tool``.
+def typer_main(app: Typer, tool: str) -> NoReturn:
+    """Entry point for a console script: run the ``app`` under the name ``tool``.
 
-    A malformed command line is one ``<tool>: error:`` line and exit 2, like every
-    other error (click alone prints a three-line usage block).
+    A plain command line runs the command at once (:mod:`.declare`); any other is
+    parsed by typer. A malformed command line is one ``<tool>: error:`` line and exit 2,
+    like every other error (click alone prints a three-line usage block).
     """
+    _fill_closed_std_streams()
+    completing = completion_variable(tool) in os.environ
+    call = None if completing else app.quick_call(sys.argv[1:], tool)
+    if call is not None:
+        status = call()
+        sys.exit(status if isinstance(status, int) else EXIT_OK)
     import click
     import typer.main
 
-    _fill_closed_std_streams()
     plain_typer()
-    if completion_variable(tool) in os.environ:
+    if completing:
         # A shell asks for completions (see docs/index.md): only then is typer's
         # completion machinery loaded, so that start-up stays as it is.
         from typer.completion import completion_init
 
         completion_init()
-    command = typer.main.get_command(app)  # type: ignore[arg-type]
+    command = typer.main.get_command(app.real())
     try:
         status = command.main(prog_name=tool, standalone_mode=False)
     except click.UsageError as exc:

@@ -6,8 +6,7 @@ import sys
 from enum import Enum
 from typing import Annotated, Any, Optional
 
-import typer
-
+from . import declare as typer  # typer itself only when needed: declare.py
 from . import options as o
 from .imports import load_function
 from .progress import ShardProgressLine

@@ -4,8 +4,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Annotated, Optional
 
-import typer
-
+from . import declare as typer  # typer itself only when needed: declare.py
 from . import options as o
 from .progress import Progress, wanted, writes_stdout
 from .runner import report_skips, run, skip_log, typer_main

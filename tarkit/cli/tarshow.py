@@ -4,9 +4,8 @@ from __future__ import annotations
 
 from typing import Annotated, Optional
 
-import typer
-
 from ..stream.show import IMAGE_EXTENSIONS
+from . import declare as typer  # typer itself only when needed: declare.py
 from . import options as o
 from .runner import report_skips, run, skip_log, typer_main
 

@@ -4,9 +4,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Annotated, Optional
 
-import typer
-from click.core import ParameterSource
-
+from . import declare as typer  # typer itself only when needed: declare.py
 from . import options as o
 from .progress import Progress, wanted
 from .runner import report_skips, run, shard_reporter, skip_log, typer_main, warn
@@ -108,7 +106,7 @@ def tarsplit(
                     "cut into equal shards before its length is known"
                 )
             given = [name for name, option in (("-c", "maxcount"), ("-s", "maxsize"))
-                     if ctx.get_parameter_source(option) != ParameterSource.DEFAULT]  # fmt: skip
+                     if typer.given(ctx, option)]  # fmt: skip
             if given:
                 raise UsageError(f"--num-shards sets the shards' counts: leave out {given[0]}")
         reporter = shard_reporter(tool) if verbose else None

@@ -16,7 +16,8 @@ import re
 from collections.abc import Callable, Iterable, Iterator
 
 from ..errors import InputError, SampleError
-from .tar import DIRECTORY, FILE, Member
+from . import scanner
+from .tar import DIRECTORY, FILE, Member, MemberReader
 
 # webdataset skips these metadata members without a word; so do we.
 _META = re.compile(r"__[^/]*__($|/)")
@@ -81,16 +82,29 @@ def skip_reason(member: Member) -> str | None:
 class Sample:
     """One sample: its key and its members, in archive order.
 
-    ``fields`` are the field names in the same order as ``members``.
+    ``fields`` are the field names in the same order as ``members``. A sample the
+    compiled scanner read keeps its members in the read buffer until ``members`` is
+    first asked for: ``span`` is then ``(buffer, start, stop, offset)``, its raw bytes
+    being ``buffer[start:stop]`` (the buffer's first byte at ``offset`` in the stream),
+    else None. Writers copy runs of such samples as one slice of the buffer.
     """
 
-    __slots__ = ("key", "fields", "members", "source")
+    __slots__ = ("key", "fields", "_members", "source", "span")
 
     def __init__(self, key: str, fields: list[str], members: list[Member], source: str) -> None:
         self.key = key
         self.fields = fields
-        self.members = members
+        self._members: list[Member] | None = members
         self.source = source
+        self.span: tuple[bytes, int, int, int] | None = None
+
+    @property
+    def members(self) -> list[Member]:
+        """The members, in archive order."""
+        members = self._members
+        if members is None:
+            members = self._members = _span_members(self.span)
+        return members
 
     def data(self) -> dict[str, bytes]:
         """The fields and their bytes, as a dict in archive order."""
@@ -98,23 +112,74 @@ class Sample:
 
     def get(self, field: str) -> bytes | None:
         """The bytes of ``field`` (exact name), or None."""
-        for f, m in zip(self.fields, self.members, strict=True):
+        for index, f in enumerate(self.fields):
             if f == field:
-                return m.data
+                return self.data_at(index)
         return None
+
+    def data_at(self, index: int) -> bytes:
+        """The bytes of field number ``index`` (``members[index].data``), without making
+        the member objects of a sample still in its read buffer."""
+        if self._members is None and self.span is not None and _compiled is not None:
+            data: bytes = _compiled.span_data(self.span, index)
+            return data
+        return self.members[index].data
 
     @property
     def raw(self) -> bytes:
         """All the sample's members as they were read."""
+        span = self.span
+        if span is not None:
+            return span[0][span[1] : span[2]]
         return b"".join(m.raw for m in self.members)
 
     @property
     def size(self) -> int:
         """Bytes the sample's members take in the archive."""
+        span = self.span
+        if span is not None:
+            return span[2] - span[1]
         return sum(len(m.raw) for m in self.members)
+
+    def detached(self) -> Sample:
+        """This sample holding only its own bytes, not the read buffer it came from (for
+        a stage that keeps many samples a while, such as a shuffle buffer)."""
+        if self.span is None:
+            return self
+        return Sample(self.key, self.fields, self.members, self.source)
+
+    def __reduce__(self) -> tuple[type[Sample], tuple[str, list[str], list[Member], str]]:
+        return Sample, (self.key, self.fields, self.members, self.source)
 
     def __repr__(self) -> str:
         return f"Sample({self.key!r}, {self.fields})"
+
+
+def _span_members(span: tuple[bytes, int, int, int] | None) -> list[Member]:
+    # Only the compiled scanner makes spans, so it is there (even if switched off since).
+    assert span is not None and _compiled is not None
+    members: list[Member] = _compiled.span_members(span)
+    return members
+
+
+class _Grouping:
+    """What :func:`group_samples` knows between members, kept here rather than in
+    locals because the compiled scanner reads and updates it: the open sample (its key,
+    or None, its fields and members) and every key seen so far."""
+
+    __slots__ = ("key", "fields", "members", "seen", "source")
+
+    def __init__(self, source: str) -> None:
+        self.key: str | None = None
+        self.fields: list[str] = []
+        self.members: list[Member] = []
+        self.seen: set[str] = set()
+        self.source = source
+
+
+_compiled = scanner.compiled
+if _compiled is not None:
+    _compiled.init_sample(Sample)
 
 
 class SkipLog:
@@ -170,26 +235,30 @@ def group_samples(
     the member after it (or the clean end of the archive) has been read, so an input
     error never lets a partial sample through.
     """
-    key: str | None = None
-    fields: list[str] = []
-    group: list[Member] = []
-    seen: set[str] = set()
-    members = iter(members)
+    state = _Grouping(source)
+    items = members.grouped(state) if isinstance(members, MemberReader) else None
+    if items is None:
+        items = iter(members)
+    sample_type = Sample
     while True:
         try:
-            member = next(members)
+            member = next(items)
         except StopIteration:
             break
         except InputError as exc:
             # A member whose header was read (so its name is known and its checksum
             # good) but whose data was not, under another key: the sample before it
             # is complete and goes out before the error.
+            key = state.key
             if key is not None and exc.member is not None:
                 parts = split_name(exc.member)
-                if parts is not None and parts[0] != key and parts[0] not in seen:
-                    _check_fields(key, fields, group, source)
-                    yield Sample(key, fields, group, source)
+                if parts is not None and parts[0] != key and parts[0] not in state.seen:
+                    _check_fields(key, state.fields, state.members, source)
+                    yield Sample(key, state.fields, state.members, source)
             raise
+        if type(member) is sample_type:
+            yield member  # grouped by the compiled scanner, with the checks below
+            continue
         name = member[0]
         slash = name.rfind("/") + 1
         dot = name.find(".", slash)
@@ -202,11 +271,12 @@ def group_samples(
                     skip_member(reason, member, source, strict, skips)
                 continue
         member_key = name[:dot]
+        key = state.key
         if member_key == key:
-            fields.append(name[dot + 1 :])
-            group.append(member)
+            state.fields.append(name[dot + 1 :])
+            state.members.append(member)
             continue
-        if member_key in seen:
+        if member_key in state.seen:
             # The input is not sorted: the sample before this member may have members
             # further on too, so it is not known complete and does not go out. The
             # earlier sample of this key has gone out without this member: no stream
@@ -220,16 +290,19 @@ def group_samples(
                 offset=member.offset,
                 member=name,
             )
+        finished = None
         if key is not None:
-            _check_fields(key, fields, group, source)
-            yield Sample(key, fields, group, source)
-        seen.add(member_key)
-        key = member_key
-        fields = [name[dot + 1 :]]
-        group = [member]
-    if key is not None:
-        _check_fields(key, fields, group, source)
-        yield Sample(key, fields, group, source)
+            _check_fields(key, state.fields, state.members, source)
+            finished = Sample(key, state.fields, state.members, source)
+        state.seen.add(member_key)
+        state.key = member_key
+        state.fields = [name[dot + 1 :]]
+        state.members = [member]
+        if finished is not None:
+            yield finished
+    if state.key is not None:
+        _check_fields(state.key, state.fields, state.members, source)
+        yield Sample(state.key, state.fields, state.members, source)
 
 
 def same_key_error(previous: Sample, sample: Sample) -> SampleError:

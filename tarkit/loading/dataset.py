@@ -36,7 +36,7 @@ from .reading import PieceReader
 from .resume import Derive, check_worker_state, resume_point, rotation
 from .runs import INITIAL, WorkerRun
 from .shards import resolve_shards
-from .skips import WARNED_IDLE, SharedState, SkipCounts
+from .skips import COUNTER_ROWS, WARNED_IDLE, SharedState, SkipCounts
 from .state import LoaderState
 from .transforms import Transforms
 from .transport import worker_collator
@@ -168,7 +168,9 @@ class ShardDataset(IterableDataset):
                 base += len(found)
             self.mixture = mixture_of(readers, dict(weights) if weights else None, epoch_samples,
                                       seed=seed, shuffle=self.shuffle)  # fmt: skip
-            self._mixed = torch.zeros(len(readers), dtype=torch.int64).share_memory_()
+            # Per source, one row per worker: a worker adds only to its own row.
+            self._mixed = torch.zeros((COUNTER_ROWS, len(readers)), dtype=torch.int64)
+            self._mixed.share_memory_()
         self._transforms = Transforms(decode, to_tuple, map, handler=handler, skip=self._skip)
         # Set by ShardLoader: workers hand over deliveries and errors (handoff.py).
         self.in_loader = False
@@ -348,7 +350,8 @@ class ShardDataset(IterableDataset):
             collating = self._collator(info is not None)
             items = batches(items, self.batch_size, collating, partial=not self.drop_last,
                             where=self._where)  # fmt: skip
-        items = _counted(items, run, self._mixed if isinstance(run, MixRun) else None)
+        mixed = self._mixed[physical % COUNTER_ROWS] if isinstance(run, MixRun) else None
+        items = _counted(items, run, mixed)
         if self.in_loader:
             generation = run.plan.generation if run.plan is not None else 0
             items = handed_over(items, run, epoch, generation)
@@ -427,8 +430,8 @@ class ShardDataset(IterableDataset):
         this rank together (empty for a dataset that mixes nothing)."""
         if self.mixture is None:
             return {}
-        return {s.name: int(n) for s, n in zip(self.mixture.sources, self._mixed.tolist(),
-                                              strict=True)}  # fmt: skip
+        totals = self._mixed.sum(dim=0).tolist()
+        return {s.name: int(n) for s, n in zip(self.mixture.sources, totals, strict=True)}
 
     def _where(self, item: Any) -> tuple[str, str]:
         """(shard, key) of the sample an item of the pipeline came from."""

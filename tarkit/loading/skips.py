@@ -28,7 +28,9 @@ MAP_FAILED = "map failed"
 REASONS = (UNREADABLE, TRUNCATED, CORRUPT, MISMATCH, UNDECODABLE, MISSING, MAP_FAILED)
 _SHARD_REASONS = 4
 
-_ROWS = 64  # counter rows in shared memory: one per DataLoader worker (modulo)
+# Counter rows in shared memory: one per DataLoader worker (modulo), so that workers never
+# add to the same cell at once.
+COUNTER_ROWS = 64
 _EXAMPLE = 400  # bytes kept of the first message of each reason
 # Cells of the shared numbers tensor before the counter rows.
 WARNED_IDLE, _WARNED_SKIP, _HEAD = 0, 1, 2
@@ -85,7 +87,9 @@ class SharedState:
     """
 
     def __init__(self, shards: int) -> None:
-        self.numbers = torch.zeros(_HEAD + _ROWS * _COLUMNS, dtype=torch.int64).share_memory_()
+        self.numbers = torch.zeros(
+            _HEAD + COUNTER_ROWS * _COLUMNS, dtype=torch.int64
+        ).share_memory_()
         self.shard_reasons = torch.zeros(max(shards, 1), dtype=torch.int8).share_memory_()
         self.examples = torch.zeros((len(REASONS), _EXAMPLE), dtype=torch.uint8).share_memory_()
         # Reconnections of remote reads, and whether they were warned of.
@@ -102,7 +106,7 @@ class SharedState:
         """Count a skip; True when it is the first of this dataset (time to warn)."""
         index = REASONS.index(reason)
         with self.lock:
-            self.numbers[_HEAD + (row % _ROWS) * _COLUMNS + index] += samples
+            self.numbers[_HEAD + (row % COUNTER_ROWS) * _COLUMNS + index] += samples
             if shard is not None and int(self.shard_reasons[shard]) == 0:
                 self.shard_reasons[shard] = index + 1
             if int(self.examples[index, 0]) == 0:
@@ -122,7 +126,7 @@ class SharedState:
 
     def repeat(self, row: int, samples: int) -> None:
         with self.lock:
-            self.numbers[_HEAD + (row % _ROWS) * _COLUMNS + len(REASONS)] += samples
+            self.numbers[_HEAD + (row % COUNTER_ROWS) * _COLUMNS + len(REASONS)] += samples
 
     def first(self, cell: int) -> bool:
         """Set a flag; True for the one process that set it."""
@@ -136,7 +140,7 @@ class SharedState:
         return True
 
     def counts(self) -> SkipCounts:
-        rows = self.numbers[_HEAD:].view(_ROWS, _COLUMNS).sum(dim=0).tolist()
+        rows = self.numbers[_HEAD:].view(COUNTER_ROWS, _COLUMNS).sum(dim=0).tolist()
         flags = torch.bincount(self.shard_reasons.long(), minlength=len(REASONS) + 1).tolist()
         result = SkipCounts(repeated=rows[len(REASONS)], reconnections=int(self.reconnections[0]))
         for index, reason in enumerate(REASONS):

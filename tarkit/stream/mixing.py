@@ -20,7 +20,6 @@ before it. Closing them closes every input (stopping ``pipe:`` commands early).
 from __future__ import annotations
 
 import math
-import random
 import threading
 from collections import deque
 from collections.abc import Iterator, Sequence
@@ -99,6 +98,7 @@ class MixSchedule:
         """The inputs of the slots of block ``number``, in order."""
         if self._cached is not None and self._cached[0] == number:
             return self._cached[1]
+        import random  # here: its import is a start-up cost of every tool
         from fractions import Fraction
 
         rng = random.Random(stable_seed("mix", *self.seed, number))

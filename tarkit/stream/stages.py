@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import errno
 import itertools
-import random
 import sys
 from collections import deque
 from collections.abc import Iterable, Iterator, Sequence
@@ -180,9 +179,14 @@ def shuffle_samples(items: Iterable[T], bufsize: int, seed: int = 0) -> Iterator
     """
     if bufsize < 1:
         raise UsageError("--shuffle needs a buffer size of at least 1")
+    import random  # here: its import is a start-up cost of every tool
+
     rng = random.Random(seed)
     buffer: list[T] = []
     for item in items:
+        if isinstance(item, Sample):
+            # Held a while: it must not keep the whole read buffer it came from.
+            item = item.detached()  # type: ignore[assignment]
         if len(buffer) < bufsize:
             buffer.append(item)
             continue
@@ -204,42 +208,53 @@ def write_samples(samples: Iterable[Sample], sink: Sink) -> int:
     """
     count = 0
     previous: Sample | None = None
-    # Members are gathered and written about a megabyte at a time: one write call per
-    # small member would cost more than reading it.
-    pending: list[bytes] = []
-    pending_size = 0
+    previous_key: object = None
+    pending = _Pending()
+    # The open run of samples read by the compiled scanner: buffer[start:stop] (kept in
+    # locals: this loop runs once per sample).
+    buffer: bytes | None = None
+    start = stop = 0
     flushed = monotonic()
+    clock, interval, chunk = monotonic, FLUSH_INTERVAL, WRITE_CHUNK
     with new_archive(sink) as writer:
         try:
             for sample in samples:
-                if previous is not None and sample.key == previous.key:
-                    raise same_key_error(previous, sample)
-                previous = sample
-                for member in sample.members:
-                    raw = member.raw
-                    if len(raw) >= WRITE_CHUNK:
-                        # A large member goes out as it is, without another copy.
-                        if pending:
-                            writer.write_raw(b"".join(pending))
-                            pending.clear()
-                            pending_size = 0
-                        writer.write_raw(raw)
-                        continue
-                    pending.append(raw)
-                    pending_size += len(raw)
+                key = sample.key
+                if key == previous_key:
+                    raise same_key_error(previous, sample)  # type: ignore[arg-type]
+                previous, previous_key = sample, key
+                span = sample.span
+                if span is not None and span[0] is buffer and span[1] == stop:
+                    stop = span[2]
+                else:
+                    if buffer is not None:
+                        pending.add_view(buffer, start, stop)
+                        buffer, start, stop = None, 0, 0
+                    if span is not None:
+                        buffer, start, stop = span[0], span[1], span[2]
+                    else:
+                        for member in sample.members:
+                            raw = member.raw
+                            if len(raw) >= chunk:
+                                # A large member goes out as it is, without another copy.
+                                pending.write_to(writer)
+                                writer.write_raw(raw)
+                                continue
+                            pending.add(raw)
                 count += 1
-                if pending_size >= WRITE_CHUNK or monotonic() - flushed > FLUSH_INTERVAL:
+                if stop - start + pending.size >= chunk or clock() - flushed > interval:
                     # A slow input must not hold samples back from the next command.
-                    writer.write_raw(b"".join(pending))
+                    if buffer is not None:
+                        pending.add_view(buffer, start, stop)
+                        buffer, start, stop = None, 0, 0
+                    pending.write_to(writer)
                     sink.stream.flush()
-                    pending.clear()
-                    pending_size = 0
-                    flushed = monotonic()
+                    flushed = clock()
         finally:
             # Whole samples read before a failure still go out.
-            if pending:
-                writer.write_raw(b"".join(pending))
-                pending.clear()
+            if buffer is not None:
+                pending.add_view(buffer, start, stop)
+            pending.write_to(writer)
         close_iterator(samples)
     return count
 
@@ -274,6 +289,43 @@ def new_archive(sink: Sink) -> Iterator[TarWriter]:
     except BaseException:
         sink.abort()
         raise
+
+
+class _Pending:
+    """Raw bytes waiting to be written, gathered into writes of about a megabyte: one
+    write call per small member would cost more than reading it. A run of samples the
+    compiled scanner read lies in its read buffer: it is kept as one slice of that buffer
+    and written without a copy."""
+
+    __slots__ = ("pieces", "size")
+
+    def __init__(self) -> None:
+        self.pieces: list[bytes | memoryview] = []
+        self.size = 0
+
+    def add(self, raw: bytes) -> None:
+        self.pieces.append(raw)
+        self.size += len(raw)
+
+    def add_view(self, buffer: bytes, start: int, stop: int) -> None:
+        self.pieces.append(memoryview(buffer)[start:stop])
+        self.size += stop - start
+
+    def write_to(self, writer: TarWriter) -> None:
+        """Write everything pending: each run as it is, the pieces between joined."""
+        small: list[bytes | memoryview] = []
+        for piece in self.pieces:
+            if isinstance(piece, memoryview):
+                if small:
+                    writer.write_raw(small[0] if len(small) == 1 else b"".join(small))
+                    small = []
+                writer.write_raw(piece)
+            else:
+                small.append(piece)
+        if small:
+            writer.write_raw(small[0] if len(small) == 1 else b"".join(small))
+        self.pieces = []
+        self.size = 0
 
 
 class output_errors:

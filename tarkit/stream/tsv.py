@@ -83,6 +83,8 @@ def cell(data: bytes | None) -> str:
     """
     if data is None:
         return ""
+    if data.isalnum():  # ASCII letters and digits: text with nothing to escape
+        return data.decode("ascii")
     text = as_text(data)
     return f"<{len(data)} bytes>" if text is None else escape(text)
 
@@ -92,10 +94,14 @@ def pick(sample: Sample, alternatives: list[str]) -> bytes | None:
 
     Names match case-insensitively, as in ``tarcat -f`` (webdataset lowercases fields).
     """
+    return _pick(sample, [alternative.lower() for alternative in alternatives])
+
+
+def _pick(sample: Sample, folded_alternatives: list[str]) -> bytes | None:
     folded = [field.lower() for field in sample.fields]
-    for alternative in alternatives:
-        if alternative.lower() in folded:
-            return sample.members[folded.index(alternative.lower())].data
+    for alternative in folded_alternatives:
+        if alternative in folded:
+            return sample.data_at(folded.index(alternative))
     return None
 
 
@@ -124,14 +130,15 @@ def tsv_lines(
     if header:
         names = [escape(";".join(alternatives)) for alternatives in columns]
         yield "\t".join([KEY, *names] if key else names) + "\n"
+    folded = [[alternative.lower() for alternative in column] for column in columns]
     if first is not None:
-        yield _line(first, columns, key)
+        yield _line(first, folded, key)
     for sample in iterator:
-        yield _line(sample, columns, key)
+        yield _line(sample, folded, key)
 
 
 def _line(sample: Sample, columns: list[list[str]], key: bool) -> str:
-    cells = [cell(pick(sample, alternatives)) for alternatives in columns]
+    cells = [cell(_pick(sample, alternatives)) for alternatives in columns]
     if key:
         cells.insert(0, escape(sample.key))
     return "\t".join(cells) + "\n"

@@ -146,7 +146,7 @@ class SampleEncoder:
 
     def encode(self, sample: Sample | Mapping[str, Any]) -> bytes | None:
         """The raw bytes of ``sample``'s members; None for a sample without members."""
-        if isinstance(sample, Sample) and not sample.members:
+        if isinstance(sample, Sample) and not sample.fields:  # (fields: members unmade)
             return None
         key = _key_of(sample)
         previous = self._previous
@@ -159,8 +159,7 @@ class SampleEncoder:
                 source="dataset",
             )
         if isinstance(sample, Sample):
-            members = sample.members
-            raw = members[0].raw if len(members) == 1 else b"".join([m.raw for m in members])
+            raw = sample.raw
         else:
             from ..format.encoding import encode_sample
 

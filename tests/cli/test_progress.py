@@ -228,7 +228,7 @@ STARTS = {
 def test_tqdm_and_rich_are_not_imported_unless_stderr_is_a_terminal(data: Path, name: str
                                                                     ) -> None:  # fmt: skip
     piped = modules_loaded(f"tarkit.cli.{name}", STARTS[name], data, terminal=False)
-    assert "tarkit" in piped and "typer" in piped  # the probe saw the real run
+    assert "tarkit" in piped  # the probe saw the run (the terminal run below shows it drew)
     assert not piped & {"tqdm", "rich", "torch", "numpy"}
     shown = modules_loaded(f"tarkit.cli.{name}", STARTS[name], data, terminal=True)
     assert "tqdm" in shown and not shown & {"rich", "torch", "numpy"}

@@ -9,6 +9,7 @@ import subprocess
 import tarfile
 import tempfile
 
+import pytest
 from conftest import webdataset_samples
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -16,6 +17,9 @@ from hypothesis import strategies as st
 from tarkit.format.samples import group_samples
 from tarkit.format.tar import TarWriter, read_members
 from tarkit.stream.stages import write_samples
+
+# Every test here runs with the compiled scanner and with the pure-Python reader.
+pytestmark = pytest.mark.usefixtures("reader")
 
 BOUNDARY_SIZES = [0, 1, 100, 511, 512, 513, 1023, 1024, 1025, 4095, 4096, 4097]
 LETTERS = "abcXYZ019-_ é日本"

@@ -25,6 +25,9 @@ from tarkit.format.samples import (
 )
 from tarkit.format.tar import DIRECTORY, FIFO, FILE, SYMLINK, Member, read_members
 
+# Every test here runs with the compiled scanner and with the pure-Python reader.
+pytestmark = pytest.mark.usefixtures("reader")
+
 
 def samples(archive: bytes, **kw) -> list[tuple[str, dict[str, bytes]]]:
     return [(s.key, s.data()) for s in group_samples(read_members(io.BytesIO(archive)), **kw)]

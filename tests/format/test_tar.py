@@ -50,6 +50,9 @@ from tarkit.format.tar import (
     read_members,
 )
 
+# Every test here runs with the compiled scanner and with the pure-Python reader.
+pytestmark = pytest.mark.usefixtures("reader")
+
 
 @pytest.mark.parametrize("kind", sorted(ARCHIVERS))
 def test_real_archive_reads_like_tarfile(archive_dir: Path, kind: str) -> None:
@@ -435,11 +438,127 @@ def test_gnu_tar_pax_sparse_member_is_unsupported_not_misread(tmp_path: Path, ve
     assert "sparse" in str(input_error(path.read_bytes()))
 
 
-@pytest.mark.parametrize("typeflag", [b"1", b"2", b"3", b"4", b"5", b"6"])
+@pytest.mark.parametrize("typeflag", [b"1", b"2", b"3", b"4", b"6"])
 def test_non_regular_member_with_a_size_is_refused(typeflag: bytes) -> None:
     # tarfile reads no data after such headers, other readers skip it: they disagree.
     error = input_error(header("odd.txt", 512, typeflag) + bytes(512) + END)
     assert "nonzero size field" in str(error)
+
+
+def listing(tool: str, data: bytes) -> tuple[int, list[str]]:
+    """(exit status, names) of ``tool -tf -`` on ``data``."""
+    result = subprocess.run([tool, "-tf", "-"], input=data, capture_output=True)
+    return result.returncode, result.stdout.decode().splitlines()
+
+
+def tarfile_listing(data: bytes) -> list[tuple[str, bytes]]:
+    with tarfile.open(fileobj=io.BytesIO(data), mode="r|") as archive:
+        return [(i.name, archive.extractfile(i).read() if i.isreg() else b"")  # type: ignore[union-attr]
+                for i in archive]  # fmt: skip
+
+
+SIZED_DIRECTORIES = {
+    "ustar": header("d/", 255, b"5"),
+    "beyond the input": header("d/", 1 << 30, b"5"),
+    "base-256": header("d/", size_field=b"\x80" + (300).to_bytes(11, "big"), typeflag=b"5"),
+    "without a slash": header("d", 255, b"5"),
+    "pax path": extension(pax_record("path", b"dd/")) + header("d/", 255, b"5"),
+    "GNU long name": extension(b"dd/\0", b"L") + header("d/", 255, b"5"),
+}
+
+
+@pytest.mark.parametrize("directory", SIZED_DIRECTORIES.values(), ids=list(SIZED_DIRECTORIES))
+def test_directory_with_a_size_field_is_read_with_no_data_as_every_reader_reads_it(
+    directory: bytes,
+) -> None:
+    # As in CPython's own test archive (ustar/dirtype-with-size): GNU tar, bsdtar, tarfile
+    # and Go read the next header right after the directory's.
+    data = member("a.txt", b"A" * 10) + directory + member("b.txt", b"B" * 20) + END
+    a, d, b = read_all(data)
+    assert (d.kind, d.size, d.data, d.raw, d.offset) == (DIRECTORY, 0, b"", directory, 1024)
+    assert (b.name, b.data, b.offset) == ("b.txt", b"B" * 20, 1024 + len(directory))
+    names = ["a.txt", d.name, "b.txt"]
+    assert listing("tar", data) == (0, names)
+    assert listing("bsdtar", data) == (0, names)
+    assert [n for n, _ in tarfile_listing(data)] == [n.rstrip("/") for n in names]
+    assert tarfile_listing(data)[2] == ("b.txt", b"B" * 20)
+
+
+def test_directory_sized_by_a_pax_record_is_refused_as_bsdtar_skips_that_size() -> None:
+    data = (member("a.txt", b"A" * 10) + extension(pax_record("size", b"700"))
+            + header("d/", 0, b"5") + member("b.txt", b"B" * 20) + END)  # fmt: skip
+    error = input_error(data)
+    assert (error.what, error.offset, error.member) == (
+        "directory member with a nonzero pax size (700)",
+        2048,
+        "d/",
+    )
+    assert listing("bsdtar", data) == (0, ["a.txt", "d/"])  # b.txt silently lost
+    assert listing("tar", data) == (0, ["a.txt", "d/", "b.txt"])
+
+
+@pytest.mark.parametrize(
+    "odd", [header("f", 255, b"6"), header("d/", 255, b"\0")], ids=["fifo", "old-style directory"]
+)
+def test_fifo_or_old_style_directory_with_a_size_stays_refused_as_gnu_tar_loses_its_place(
+    odd: bytes,
+) -> None:
+    data = member("a.txt", b"A" * 10) + odd + member("b.txt", b"B" * 20) + END
+    error = input_error(data)
+    assert error.what.endswith("member with a nonzero size field (255)")
+    assert listing("tar", data)[0] == 2  # "Skipping to next header"
+    assert [n for n, _ in tarfile_listing(data)] == ["a.txt", odd[:1].decode(), "b.txt"]
+
+
+def pax_time(keyword: str, value: bytes, typeflag: bytes = b"x") -> bytes:
+    record = extension(pax_record(keyword, value), typeflag)
+    return member("a.txt", b"A" * 10) + record + member("b.txt", b"B" * 20) + END
+
+
+# What Go's archive/tar (ParseInt of the seconds, digits after the dot) or GNU tar refuse.
+BAD_PAX_TIMES = [b"abc", b"12a", b"1.5x", b"1e5", b"0x10", b"1_000", b"1.2.3", b"5 ", b" 5",
+                 b"+5", b".5", b"-", b"", "١".encode()]  # fmt: skip
+GOOD_PAX_TIMES = [b"5", b"-5", b"0", b"1.", b"1.5", b"-1.5", b"946684800.123456789012",
+                  b"09223372036854775807", b"-9223372036854775808"]  # fmt: skip
+
+
+@pytest.mark.parametrize("keyword", ["mtime", "atime", "ctime"])
+@pytest.mark.parametrize("value", BAD_PAX_TIMES)
+def test_pax_time_that_is_not_a_decimal_number_is_a_header_error(
+    keyword: str, value: bytes
+) -> None:
+    for typeflag in (b"x", b"g"):
+        data = pax_time(keyword, value, typeflag)
+        error = input_error(data)
+        shown = value.decode("ascii", "backslashreplace")
+        assert isinstance(error, HeaderError)
+        assert (error.what, error.offset) == (f"malformed pax {keyword} {shown!r}", 1024)
+        assert [n for n, _ in tarfile_listing(data)] == ["a.txt", "b.txt"]  # read as time 0
+
+
+@pytest.mark.parametrize("value", [b"9223372036854775808", b"-9223372036854775809", b"9" * 5000])
+def test_pax_time_beyond_64_bits_is_a_header_error(value: bytes) -> None:
+    error = input_error(pax_time("mtime", value))
+    assert error.what.startswith("pax mtime '") and error.what.endswith(
+        "' is out of the 64-bit range"
+    )
+    assert len(error.what) < 100
+    assert listing("tar", pax_time("mtime", value))[0] == 2
+
+
+@pytest.mark.parametrize("value", [b"abc", b"+5", b".5", b"", b" 5"])
+def test_gnu_tar_fails_on_the_pax_times_tarkit_refuses_too(value: bytes) -> None:
+    assert listing("tar", pax_time("mtime", value))[0] == 2
+
+
+@pytest.mark.parametrize("value", GOOD_PAX_TIMES)
+def test_pax_time_in_decimal_seconds_is_read(value: bytes) -> None:
+    data = pax_time("mtime", value)
+    assert [(m.name, m.data) for m in read_all(data)] == [
+        ("a.txt", b"A" * 10),
+        ("b.txt", b"B" * 20),
+    ]
+    assert listing("tar", data) == (0, ["a.txt", "b.txt"])
 
 
 # --- the writer -----------------------------------------------------------------------

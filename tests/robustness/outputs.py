@@ -5,6 +5,7 @@ from __future__ import annotations
 import io
 import re
 from collections.abc import Sequence
+from contextvars import ContextVar
 from pathlib import Path
 
 from conftest import run_shell
@@ -87,8 +88,15 @@ def check_stderr(
         assert f"skipped {warnings} members" in warned[-1], stderr
 
 
+# Variables set for the pipelines :func:`shell` runs, per thread (test_corpus runs
+# commands in threads, each with its reader: conftest.reader_env).
+shell_env: ContextVar[tuple[tuple[str, str], ...]] = ContextVar("shell_env", default=())
+
+
 def shell(directory: Path, script: str) -> list[int]:
     """Run a bash pipeline in ``directory``; the exit statuses of its commands."""
-    result = run_shell(script + '; echo "${PIPESTATUS[*]}"', cwd=directory, timeout=60)
+    result = run_shell(
+        script + '; echo "${PIPESTATUS[*]}"', cwd=directory, timeout=60, env=dict(shell_env.get())
+    )
     assert result.stderr == "", result.stderr
     return [int(s) for s in result.stdout.split()]

@@ -22,13 +22,17 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
+from conftest import reader_env
 from corpus import ALL, Case, Expected, cases, samples
-from outputs import archive_samples, as_expected, check_stderr, shell, to_sample
+from outputs import archive_samples, as_expected, check_stderr, shell, shell_env, to_sample
 
 from tarkit.cli.runner import one_line
 from tarkit.errors import InputError, SourceError
 from tarkit.format.samples import Sample, group_samples
 from tarkit.format.tar import read_members
+
+# Every test here runs with the compiled scanner and with the pure-Python reader.
+pytestmark = pytest.mark.usefixtures("reader")
 
 CASES = cases()
 # Cases whose expected behaviour tarkit does not have yet, reported to the lead with the
@@ -263,9 +267,10 @@ COMMANDS: dict[str, Command] = {
 }
 
 
-def run_command(name: str, directory: Path, case: Case) -> tuple[Want, Outcome]:
+def run_command(name: str, directory: Path, case: Case, reader: str) -> tuple[Want, Outcome]:
     command = COMMANDS[name]
     want = command.wants(case)
+    shell_env.set(tuple(reader_env(reader).items()))  # this thread's runs use ``reader``
     return want, command.run(directory, case, want)
 
 
@@ -279,26 +284,30 @@ _AHEAD = 6  # runs in flight
 @dataclass
 class Runs:
     root: Path
-    planned: list[tuple[str, Case]]  # the (command, case) pairs selected, in test order
-    started: dict[tuple[str, str], Future[tuple[Want, Outcome]]] = field(default_factory=dict)
+    planned: list[tuple[str, Case, str]]  # (command, case, reader) selected, in test order
+    started: dict[tuple[str, str, str], Future[tuple[Want, Outcome]]] = field(default_factory=dict)
 
-    def outcome(self, command: str, case: Case) -> tuple[Want, Outcome]:
-        """Run ``command`` on ``case``, starting the next planned runs too."""
-        index = self.planned.index((command, case))
-        for name, ahead in self.planned[index : index + _AHEAD]:
-            if (name, ahead.name) not in self.started:
+    def outcome(self, command: str, case: Case, reader: str) -> tuple[Want, Outcome]:
+        """Run ``command`` on ``case`` with ``reader``, starting the next planned runs too."""
+        index = self.planned.index((command, case, reader))
+        for name, ahead, how in self.planned[index : index + _AHEAD]:
+            if (name, ahead.name, how) not in self.started:
                 directory = Path(tempfile.mkdtemp(prefix=f"{name}-", dir=self.root))
                 (directory / "case.tar").write_bytes(ahead.data)
-                future = _POOL.submit(run_command, name, directory, ahead)
-                self.started[name, ahead.name] = future
-        return self.started.pop((command, case.name)).result()
+                future = _POOL.submit(run_command, name, directory, ahead, how)
+                self.started[name, ahead.name, how] = future
+        return self.started.pop((command, case.name, reader)).result()
 
 
 @pytest.fixture(scope="module")
 def runs(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Runs:
     test = test_command_gives_exactly_the_wanted_output_status_and_stderr.__name__
     planned = [
-        (item.callspec.params["command"], item.callspec.params["case"])  # type: ignore[attr-defined]
+        (
+            item.callspec.params["command"],
+            item.callspec.params["case"],  # type: ignore[attr-defined]
+            item.callspec.params["reader"],
+        )  # type: ignore[attr-defined]
         for item in request.session.items
         if getattr(item, "originalname", None) == test
     ]
@@ -316,9 +325,9 @@ def command_params() -> list[object]:
 
 @pytest.mark.parametrize("command, case", command_params())
 def test_command_gives_exactly_the_wanted_output_status_and_stderr(
-    runs: Runs, command: str, case: Case
+    runs: Runs, command: str, case: Case, reader: str
 ) -> None:
-    want, outcome = runs.outcome(command, case)
+    want, outcome = runs.outcome(command, case, reader)
     assert (outcome.status, outcome.output) == (want.status, want.output)
 
 

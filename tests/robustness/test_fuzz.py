@@ -26,6 +26,10 @@ sys.path.insert(0, str(ROOT / "fuzz"))
 import mutations  # noqa: E402
 
 from tarkit.cli.runner import one_line  # noqa: E402
+from tarkit.format import scanner  # noqa: E402
+
+# Every test here runs with the compiled scanner and with the pure-Python reader.
+pytestmark = pytest.mark.usefixtures("reader")
 
 CI_SEED = 20240917
 CI_CASES = 3000  # about a millisecond each
@@ -86,6 +90,27 @@ def test_oracle_reports_crashes_hangs_and_misreads(monkeypatch: pytest.MonkeyPat
         patch.setattr(mutations, "read_and_write", cut_output)
         failure = mutations.check(3, data)
         assert failure is not None and failure.kind == "misread"
+    if scanner.compiled is not None:
+        with monkeypatch.context() as patch:
+            patch.setattr(scanner, "compiled", LosesLastSample(scanner.compiled))
+            failure = mutations.check(4, data)
+            assert failure is not None and failure.kind == "disagreement", failure
+
+
+class LosesLastSample:
+    """The compiled scanner with a bug: it drops the last sample of each buffer it scans."""
+
+    def __init__(self, compiled: object) -> None:
+        self.compiled = compiled
+
+    def __getattr__(self, name: str) -> object:
+        return getattr(self.compiled, name)
+
+    def scan_samples(self, buf: bytes, pos: int, base: int, state: object, out: list) -> int:
+        pos = self.compiled.scan_samples(buf, pos, base, state, out)  # type: ignore[attr-defined]
+        if out:
+            out.pop()
+        return pos
 
 
 def cli_cases() -> list[int]:

@@ -33,6 +33,9 @@ from tarkit.errors import InputError, TruncatedError
 from tarkit.format.samples import group_samples
 from tarkit.format.tar import read_members
 
+# Every test here runs with the compiled scanner and with the pure-Python reader.
+pytestmark = pytest.mark.usefixtures("reader")
+
 BLOCK = 512
 SUBSAMPLE_SEED = 20240917  # which cuts tarcat sees
 SUBSAMPLE = 10  # cuts per shard through tarcat, besides those around the end

@@ -1,0 +1,756 @@
+/* tarkit.format._scan: the compiled fast path of tarkit's tar reader.
+ *
+ * It reads runs of ordinary members out of one read buffer: ustar, GNU or v7 headers of
+ * regular files whose numeric fields are plain octal and whose unsigned checksum is right,
+ * complete in the buffer. Anything else (extension headers, other member types, base-256
+ * numbers, a checksum that does not add up, a zero block, a member cut by the end of the
+ * buffer) it leaves where it is for the Python reader, which raises every error: the two
+ * implementations cannot differ in what they refuse or in how they say it. Why C and how
+ * it is chosen: tarkit/format/scanner.py.
+ *
+ * scan_members(buf, pos, base, out) -> pos
+ *     Append a Member for each ordinary member from buf[pos:]; return where it stopped.
+ * scan_samples(buf, pos, base, state, out) -> pos
+ *     The same, grouped into samples by the key/field rule of samples.py: a finished sample
+ *     is appended to ``out`` (its members still in ``buf``: a span, materialized on demand),
+ *     and the sample still open when it stops is left in ``state`` with its members as
+ *     Member objects, as the Python grouping keeps it. It stops before any member the
+ *     grouping would skip, refuse or has to look at in Python (a key seen before, fields
+ *     that may repeat, webdataset metadata, a name without a field).
+ * span_members(span) -> list[Member]
+ *     The members of a span sample.
+ * span_data(span, index) -> bytes
+ *     The data of one member of a span sample, without making the member objects.
+ *
+ * TARKIT_SCAN_PORTABLE builds it without the x86 and little-endian shortcuts (to test the
+ * plain C that other machines run).
+ */
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+#include <structmember.h> /* T_OBJECT_EX */
+#include <stdint.h>
+#include <string.h>
+#if defined(__SSE2__) && defined(__x86_64__) && !defined(TARKIT_SCAN_PORTABLE)
+#include <emmintrin.h>
+#define SCAN_SSE2 1
+#endif
+
+#define BLOCK 512
+#define NAME_MAX_BYTES (155 + 1 + 100) /* ustar prefix, '/', name */
+
+#ifndef TARKIT_SCAN_SOURCE
+#define TARKIT_SCAN_SOURCE "unknown"
+#endif
+
+/* Set once by init_member / init_sample with the Python classes and constants. */
+static PyTypeObject *member_type = NULL;
+static PyObject *file_kind = NULL;
+static PyObject *data_start = NULL;
+static PyObject *empty_str = NULL;
+static PyTypeObject *sample_type = NULL;
+enum { SLOT_KEY, SLOT_FIELDS, SLOT_MEMBERS, SLOT_SOURCE, SLOT_SPAN, SLOT_COUNT };
+static const char *const sample_slot_names[SLOT_COUNT] = {"key", "fields", "_members", "source",
+                                                          "span"};
+static Py_ssize_t sample_offsets[SLOT_COUNT]; /* where Sample's slots are in an instance */
+
+typedef struct {
+    Py_ssize_t size;  /* data bytes */
+    Py_ssize_t total; /* header block, data and padding */
+    const unsigned char *name;
+    Py_ssize_t name_len;
+    const unsigned char *prefix;
+    Py_ssize_t prefix_len;
+} Header;
+
+/* Byte classes of the numeric fields: octal digit, space, NUL, anything else. */
+enum { DIGIT = 1, SPACE = 2, NUL = 4 };
+static unsigned char byte_class[256];
+
+static void
+init_byte_class(void)
+{
+    for (int c = '0'; c <= '7'; c++)
+        byte_class[c] = DIGIT;
+    byte_class[' '] = SPACE;
+    byte_class[0] = NUL;
+}
+
+/* A numeric field as the reader's fast path takes it: spaces, octal digits, then spaces
+ * and NULs only. 0 for any other shape (base-256, stray bytes): the Python reader decides.
+ * ``value`` may be NULL when only the shape matters. */
+/* How many of the 8 bytes at p, from the first, are octal digits. */
+static inline int
+leading_digits(const unsigned char *p)
+{
+#if defined(__GNUC__) && defined(__BYTE_ORDER__) && __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__ && \
+    !defined(TARKIT_SCAN_PORTABLE)
+    uint64_t word;
+    memcpy(&word, p, 8);
+    /* A digit byte XOR '0' is 0 to 7: its top five bits are clear. */
+    uint64_t other = (word ^ 0x3030303030303030ULL) & 0xF8F8F8F8F8F8F8F8ULL;
+    return other ? __builtin_ctzll(other) >> 3 : 8;
+#else
+    int n = 0;
+    while (n < 8 && byte_class[p[n]] == DIGIT)
+        n++;
+    return n;
+#endif
+}
+
+static int
+octal_field(const unsigned char *field, int width, uint64_t *value, int *digits)
+{
+    int i = 0;
+    while (i < width && byte_class[field[i]] == SPACE)
+        i++;
+    int first = i;
+    if (width - i >= 8) {
+        int n = leading_digits(field + i);
+        i += n;
+        if (n == 8)
+            while (i < width && byte_class[field[i]] == DIGIT)
+                i++;
+    }
+    else {
+        while (i < width && byte_class[field[i]] == DIGIT)
+            i++;
+    }
+    int last = i;
+    while (i < width && byte_class[field[i]] & (SPACE | NUL))
+        i++;
+    if (i != width)
+        return 0;
+    if (value) {
+        uint64_t v = 0;
+        for (int k = first; k < last; k++)
+            v = (v << 3) | (uint64_t)(field[k] - '0');
+        *value = v;
+    }
+    *digits = last - first;
+    return 1;
+}
+
+/* The unsigned byte sum of n bytes (n a multiple of 16). */
+static uint32_t
+byte_sum(const unsigned char *p, int n)
+{
+#if defined(SCAN_SSE2)
+    __m128i zero = _mm_setzero_si128(), total = _mm_setzero_si128();
+    for (int i = 0; i < n; i += 16)
+        total = _mm_add_epi64(total, _mm_sad_epu8(_mm_loadu_si128((const __m128i *)(p + i)), zero));
+    return (uint32_t)(_mm_cvtsi128_si64(total) + _mm_cvtsi128_si64(_mm_unpackhi_epi64(total, total)));
+#else
+    uint32_t sum = 0;
+    for (int i = 0; i < n; i++)
+        sum += p[i];
+    return sum;
+#endif
+}
+
+static const int numeric_fields[8][2] = {
+    {100, 8}, {108, 8}, {116, 8}, {124, 12}, {136, 12}, {148, 8}, {329, 8}, {337, 8},
+};
+enum { FIELD_SIZE = 3, FIELD_CHKSUM = 5 };
+static const unsigned char ustar_magic[8] = {'u', 's', 't', 'a', 'r', 0, '0', '0'};
+
+/* Whether the block at h is an ordinary regular-file header; fills *out if so. */
+static int
+plain_header(const unsigned char *h, Header *out)
+{
+    uint64_t size, stored;
+    int digits;
+    unsigned char typeflag = h[156];
+    if (typeflag != '0' && typeflag != '7' && typeflag != 0)
+        return 0;
+    for (int i = 0; i < 8; i++) {
+        uint64_t *value = i == FIELD_SIZE ? &size : i == FIELD_CHKSUM ? &stored : NULL;
+        if (!octal_field(h + numeric_fields[i][0], numeric_fields[i][1], value, &digits))
+            return 0;
+        if (i == FIELD_CHKSUM && digits == 0)
+            return 0;
+    }
+    /* The unsigned byte sum with the checksum field read as eight spaces. */
+    uint32_t sum = byte_sum(h, BLOCK) + 8 * ' ';
+    for (int i = 148; i < 156; i++)
+        sum -= h[i];
+    if (sum != stored)
+        return 0;
+    Py_ssize_t name_len = (Py_ssize_t)strnlen((const char *)h, 100);
+    Py_ssize_t prefix_len = 0;
+    if (h[345]) {
+        if (memcmp(h + 257, ustar_magic, 8) != 0)
+            return 0;
+        prefix_len = (Py_ssize_t)strnlen((const char *)h + 345, 155);
+    }
+    if (typeflag == 0) {
+        /* An old-style directory is a NUL type flag and a name ending in '/'. */
+        int slash_end = name_len ? h[name_len - 1] == '/' : prefix_len > 0;
+        if (slash_end)
+            return 0;
+    }
+    out->size = (Py_ssize_t)size;
+    out->total = BLOCK + ((out->size + BLOCK - 1) & ~(Py_ssize_t)(BLOCK - 1));
+    out->name = h;
+    out->name_len = name_len;
+    out->prefix = h + 345;
+    out->prefix_len = prefix_len;
+    return 1;
+}
+
+/* The member's path as raw bytes (prefix joined), into buf of NAME_MAX_BYTES. */
+static Py_ssize_t
+full_name(const Header *header, unsigned char *buf)
+{
+    if (!header->prefix_len) {
+        memcpy(buf, header->name, (size_t)header->name_len);
+        return header->name_len;
+    }
+    memcpy(buf, header->prefix, (size_t)header->prefix_len);
+    buf[header->prefix_len] = '/';
+    memcpy(buf + header->prefix_len + 1, header->name, (size_t)header->name_len);
+    return header->prefix_len + 1 + header->name_len;
+}
+
+static PyObject *
+decode(const unsigned char *s, Py_ssize_t n)
+{
+    for (Py_ssize_t i = 0; i < n; i++) {
+        if (s[i] & 0x80)
+            return PyUnicode_DecodeUTF8((const char *)s, n, "surrogateescape");
+    }
+    PyObject *text = PyUnicode_New(n, 127);
+    if (text)
+        memcpy(PyUnicode_1BYTE_DATA(text), s, (size_t)n);
+    return text;
+}
+
+/* Field names repeat from sample to sample: the last few are kept, to reuse their str. */
+#define FIELD_CACHE 8
+static PyObject *field_cache[FIELD_CACHE];
+static int field_cache_next;
+
+static PyObject *
+decode_field(const unsigned char *s, Py_ssize_t n)
+{
+    for (int i = 0; i < FIELD_CACHE; i++) {
+        PyObject *cached = field_cache[i];
+        if (cached && PyUnicode_GET_LENGTH(cached) == n && PyUnicode_IS_ASCII(cached) &&
+            memcmp(PyUnicode_1BYTE_DATA(cached), s, (size_t)n) == 0)
+            return Py_NewRef(cached);
+    }
+    PyObject *field = decode(s, n);
+    if (field && PyUnicode_IS_ASCII(field) && n <= 32) {
+        Py_XSETREF(field_cache[field_cache_next], Py_NewRef(field));
+        field_cache_next = (field_cache_next + 1) % FIELD_CACHE;
+    }
+    return field;
+}
+
+static PyObject *
+new_member(PyObject *buf, Py_ssize_t pos, Py_ssize_t base, const Header *header)
+{
+    unsigned char path[NAME_MAX_BYTES];
+    PyObject *name = decode(path, full_name(header, path));
+    PyObject *size = PyLong_FromSsize_t(header->size);
+    PyObject *offset = PyLong_FromSsize_t(base + pos);
+    PyObject *raw = PyBytes_FromStringAndSize(PyBytes_AS_STRING(buf) + pos, header->total);
+    PyObject *member = NULL;
+    if (name && size && offset && raw)
+        member = member_type->tp_alloc(member_type, 7);
+    if (!member) {
+        Py_XDECREF(name);
+        Py_XDECREF(size);
+        Py_XDECREF(offset);
+        Py_XDECREF(raw);
+        return NULL;
+    }
+    PyTuple_SET_ITEM(member, 0, name);
+    PyTuple_SET_ITEM(member, 1, Py_NewRef(file_kind));
+    PyTuple_SET_ITEM(member, 2, size);
+    PyTuple_SET_ITEM(member, 3, offset);
+    PyTuple_SET_ITEM(member, 4, raw);
+    PyTuple_SET_ITEM(member, 5, Py_NewRef(data_start));
+    PyTuple_SET_ITEM(member, 6, Py_NewRef(empty_str));
+    return member;
+}
+
+/* The members of buf[start:stop], a run of ordinary members the scanner read before. */
+static PyObject *
+members_of(PyObject *buf, Py_ssize_t start, Py_ssize_t stop, Py_ssize_t base)
+{
+    const unsigned char *data = (const unsigned char *)PyBytes_AS_STRING(buf);
+    PyObject *members = PyList_New(0);
+    Header header;
+    if (!members)
+        return NULL;
+    for (Py_ssize_t pos = start; pos < stop; pos += header.total) {
+        if (stop - pos < BLOCK || !plain_header(data + pos, &header) ||
+            header.total > stop - pos) {
+            PyErr_SetString(PyExc_SystemError, "tarkit scanner: a span that is not members");
+            Py_DECREF(members);
+            return NULL;
+        }
+        PyObject *member = new_member(buf, pos, base, &header);
+        if (!member || PyList_Append(members, member) < 0) {
+            Py_XDECREF(member);
+            Py_DECREF(members);
+            return NULL;
+        }
+        Py_DECREF(member);
+    }
+    return members;
+}
+
+static int
+parse_position(PyObject *object, Py_ssize_t *value)
+{
+    *value = PyLong_AsSsize_t(object);
+    return !(*value == -1 && PyErr_Occurred());
+}
+
+static PyObject *
+scan_members(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
+{
+    Py_ssize_t pos, base;
+    if (nargs != 4 || !PyBytes_Check(args[0]) || !PyList_Check(args[3])) {
+        PyErr_SetString(PyExc_TypeError, "scan_members(buf: bytes, pos, base, out: list)");
+        return NULL;
+    }
+    if (member_type == NULL) {
+        PyErr_SetString(PyExc_RuntimeError, "tarkit scanner: init_member was not called");
+        return NULL;
+    }
+    if (!parse_position(args[1], &pos) || !parse_position(args[2], &base))
+        return NULL;
+    PyObject *buf = args[0], *out = args[3];
+    const unsigned char *data = (const unsigned char *)PyBytes_AS_STRING(buf);
+    Py_ssize_t len = PyBytes_GET_SIZE(buf);
+    Header header;
+    while (pos >= 0 && len - pos >= BLOCK && plain_header(data + pos, &header) &&
+           header.total <= len - pos) {
+        PyObject *member = new_member(buf, pos, base, &header);
+        if (!member || PyList_Append(out, member) < 0) {
+            Py_XDECREF(member);
+            return NULL;
+        }
+        Py_DECREF(member);
+        pos += header.total;
+    }
+    return PyLong_FromSsize_t(pos);
+}
+
+static PyObject *
+new_sample(PyObject *key, PyObject *fields, PyObject *members, PyObject *source, PyObject *span)
+{
+    PyObject *values[SLOT_COUNT] = {key, fields, members, source, span};
+    PyObject *sample = sample_type->tp_alloc(sample_type, 0);
+    if (!sample)
+        return NULL;
+    /* The slots of a new instance are empty: each gets its value, as __init__ would. */
+    for (int i = 0; i < SLOT_COUNT; i++)
+        *(PyObject **)((char *)sample + sample_offsets[i]) = Py_NewRef(values[i]);
+    return sample;
+}
+
+/* 1 when the fields are distinct ignoring ASCII case; 0 when two may be the same field
+ * (or one is not ASCII: then samples.py decides, with str.lower). */
+static int
+fields_surely_distinct(PyObject *fields)
+{
+    Py_ssize_t n = PyList_GET_SIZE(fields);
+    if (n == 1)
+        return 1;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        PyObject *a = PyList_GET_ITEM(fields, i);
+        if (!PyUnicode_Check(a) || !PyUnicode_IS_ASCII(a))
+            return 0;
+    }
+    for (Py_ssize_t i = 0; i < n; i++) {
+        PyObject *a = PyList_GET_ITEM(fields, i);
+        Py_ssize_t la = PyUnicode_GET_LENGTH(a);
+        const unsigned char *sa = PyUnicode_1BYTE_DATA(a);
+        for (Py_ssize_t j = i + 1; j < n; j++) {
+            PyObject *b = PyList_GET_ITEM(fields, j);
+            if (PyUnicode_GET_LENGTH(b) != la)
+                continue;
+            const unsigned char *sb = PyUnicode_1BYTE_DATA(b);
+            Py_ssize_t k = 0;
+            while (k < la && Py_TOLOWER(sa[k]) == Py_TOLOWER(sb[k]))
+                k++;
+            if (k == la)
+                return 0;
+        }
+    }
+    return 1;
+}
+
+/* The grouping state shared with samples.py: the open sample and the keys seen. */
+typedef struct {
+    PyObject *key;     /* str, or None when no sample is open */
+    PyObject *fields;  /* list of str */
+    PyObject *members; /* list of Member, or NULL while the open sample is a span */
+    PyObject *seen;    /* set of str */
+    PyObject *source;
+    /* The open sample's key as raw bytes, for comparing with each member's. */
+    unsigned char key_buf[NAME_MAX_BYTES];
+    PyObject *key_bytes; /* owns the bytes when the key came from Python */
+    const unsigned char *key_raw;
+    Py_ssize_t key_len;
+    Py_ssize_t span_start, span_stop;
+} Group;
+
+static void
+group_clear(Group *group)
+{
+    Py_CLEAR(group->key);
+    Py_CLEAR(group->fields);
+    Py_CLEAR(group->members);
+    Py_CLEAR(group->seen);
+    Py_CLEAR(group->source);
+    Py_CLEAR(group->key_bytes);
+}
+
+static int
+group_load(Group *group, PyObject *state)
+{
+    memset(group, 0, sizeof(*group));
+    group->key = PyObject_GetAttrString(state, "key");
+    group->fields = PyObject_GetAttrString(state, "fields");
+    group->members = PyObject_GetAttrString(state, "members");
+    group->seen = PyObject_GetAttrString(state, "seen");
+    group->source = PyObject_GetAttrString(state, "source");
+    if (!group->key || !group->fields || !group->members || !group->seen || !group->source)
+        return -1;
+    if (!PySet_Check(group->seen)) {
+        PyErr_SetString(PyExc_TypeError, "tarkit scanner: state.seen is not a set");
+        return -1;
+    }
+    if (group->key == Py_None)
+        return 0;
+    if (!PyUnicode_Check(group->key) || !PyList_Check(group->fields) ||
+        !PyList_Check(group->members)) {
+        PyErr_SetString(PyExc_TypeError, "tarkit scanner: a malformed open sample");
+        return -1;
+    }
+    group->key_bytes = PyUnicode_AsEncodedString(group->key, "utf-8", "surrogateescape");
+    if (!group->key_bytes)
+        return -1;
+    group->key_raw = (const unsigned char *)PyBytes_AS_STRING(group->key_bytes);
+    group->key_len = PyBytes_GET_SIZE(group->key_bytes);
+    return 0;
+}
+
+static PyObject *
+span_of(PyObject *buf, Py_ssize_t start, Py_ssize_t stop, Py_ssize_t base)
+{
+    PyObject *span = PyTuple_New(4);
+    PyObject *numbers[3] = {PyLong_FromSsize_t(start), PyLong_FromSsize_t(stop),
+                            PyLong_FromSsize_t(base)};
+    if (!span || !numbers[0] || !numbers[1] || !numbers[2]) {
+        Py_XDECREF(span);
+        for (int i = 0; i < 3; i++)
+            Py_XDECREF(numbers[i]);
+        return NULL;
+    }
+    PyTuple_SET_ITEM(span, 0, Py_NewRef(buf));
+    for (int i = 0; i < 3; i++)
+        PyTuple_SET_ITEM(span, i + 1, numbers[i]);
+    return span;
+}
+
+/* Close the open sample: a span sample when it was read here whole, else with its list. */
+static PyObject *
+group_sample(Group *group, PyObject *buf, Py_ssize_t base)
+{
+    if (group->members)
+        return new_sample(group->key, group->fields, group->members, group->source, Py_None);
+    PyObject *span = span_of(buf, group->span_start, group->span_stop, base);
+    if (!span)
+        return NULL;
+    PyObject *sample = new_sample(group->key, group->fields, Py_None, group->source, span);
+    Py_DECREF(span);
+    return sample;
+}
+
+/* Leave the open sample in the state as samples.py keeps it: members as a list. */
+static int
+group_store(Group *group, PyObject *state, PyObject *buf, Py_ssize_t base)
+{
+    if (group->key != Py_None && group->members == NULL) {
+        group->members = members_of(buf, group->span_start, group->span_stop, base);
+        if (!group->members)
+            return -1;
+    }
+    PyObject *members = group->members ? group->members : Py_None;
+    if (PyObject_SetAttrString(state, "key", group->key) < 0 ||
+        PyObject_SetAttrString(state, "fields", group->fields) < 0 ||
+        PyObject_SetAttrString(state, "members", members) < 0)
+        return -1;
+    return 0;
+}
+
+/* One member of the open sample; 0 on success. */
+static int
+group_extend(Group *group, PyObject *buf, Py_ssize_t pos, Py_ssize_t base, const Header *header,
+             const unsigned char *path, Py_ssize_t path_len, Py_ssize_t dot)
+{
+    PyObject *field = decode_field(path + dot + 1, path_len - dot - 1);
+    if (!field)
+        return -1;
+    int status = PyList_Append(group->fields, field);
+    Py_DECREF(field);
+    if (status < 0)
+        return -1;
+    if (group->members == NULL) {
+        group->span_stop = pos + header->total;
+        return 0;
+    }
+    PyObject *member = new_member(buf, pos, base, header);
+    if (!member)
+        return -1;
+    status = PyList_Append(group->members, member);
+    Py_DECREF(member);
+    return status;
+}
+
+/* Start a sample (a span) with this member, whose key is new. */
+static int
+group_open(Group *group, PyObject *key, Py_ssize_t pos, const Header *header,
+           const unsigned char *path, Py_ssize_t path_len, Py_ssize_t dot)
+{
+    PyObject *field = decode_field(path + dot + 1, path_len - dot - 1);
+    if (!field)
+        return -1;
+    PyObject *fields = PyList_New(1);
+    if (!fields) {
+        Py_DECREF(field);
+        return -1;
+    }
+    PyList_SET_ITEM(fields, 0, field);
+    Py_SETREF(group->key, Py_NewRef(key));
+    Py_SETREF(group->fields, fields);
+    Py_CLEAR(group->members);
+    Py_CLEAR(group->key_bytes);
+    memcpy(group->key_buf, path, (size_t)dot);
+    group->key_raw = group->key_buf;
+    group->key_len = dot;
+    group->span_start = pos;
+    group->span_stop = pos + header->total;
+    return 0;
+}
+
+static PyObject *
+scan_samples(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
+{
+    Py_ssize_t pos, base;
+    Group group;
+    if (nargs != 5 || !PyBytes_Check(args[0]) || !PyList_Check(args[4])) {
+        PyErr_SetString(PyExc_TypeError, "scan_samples(buf: bytes, pos, base, state, out: list)");
+        return NULL;
+    }
+    if (member_type == NULL || sample_type == NULL) {
+        PyErr_SetString(PyExc_RuntimeError, "tarkit scanner: init_sample was not called");
+        return NULL;
+    }
+    if (!parse_position(args[1], &pos) || !parse_position(args[2], &base))
+        return NULL;
+    PyObject *buf = args[0], *state = args[3], *out = args[4];
+    if (group_load(&group, state) < 0)
+        goto error;
+    const unsigned char *data = (const unsigned char *)PyBytes_AS_STRING(buf);
+    Py_ssize_t len = PyBytes_GET_SIZE(buf);
+    Header header;
+    unsigned char path[NAME_MAX_BYTES];
+    while (pos >= 0 && len - pos >= BLOCK && plain_header(data + pos, &header) &&
+           header.total <= len - pos) {
+        Py_ssize_t path_len = full_name(&header, path);
+        if (path_len >= 2 && path[0] == '_' && path[1] == '_')
+            break; /* perhaps webdataset metadata */
+        Py_ssize_t slash = 0, dot = -1;
+        for (Py_ssize_t i = path_len - 1; i >= 0; i--) {
+            if (path[i] == '/') {
+                slash = i + 1;
+                break;
+            }
+        }
+        const unsigned char *found = memchr(path + slash, '.', (size_t)(path_len - slash));
+        if (found)
+            dot = found - path;
+        if (dot <= slash)
+            break; /* no field */
+        if (group.key != Py_None && dot == group.key_len &&
+            memcmp(path, group.key_raw, (size_t)dot) == 0) {
+            if (group_extend(&group, buf, pos, base, &header, path, path_len, dot) < 0)
+                goto error;
+            pos += header.total;
+            continue;
+        }
+        PyObject *key = decode(path, dot);
+        if (!key)
+            goto error;
+        int seen = PySet_Contains(group.seen, key);
+        if (seen != 0) {
+            Py_DECREF(key);
+            if (seen < 0)
+                goto error;
+            break; /* a key that comes back: samples.py says so */
+        }
+        if (group.key != Py_None) {
+            if (!fields_surely_distinct(group.fields)) {
+                Py_DECREF(key);
+                break;
+            }
+            PyObject *sample = group_sample(&group, buf, base);
+            if (!sample || PyList_Append(out, sample) < 0) {
+                Py_XDECREF(sample);
+                Py_DECREF(key);
+                goto error;
+            }
+            Py_DECREF(sample);
+        }
+        if (PySet_Add(group.seen, key) < 0 ||
+            group_open(&group, key, pos, &header, path, path_len, dot) < 0) {
+            Py_DECREF(key);
+            goto error;
+        }
+        Py_DECREF(key);
+        pos += header.total;
+    }
+    if (group_store(&group, state, buf, base) < 0)
+        goto error;
+    group_clear(&group);
+    return PyLong_FromSsize_t(pos);
+error:
+    group_clear(&group);
+    return NULL;
+}
+
+static PyObject *
+span_members(PyObject *module, PyObject *span)
+{
+    PyObject *buf;
+    Py_ssize_t start, stop, base;
+    if (member_type == NULL) {
+        PyErr_SetString(PyExc_RuntimeError, "tarkit scanner: init_member was not called");
+        return NULL;
+    }
+    if (!PyArg_ParseTuple(span, "O!nnn", &PyBytes_Type, &buf, &start, &stop, &base))
+        return NULL;
+    if (start < 0 || stop > PyBytes_GET_SIZE(buf) || start > stop) {
+        PyErr_SetString(PyExc_ValueError, "tarkit scanner: a span outside its buffer");
+        return NULL;
+    }
+    return members_of(buf, start, stop, base);
+}
+
+static PyObject *
+span_data(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
+{
+    Py_ssize_t start, stop, index;
+    Header header;
+    if (nargs != 2 || !PyTuple_Check(args[0]) || PyTuple_GET_SIZE(args[0]) != 4 ||
+        !PyBytes_Check(PyTuple_GET_ITEM(args[0], 0))) {
+        PyErr_SetString(PyExc_TypeError, "span_data(span, index)");
+        return NULL;
+    }
+    PyObject *buf = PyTuple_GET_ITEM(args[0], 0);
+    if (!parse_position(PyTuple_GET_ITEM(args[0], 1), &start) ||
+        !parse_position(PyTuple_GET_ITEM(args[0], 2), &stop) || !parse_position(args[1], &index))
+        return NULL;
+    if (start < 0 || stop > PyBytes_GET_SIZE(buf) || start > stop || index < 0) {
+        PyErr_SetString(PyExc_ValueError, "tarkit scanner: a span outside its buffer");
+        return NULL;
+    }
+    const unsigned char *data = (const unsigned char *)PyBytes_AS_STRING(buf);
+    for (Py_ssize_t pos = start; pos <= stop - BLOCK; pos += header.total) {
+        /* The scanner checked these headers: only their sizes are read again. */
+        uint64_t size;
+        int digits;
+        if (!octal_field(data + pos + 124, 12, &size, &digits))
+            break;
+        header.size = (Py_ssize_t)size;
+        header.total = BLOCK + ((header.size + BLOCK - 1) & ~(Py_ssize_t)(BLOCK - 1));
+        if (header.total > stop - pos)
+            break;
+        if (index-- == 0)
+            return PyBytes_FromStringAndSize((const char *)data + pos + BLOCK, header.size);
+    }
+    PyErr_SetString(PyExc_IndexError, "tarkit scanner: no such member in the span");
+    return NULL;
+}
+
+static PyObject *
+init_member(PyObject *module, PyObject *args)
+{
+    PyObject *type, *kind;
+    if (!PyArg_ParseTuple(args, "O!U", &PyType_Type, &type, &kind))
+        return NULL;
+    if (!PyType_IsSubtype((PyTypeObject *)type, &PyTuple_Type)) {
+        PyErr_SetString(PyExc_TypeError, "Member must be a tuple subclass");
+        return NULL;
+    }
+    Py_XSETREF(member_type, (PyTypeObject *)Py_NewRef(type));
+    Py_XSETREF(file_kind, Py_NewRef(kind));
+    if (!data_start && !(data_start = PyLong_FromLong(BLOCK)))
+        return NULL;
+    if (!empty_str && !(empty_str = PyUnicode_New(0, 0)))
+        return NULL;
+    Py_RETURN_NONE;
+}
+
+static PyObject *
+init_sample(PyObject *module, PyObject *type)
+{
+    Py_ssize_t offsets[SLOT_COUNT];
+    if (!PyType_Check(type)) {
+        PyErr_SetString(PyExc_TypeError, "init_sample(Sample)");
+        return NULL;
+    }
+    for (int i = 0; i < SLOT_COUNT; i++) {
+        /* Each field must be an object __slots__ member of the class itself. */
+        PyObject *descr = PyDict_GetItemString(((PyTypeObject *)type)->tp_dict,
+                                               sample_slot_names[i]);
+        if (!descr || !Py_IS_TYPE(descr, &PyMemberDescr_Type) ||
+            ((PyMemberDescrObject *)descr)->d_member->type != T_OBJECT_EX) {
+            PyErr_Format(PyExc_TypeError, "Sample has no slot %s", sample_slot_names[i]);
+            return NULL;
+        }
+        offsets[i] = ((PyMemberDescrObject *)descr)->d_member->offset;
+    }
+    memcpy(sample_offsets, offsets, sizeof(offsets));
+    Py_XSETREF(sample_type, (PyTypeObject *)Py_NewRef(type));
+    Py_RETURN_NONE;
+}
+
+static PyMethodDef scan_methods[] = {
+    {"scan_members", (PyCFunction)(void (*)(void))scan_members, METH_FASTCALL,
+     "scan_members(buf, pos, base, out) -> pos: append the ordinary members from buf[pos:]."},
+    {"scan_samples", (PyCFunction)(void (*)(void))scan_samples, METH_FASTCALL,
+     "scan_samples(buf, pos, base, state, out) -> pos: the same, grouped into samples."},
+    {"span_members", span_members, METH_O, "span_members(span) -> the members of a span sample."},
+    {"span_data", (PyCFunction)(void (*)(void))span_data, METH_FASTCALL,
+     "span_data(span, index) -> the data of the index-th member of a span sample."},
+    {"init_member", init_member, METH_VARARGS, "init_member(Member, FILE)"},
+    {"init_sample", init_sample, METH_O, "init_sample(Sample)"},
+    {NULL, NULL, 0, NULL},
+};
+
+static struct PyModuleDef scan_module = {
+    PyModuleDef_HEAD_INIT,
+    .m_name = "_scan",
+    .m_doc = "The compiled fast path of tarkit's tar reader.",
+    .m_size = -1,
+    .m_methods = scan_methods,
+};
+
+PyMODINIT_FUNC
+PyInit__scan(void)
+{
+    init_byte_class();
+    PyObject *module = PyModule_Create(&scan_module);
+    if (module && PyModule_AddStringConstant(module, "SOURCE_HASH", TARKIT_SCAN_SOURCE) < 0) {
+        Py_DECREF(module);
+        return NULL;
+    }
+    return module;
+}

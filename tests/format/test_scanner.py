@@ -1,0 +1,131 @@
+"""The compiled member scanner itself: built from this source, chosen by TARKIT_PURE, and
+its samples (spans of the read buffer) written as large slices of that buffer.
+
+That it reads everything exactly as the pure-Python reader does is checked by running
+every reader test both ways (the ``reader`` fixture) and by the mutation fuzzer, which
+compares the two on every case (fuzz/mutations.py: ``disagreement``).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from conftest import ROOT, make_tar
+
+from tarkit.format import scanner
+from tarkit.format.samples import Sample, group_samples
+from tarkit.format.tar import read_members
+from tarkit.storage import Sink
+from tarkit.stream import stages
+from tarkit.stream.stages import WRITE_CHUNK, shuffle_samples, write_samples
+
+pytestmark = pytest.mark.usefixtures("reader")
+
+
+def compiled_only(reader: str) -> None:
+    if reader != "compiled":
+        pytest.skip("about the compiled scanner")
+
+
+def test_the_built_scanner_is_compiled_from_the_current_source(reader: str) -> None:
+    compiled_only(reader)
+    source = (ROOT / "tarkit" / "format" / "_scan.c").read_bytes()
+    assert scanner.compiled is not None
+    assert scanner.compiled.SOURCE_HASH == hashlib.sha256(source).hexdigest()[:16], (
+        "the built scanner is stale: run pip install -e . (or bin/setup) again"
+    )
+
+
+@pytest.mark.parametrize("value, implementation", [("1", "pure"), ("0", "compiled"),
+                                                   ("", "compiled")])  # fmt: skip
+def test_tarkit_pure_chooses_the_reader_of_a_new_process(
+    reader: str, value: str, implementation: str
+) -> None:
+    compiled_only(reader)
+    result = subprocess.run(
+        [sys.executable, "-c", "from tarkit.format import scanner; print(scanner.implementation())"],
+        env=dict(os.environ, TARKIT_PURE=value), capture_output=True, text=True, check=True,
+    )  # fmt: skip
+    assert result.stdout.strip() == implementation
+
+
+def small_samples(count: int) -> bytes:
+    return make_tar((f"{i:06d}.{f}", os.urandom(100 + i % 900)) for i in range(count)
+                    for f in ("cls", "jpg", "json"))  # fmt: skip
+
+
+class CountingStream(io.RawIOBase):
+    """A file stream that records what each write was given."""
+
+    def __init__(self, stream: io.BufferedWriter) -> None:
+        self.stream = stream
+        self.writes: list[object] = []
+
+    def writable(self) -> bool:
+        return True
+
+    def write(self, data) -> int:  # type: ignore[no-untyped-def, override]
+        self.writes.append(data)
+        return self.stream.write(data)
+
+    def flush(self) -> None:
+        self.stream.flush()
+
+
+def test_write_samples_copies_unchanged_samples_in_writes_of_about_a_megabyte(
+    tmp_path: Path, reader: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(stages, "FLUSH_INTERVAL", 1e9)  # this test has no slow input
+    archive = small_samples(6000)  # about 7 MB in 18,000 members
+    sink = Sink(str(tmp_path / "out.tar"))
+    counting = CountingStream(sink.stream)  # type: ignore[arg-type]
+    sink.stream = counting  # type: ignore[assignment]
+    count = write_samples(
+        group_samples(read_members(io.BytesIO(archive), chunk_size=1 << 20)), sink
+    )
+    assert count == 6000
+    assert (tmp_path / "out.tar").read_bytes() == archive
+    sizes = [len(memoryview(w)) for w in counting.writes]  # type: ignore[arg-type]
+    # Runs of samples, and the few read across the end of a read buffer between them.
+    assert len(archive) / len(sizes) > WRITE_CHUNK / 4, sizes
+    if reader == "compiled":
+        # Runs of samples go out as slices of the read buffer, without a copy.
+        views = [w for w in counting.writes if isinstance(w, memoryview)]
+        assert sum(len(v) for v in views) > 0.9 * len(archive)
+
+
+def test_a_scanned_sample_is_a_span_of_the_read_buffer_until_detached(reader: str) -> None:
+    archive = small_samples(50)
+    samples = list(group_samples(read_members(io.BytesIO(archive))))
+    inner = samples[1:-1]  # the first and last sample meet the Python reader
+    if reader == "compiled":
+        assert all(s.span is not None for s in inner)
+    else:
+        assert all(s.span is None for s in samples)
+    for sample in inner:
+        detached = sample.detached()
+        assert detached.span is None
+        assert (detached.key, detached.fields, detached.members, detached.raw) == (
+            sample.key, sample.fields, sample.members, sample.raw)  # fmt: skip
+    shuffled = list(shuffle_samples(iter(samples), 10, seed=1))
+    assert all(s.span is None for s in shuffled)
+    assert sorted(s.raw for s in shuffled) == sorted(s.raw for s in samples)
+
+
+def test_a_pickled_sample_keeps_its_members_not_the_read_buffer(reader: str) -> None:
+    import pickle
+
+    archive = small_samples(50)
+    sample = list(group_samples(read_members(io.BytesIO(archive))))[20]
+    copy = pickle.loads(pickle.dumps(sample))
+    assert isinstance(copy, Sample) and copy.span is None
+    assert (copy.key, copy.fields, copy.members, copy.raw) == (
+        sample.key, sample.fields, sample.members, sample.raw)  # fmt: skip
+    assert len(pickle.dumps(sample)) < 2 * len(sample.raw) + 1000
+    assert list(group_samples(copy.members))[0].fields == sample.fields  # kinds still FILE
