@@ -246,11 +246,13 @@ def run(workdir: Path, quick: bool) -> str:
         "",
         "Why two workers give less than 1.7× here (measured 2026-11-24 with `getrusage` and "
         "py-spy on this set, 80×80 JPEGs, batches of 64): the main process uses little CPU "
-        "(0.25 s an epoch), but the workers use about 2.95 s of CPU for the 2.3 s the same "
-        "work takes in one process. In a worker, torch's `default_collate` writes each batch "
+        "(0.25 s an epoch), but the workers used about 2.95 s of CPU for the 2.3 s the same "
+        "work takes in one process. In a worker, torch's `default_collate` wrote each batch "
         "into new shared memory (`_new_shared`, then page faults), about five times the cost "
-        "of collating in-process, and decoding runs about 20% slower; fresh workers also "
-        "import Pillow's plugins again. The machine itself scales: `tarkit map` with two "
+        "of collating in-process; since issue 16 a worker of `tarkit.loader` collates into a "
+        "reused shared-memory slot instead (about 0.25 ms for a batch of 64 64×64 images "
+        "against 4–10 ms; docs/loading.md). Decoding runs about 20% slower in a worker; fresh "
+        "workers also import Pillow's plugins again. The machine itself scales: `tarkit map` with two "
         "workers runs 1.98× one worker on CPU-bound work (below). Larger images amortize "
         "the per-batch cost.",
     ]
