@@ -11,6 +11,8 @@ never modify a returned file, copy it into your ``workdir`` first.
   Under ``--quick``, 20 samples.
 - :func:`small_shards`: the small set cut into ``n`` shards (same samples, same order).
 - :func:`tiny_shard`: three tiny samples, for start-up times.
+- :func:`tiny_image_shards`: 20,000 tiny 64×64 JPEGs (~2 KB) + ``.cls``, cut into ``n``
+  shards (2,000 under ``--quick``).
 
 Timing runs real shell pipelines (``bash -o pipefail -c``) as a user would: the venv's
 ``bin`` first on ``PATH`` (ahead of Debian's unrelated ``/usr/sbin/tarcat``) and
@@ -47,6 +49,8 @@ SMALL_SAMPLES, SMALL_SAMPLES_QUICK = 20_000, 2_000
 LARGE_SAMPLES, LARGE_SAMPLES_QUICK = 200, 20
 SMALL_IMAGE_SIDE, SMALL_IMAGE_QUALITY = 80, 85  # ~2.5 KB JPEG, one 3 KB tar member
 LARGE_IMAGE_SIDE, LARGE_IMAGE_QUALITY = 1280, 95  # ~1.9 MB JPEG of noise
+TINY_IMAGES, TINY_IMAGES_QUICK = 20_000, 2_000
+TINY_IMAGE_SIDE = 64
 CLASSES = ("cat", "dog", "bird", "fish", "horse", "frog", "ship", "truck", "plane", "car")
 
 
@@ -98,11 +102,27 @@ def small_shards(workdir: Path | None, n: int, *, quick: bool | None = None) -> 
     Concatenating the shards' samples gives exactly the samples of :func:`small_shard`.
     """
     count = SMALL_SAMPLES_QUICK if _quick(quick) else SMALL_SAMPLES
+    return _cut(f"small-v{FORMAT_VERSION}-{count}", count, n, _small_samples)
+
+
+def tiny_image_shards(workdir: Path | None, n: int, *, quick: bool | None = None) -> list[Path]:
+    """20,000 tiny 64×64 JPEGs and their ``.cls``, in ``n`` shards (2,000 under quick)."""
+    count = TINY_IMAGES_QUICK if _quick(quick) else TINY_IMAGES
+    return _cut(
+        f"tiny-v{FORMAT_VERSION}-{count}",
+        count,
+        n,
+        lambda indices: ((f"{i:08d}", _tiny_image(i)) for i in indices),
+    )
+
+
+def _cut(name: str, count: int, n: int, samples: Callable[[range], Iterator[Sample]]) -> list[Path]:
+    """``samples(range(count))`` cut into ``n`` cached shards of (nearly) equal counts."""
     bounds = [count * i // n for i in range(n + 1)]
     return [
         _cached(
-            f"small-v{FORMAT_VERSION}-{count}-part{i:03d}-of{n:03d}.tar",
-            lambda i=i: _small_samples(range(bounds[i], bounds[i + 1])),
+            f"{name}-part{i:03d}-of{n:03d}.tar",
+            lambda i=i: samples(range(bounds[i], bounds[i + 1])),
         )
         for i in range(n)
     ]
@@ -152,12 +172,11 @@ def _sample(i: int, jpeg: bytes) -> Sample:
     }
 
 
-def _small_image(i: int) -> bytes:
+def _small_image(i: int, side: int = SMALL_IMAGE_SIDE, seed: int = SEED) -> bytes:
     """A real JPEG: smooth seeded colour waves plus noise, so sizes vary a little."""
     import numpy as np
 
-    rng = np.random.default_rng([SEED, i])
-    side = SMALL_IMAGE_SIDE
+    rng = np.random.default_rng([seed, i])
     y, x = np.mgrid[0:side, 0:side].astype(np.float32) / side
     pixels = np.empty((side, side, 3), np.float32)
     for channel in range(3):
@@ -174,6 +193,12 @@ def _large_image(i: int) -> bytes:
     rng = np.random.default_rng([SEED + 1, i])
     side = LARGE_IMAGE_SIDE
     return _jpeg(rng.integers(0, 256, (side, side, 3), dtype=np.uint8), LARGE_IMAGE_QUALITY)
+
+
+def _tiny_image(i: int) -> dict[str, bytes]:
+    """A 64×64 JPEG (about 2 KB) drawn like the small set's, and its class."""
+    label = i * 7919 % len(CLASSES)
+    return {"cls": str(label).encode(), "jpg": _small_image(i, TINY_IMAGE_SIDE, SEED + 3)}
 
 
 def _jpeg(pixels: object, quality: int) -> bytes:

@@ -27,6 +27,7 @@ from ..storage import Reconnection, RetryPolicy, retry_policy
 from ..storage.cache import ShardCache
 from . import splitting
 from .batching import batches, padded
+from .collate import collate
 from .epochs import EpochClock
 from .handoff import handed_over
 from .mixing import MixRun, Mixture, dataset_fingerprint, mixture_of, mixture_settings
@@ -38,6 +39,7 @@ from .shards import resolve_shards
 from .skips import COUNTER_ROWS, WARNED_IDLE, SharedState, SkipCounts
 from .state import LoaderState
 from .transforms import Transforms
+from .transport import worker_collator
 
 Derived = tuple[list[WorkerPosition], "int | None"]
 
@@ -345,19 +347,23 @@ class ShardDataset(IterableDataset):
                 f"every sample of rank {rank} worker {worker} was skipped", self.urls[0],
             )  # fmt: skip
         if self.batch_size:
-            items = batches(
-                items,
-                self.batch_size,
-                self.collate or default_collate,
-                partial=not self.drop_last,
-                where=self._where,
-            )
+            collating = self._collator(info is not None)
+            items = batches(items, self.batch_size, collating, partial=not self.drop_last,
+                            where=self._where)  # fmt: skip
         mixed = self._mixed[physical % COUNTER_ROWS] if isinstance(run, MixRun) else None
         items = _counted(items, run, mixed)
         if self.in_loader:
             generation = run.plan.generation if run.plan is not None else 0
             items = handed_over(items, run, epoch, generation)
         return items
+
+    def _collator(self, in_worker: bool) -> Callable[[list[Any]], Any]:
+        """How batches are collated: in a worker of ``tarkit.loader`` into reused shared
+        memory (transport.py); else by ``collate=``, or by torch's ``default_collate`` in
+        another DataLoader's worker (which expects new shared memory), or by tarkit's."""
+        if in_worker and self.in_loader:
+            return worker_collator(self.collate)
+        return self.collate or (default_collate if in_worker else collate)
 
     # -- state --------------------------------------------------------------------------
 

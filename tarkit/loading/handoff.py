@@ -21,26 +21,31 @@ from typing import Any, Protocol
 
 from ..errors import TarkitError
 from .plans import WorkerPosition
+from .transport import Packed, unpacked
 
 
 class Delivery:
-    """One item from a worker and where the worker stood after it."""
+    """One item from a worker and where the worker stood after it; ``pool`` names the
+    worker's pool of shared memory when the item came packed in it (transport.py)."""
 
-    __slots__ = ("item", "worker", "epoch", "generation", "position")
+    __slots__ = ("item", "worker", "epoch", "generation", "position", "pool")
 
     def __init__(
-        self, item: Any, worker: int, epoch: int, generation: int, position: WorkerPosition
-    ) -> None:
+        self, item: Any, worker: int, epoch: int, generation: int, position: WorkerPosition,
+        pool: str | None = None,
+    ) -> None:  # fmt: skip
         self.item = item
         self.worker = worker
         self.epoch = epoch
         self.generation = generation
         self.position = position
+        self.pool = pool
 
     def pin_memory(self) -> Delivery:
-        """torch's ``pin_memory=True`` pins the item inside."""
-        return Delivery(_pinned(self.item), self.worker, self.epoch, self.generation,
-                        self.position)  # fmt: skip
+        """torch's ``pin_memory=True`` pins the item inside (rebuilt first if it came
+        packed: pinning copies it, and the worker's slot is free again)."""
+        return Delivery(_pinned(unpacked(self.item)), self.worker, self.epoch,
+                        self.generation, self.position, self.pool)  # fmt: skip
 
 
 def _pinned(data: Any) -> Any:
@@ -86,6 +91,7 @@ def handed_over(
     tarkit error."""
     try:
         for item in items:
-            yield Delivery(item, run.worker, epoch, generation, run.snapshot())
+            pool = item.token if type(item) is Packed else None
+            yield Delivery(item, run.worker, epoch, generation, run.snapshot(), pool)
     except TarkitError as exc:
         yield WorkerError(exc, traceback.format_exc())

@@ -3,6 +3,7 @@ and whose state a checkpoint can hold."""
 
 from __future__ import annotations
 
+import weakref
 from collections.abc import Iterator, Sequence
 from typing import Any
 
@@ -13,6 +14,7 @@ from .handoff import Delivery, WorkerError
 from .plans import Generation, WorkerPosition
 from .skips import SkipCounts
 from .state import LoaderState
+from .transport import forget, unpacked
 
 
 class ShardLoader(DataLoader):
@@ -44,7 +46,14 @@ class ShardLoader(DataLoader):
         workers = max(self.num_workers, 1)
         self._pass = _Pass(self.dataset, workers, self._loaded, self.dataset._clock.next_epoch)
         self._loaded = None
-        return _Batches(super().__iter__(), self._pass, self)
+        iterator = super().__iter__()  # persistent workers: the same one each epoch
+        pools = _POOLS.get(iterator)
+        if pools is None:
+            # The worker pools (transport.py) whose batches came through this iterator:
+            # forgotten with it, when its workers are gone.
+            pools = _POOLS[iterator] = set()
+            weakref.finalize(iterator, forget, pools)
+        return _Batches(iterator, self._pass, self, pools)
 
     def __len__(self) -> int:
         """Batches per epoch on this rank (see :meth:`ShardDataset.length`)."""
@@ -73,6 +82,9 @@ class ShardLoader(DataLoader):
         self.dataset.load_state_dict(state)
         self._loaded = LoaderState.from_json(state)
         self._pass = None
+
+
+_POOLS: weakref.WeakKeyDictionary[Any, set[str]] = weakref.WeakKeyDictionary()
 
 
 class _Pass:
@@ -146,10 +158,13 @@ class _Pass:
 class _Batches:
     """The DataLoader's iterator: items unwrapped, counted, a worker's error raised."""
 
-    def __init__(self, batches: Iterator[Any], current: _Pass, loader: ShardLoader) -> None:
+    def __init__(
+        self, batches: Iterator[Any], current: _Pass, loader: ShardLoader, pools: set[str]
+    ) -> None:
         self._batches = batches
         self._pass = current
         self._loader = loader
+        self._pools = pools
 
     def __iter__(self) -> _Batches:
         return self
@@ -163,7 +178,9 @@ class _Batches:
         if isinstance(delivery, WorkerError):
             delivery.reraise()
         self._pass.received(delivery)
-        return delivery.item
+        if delivery.pool is not None:
+            self._pools.add(delivery.pool)
+        return unpacked(delivery.item)
 
     def __len__(self) -> int:
         return len(self._loader)

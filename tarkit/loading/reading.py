@@ -89,7 +89,12 @@ class PieceReader:
         try:
             source, stream = self._open(url, offset)
             with source:
-                for sample in group_samples(watch.members(read_members(stream, url)), url):
+                members: Iterator[Any] = read_members(stream, url)
+                if expected is None and self.handler == "skip":
+                    # Only then is what a bad shard loses counted from the last member
+                    # read: watching each member keeps the compiled scanner from grouping.
+                    members = watch.members(members)
+                for sample in group_samples(members, url):
                     watch.done = sample.key
                     if info is not None and (
                         position >= info.samples
@@ -103,8 +108,8 @@ class PieceReader:
                     result: dict[str, Any] = {"__key__": sample.key, "__url__": url}
                     if local_path is not None:
                         result["__local_path__"] = local_path
-                    for name, member in zip(sample.fields, sample.members, strict=True):
-                        result[name.lower()] = member.data
+                    for index, name in enumerate(sample.fields):
+                        result[name.lower()] = sample.data_at(index)  # no member objects
                     yield result
                     delivered += 1
                     if delivered == expected and piece.stop is not None:

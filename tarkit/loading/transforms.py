@@ -1,9 +1,12 @@
 """The per-sample stages of the loader: webdataset's ``decode``, ``to_tuple`` and ``map``.
 
-webdataset's own stages do the work (its image specs and basic handlers decode). A
-stage that fails on a sample is named with the sample's shard and key and raises, or
-with ``handler="skip"`` the sample is counted under the stage's reason and the chain
-goes on with the next sample.
+webdataset's own decoder does the decoding (:class:`webdataset.autodecode.Decoder`, with
+its image specs and basic handlers), called on each sample directly rather than through
+a chain of webdataset's generator stages: one loop per worker, with the stages' exact
+rules (``to_tuple``'s alternatives and its error on a missing field, ``map`` dropping a
+sample that maps to None and keeping ``__key__`` on a dict). A stage that fails on a
+sample is named with the sample's shard and key and raises, or with ``handler="skip"``
+the sample is counted under the stage's reason and the loop goes on with the next sample.
 """
 
 from __future__ import annotations
@@ -12,6 +15,7 @@ from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 import webdataset as wds
+from webdataset.filters import getfirst
 
 from ..errors import InputError
 from .reading import SkipReport
@@ -45,37 +49,61 @@ class Transforms:
 
     def __call__(self, samples: Iterator[dict[str, Any]], row: int) -> Iterator[Any]:
         """Run the stages over ``samples``; a failure raises or is counted (``row``: the
-        worker)."""
-        stages: list[tuple[str, Any]] = []
-        if self.decode is not None:
-            handlers = self.decode if isinstance(self.decode, (list, tuple)) else [self.decode]
-            stages.append((UNDECODABLE, wds.decode(*handlers)))
-        if self.to_tuple is not None:
-            columns = [self.to_tuple] if isinstance(self.to_tuple, str) else self.to_tuple
-            stages.append((MISSING, wds.to_tuple(*columns)))
-        if self.map is not None:
-            stages.append((MAP_FAILED, wds.map(self.map)))
-        while True:
-            feed = _Feed(samples, stages[0][0])
-            items: Iterator[Any] = iter(feed)
-            for index, (_, stage) in enumerate(stages):
-                items = stage(items)
-                if index + 1 < len(stages):
-                    items = feed.mark(items, stages[index + 1][0])
+        worker). An error of ``samples`` itself (the shard reader's) goes through."""
+        decoder = _decoder(self.decode) if self.decode is not None else None
+        columns = _Columns(self.to_tuple) if self.to_tuple is not None else None
+        mapper = self.map
+        for sample in samples:
+            stage = UNDECODABLE
             try:
-                for item in items:
-                    sample = feed.current or {}
-                    self.current = (sample.get("__url__", "-"), sample.get("__key__", "?"))
-                    yield item
-                return
-            except Exception as exc:  # a stage failed on feed.current: rebuild the chain
-                if exc is feed.upstream:
-                    raise  # the shard reader's own error, already named
-                sample = feed.current or {}
-                error = _sample_error(feed.stage, sample, exc)
+                item: Any = sample if decoder is None else decoder(sample)
+                if columns is not None:
+                    stage = MISSING
+                    item = columns.take(item)
+                if mapper is not None:
+                    stage = MAP_FAILED
+                    result = mapper(item)
+                    if result is None:
+                        continue  # webdataset's map drops it, uncounted
+                    if isinstance(result, dict) and isinstance(item, dict):
+                        result["__key__"] = item.get("__key__")
+                    item = result
+            except Exception as exc:
+                error = _sample_error(stage, sample, exc)
                 if self.handler == "raise":
                     raise error from exc
-                self.skip(row, feed.stage, 1, None, str(error))
+                self.skip(row, stage, 1, None, str(error))
+                continue
+            self.current = (sample.get("__url__", "-"), sample.get("__key__", "?"))
+            yield item
+
+
+def _decoder(decode: Any) -> wds.autodecode.Decoder:
+    """webdataset's ``decode(*handlers)`` decoder: spec strings become image handlers."""
+    handlers = decode if isinstance(decode, (list, tuple)) else [decode]
+    return wds.autodecode.Decoder(
+        [wds.autodecode.imagehandler(h) if isinstance(h, str) else h for h in handlers]
+    )
+
+
+class _Columns:
+    """webdataset's ``to_tuple(*args)``: each column a list of alternatives, taken by
+    webdataset's ``getfirst``; a missing or None field is an error, as there."""
+
+    def __init__(self, to_tuple: str | Sequence[str]) -> None:
+        args: Any = (to_tuple,) if isinstance(to_tuple, str) else tuple(to_tuple)
+        if len(args) == 1 and isinstance(args[0], str) and " " in args[0]:
+            args = args[0].split()
+        self.args = args  # as webdataset names them in its error
+        # A column with a space stays a string: getfirst refuses it, as in webdataset.
+        self.keys = [a.split(";") if isinstance(a, str) and " " not in a else a for a in args]
+
+    def take(self, sample: dict[str, Any]) -> tuple[Any, ...]:
+        result = tuple([getfirst(sample, keys, missing_is_error=True) for keys in self.keys])
+        for value in result:
+            if value is None:
+                raise ValueError(f"to_tuple {self.args} got {sample.keys()}")
+        return result
 
 
 def _sample_error(stage: str, sample: dict[str, Any], exc: BaseException) -> InputError:
@@ -90,32 +118,3 @@ def _sample_error(stage: str, sample: dict[str, Any], exc: BaseException) -> Inp
     else:
         what = f"map failed on sample {key!r}: {reason}"
     return InputError(what, source=url, member=key)
-
-
-class _Feed:
-    """Feeds samples to a chain of stages and knows which sample and stage is current."""
-
-    def __init__(self, samples: Iterator[dict[str, Any]], first: str) -> None:
-        self.samples = samples
-        self.first = first
-        self.stage = first
-        self.current: dict[str, Any] | None = None
-        self.upstream: BaseException | None = None
-
-    def __iter__(self) -> Iterator[dict[str, Any]]:
-        while True:
-            try:
-                sample = next(self.samples)
-            except StopIteration:
-                return
-            except BaseException as exc:
-                self.upstream = exc
-                raise
-            self.current = sample
-            self.stage = self.first
-            yield sample
-
-    def mark(self, items: Iterator[Any], stage: str) -> Iterator[Any]:
-        for item in items:
-            self.stage = stage
-            yield item

@@ -7,6 +7,7 @@ import io
 from collections import Counter
 from collections.abc import Iterable
 from pathlib import Path
+from typing import Any
 
 from PIL import Image
 
@@ -68,3 +69,18 @@ def keys_of(items: Iterable[object]) -> list[str]:
 
 def all_keys(counts: list[int], prefix: str = "s") -> Counter[str]:
     return Counter(f"{prefix}{s:02d}-{i:03d}" for s, c in enumerate(counts) for i in range(c))
+
+
+def same(a: Any, b: Any) -> bool:
+    """Equal structure, types, dtypes and values (batches of tensors, lists, dicts)."""
+    import torch
+
+    if type(a) is not type(b):
+        return False
+    if isinstance(a, torch.Tensor):
+        return a.dtype == b.dtype and a.shape == b.shape and torch.equal(a, b)
+    if isinstance(a, dict):
+        return list(a) == list(b) and all(same(a[k], b[k]) for k in a)
+    if isinstance(a, (list, tuple)):
+        return len(a) == len(b) and all(same(x, y) for x, y in zip(a, b, strict=True))
+    return bool(a == b)

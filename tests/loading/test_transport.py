@@ -1,0 +1,149 @@
+"""Batches from the workers of tarkit.loader through reused shared memory: the same
+batches as torch's own way, slots that are never overwritten while a batch (or one of its
+tensors) is held, persistent workers, and a worker that dies."""
+
+from __future__ import annotations
+
+import io
+import multiprocessing
+import os
+import pickle
+import signal
+import threading
+from multiprocessing.reduction import ForkingPickler
+from typing import Any
+
+import numpy as np
+import pytest
+import torch
+from loader_data import make_shards, same
+from torch.utils.data import DataLoader
+
+import tarkit
+from tarkit.loading import ShardDataset
+from tarkit.loading.handoff import Delivery
+from tarkit.loading.plans import WorkerPosition
+from tarkit.loading.transport import SLOTS, BatchPool, unpacked
+
+COUNTS = [9, 4, 12, 1, 7, 10, 6]  # 49 samples
+DECODED = {"decode": "rgb8", "to_tuple": "jpg cls"}
+SHUFFLED = {"shuffle": 5, "seed": 3}
+pytestmark = pytest.mark.filterwarnings(
+    "ignore:.* some workers have nothing to read", "ignore:This DataLoader will create"
+)
+
+
+@pytest.fixture(scope="module")
+def manifest(tmp_path_factory: pytest.TempPathFactory) -> str:
+    return make_shards(tmp_path_factory.mktemp("transport"), COUNTS, images=True)[1]
+
+
+def torch_way(manifest: str, batch_size: int = 4, **options: Any) -> list[Any]:
+    """The batches of a plain DataLoader over the same dataset: torch's default_collate
+    into new shared memory, as before the pool."""
+    dataset = ShardDataset(manifest, batch_size=batch_size, **options)
+    return list(DataLoader(dataset, batch_size=None, num_workers=2))
+
+
+def through_a_pipe(item: Any) -> Any:
+    """``item`` pickled as a worker pickles it and unpickled as the main process does."""
+    out = io.BytesIO()
+    ForkingPickler(out, pickle.HIGHEST_PROTOCOL).dump(item)
+    return pickle.loads(out.getvalue())
+
+
+@pytest.mark.parametrize("options", [DECODED, {}], ids=["decoded", "bytes"])
+def test_batches_from_the_pool_equal_torchs_own_batch_for_batch(manifest, options):
+    loader = tarkit.loader(manifest, 4, 2, **SHUFFLED, **options)
+    got = list(loader)
+    expected = torch_way(manifest, **SHUFFLED, **options)
+    assert len(got) == len(expected) == 13
+    assert all(same(a, b) for a, b in zip(got, expected, strict=True))
+
+
+def test_the_tensors_of_a_batch_arrive_side_by_side_in_one_shared_buffer(manifest):
+    for images, labels in tarkit.loader(manifest, 4, 1, **DECODED):
+        aligned = -(-images.nbytes // 64) * 64  # torch's way: two separate mappings
+        assert labels.data_ptr() - images.data_ptr() == aligned
+
+
+def test_a_consumer_that_keeps_every_batch_sees_each_unchanged(manifest):
+    expected = torch_way(manifest, 2, **SHUFFLED, **DECODED)
+    loader = tarkit.loader(manifest, 2, 2, **SHUFFLED, **DECODED)
+    kept = list(loader)  # 25 batches, more than the slots of both workers
+    assert len(kept) > 2 * SLOTS
+    assert len(kept) == len(expected) == 25
+    assert all(same(a, b) for a, b in zip(kept, expected, strict=True))
+
+
+def test_a_kept_tensor_holds_its_slot_until_it_is_freed():
+    pool = BatchPool()
+    collate = pool.collator(None)
+    first = [(np.full((2, 2), i, np.uint8), i) for i in range(3)]
+    images, labels = unpacked(through_a_pipe(collate(first)))
+    assert pool.busy.tolist()[0] == 1
+    del labels
+    kept = images[1]  # a view keeps the batch's memory
+    del images
+    second = unpacked(through_a_pipe(collate([(np.zeros((2, 2), np.uint8), 9)] * 3)))
+    assert pool.busy.tolist()[:2] == [1, 1]  # the second batch went to a new slot
+    assert kept.tolist() == [[1, 1], [1, 1]]
+    del kept, second
+    assert pool.busy.tolist()[:2] == [0, 0]
+
+
+def test_a_batch_unpacked_and_copied_in_another_thread_frees_its_slot():
+    """What ``pin_memory`` does (torch's pinning thread): unpack, copy, drop."""
+    pool = BatchPool()
+    received = through_a_pipe(Delivery(
+        pool.collator(None)([(np.ones(4, np.float32), 1)] * 2), 0, 0, 0, WorkerPosition()
+    ))  # fmt: skip
+    copies: list[Any] = []
+
+    def pin(delivery: Delivery) -> None:
+        copies.append(unpacked(delivery.item)[0].clone())
+
+    thread = threading.Thread(target=pin, args=(received,))
+    thread.start()
+    thread.join()
+    del received
+    assert pool.busy.tolist()[0] == 0
+    assert copies[0].tolist() == [[1.0] * 4] * 2
+
+
+@pytest.mark.skipif(not torch.accelerator.is_available(), reason="pinning needs a device")
+def test_pinned_batches_equal_torchs_own(manifest):
+    loader = tarkit.loader(manifest, 4, 2, pin_memory=True, **SHUFFLED, **DECODED)
+    got = list(loader)
+    assert all(images.is_pinned() for images, _ in got)
+    expected = torch_way(manifest, **SHUFFLED, **DECODED)
+    assert all(same(a, b) for a, b in zip(got, expected, strict=True))
+
+
+def test_persistent_workers_give_the_same_batches_each_epoch_while_earlier_ones_are_kept(
+    manifest,
+):
+    expected = torch_way(manifest, 2, **DECODED)  # no shuffle: every epoch the same
+    loader = tarkit.loader(manifest, 2, 2, persistent_workers=True, **DECODED)
+    epochs = [list(loader) for _ in range(3)]  # each kept while the next one runs
+    for batches in epochs:
+        assert len(batches) == len(expected) == 25
+        assert all(same(a, b) for a, b in zip(batches, expected, strict=True))
+
+
+def test_a_killed_worker_raises_torchs_error_and_received_batches_stay_intact(manifest):
+    expected = list(tarkit.loader(manifest, 2, 2, **DECODED))
+    iterator = iter(tarkit.loader(manifest, 2, 2, **DECODED))
+    kept = [next(iterator) for _ in range(4)]
+    # torch's errors, as without the pool: a worker found dead, or (rarely) killed while
+    # handing over a file descriptor
+    with pytest.raises((RuntimeError, ConnectionResetError)) as error:
+        for worker in multiprocessing.active_children():
+            os.kill(worker.pid, signal.SIGKILL)  # type: ignore[arg-type]
+        for _ in range(len(expected)):
+            kept.append(next(iterator))
+    assert error.type is ConnectionResetError or str(error.value).startswith(
+        "DataLoader worker (pid"
+    )
+    del iterator
+    assert all(same(a, b) for a, b in zip(kept, expected, strict=False))
