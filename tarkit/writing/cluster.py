@@ -1,7 +1,7 @@
 """shard_dataset on an engine: items encoded by many workers, shards cut as one machine cuts.
 
 The item order (index order, or the seeded permutation) is cut by the rule of
-:class:`~tarkit.writing.shard_writer.ShardCut`, which depends on the tar size of every
+:class:`~tarkit.writing.cuts.ShardCut`, which depends on the tar size of every
 sample in order. The work goes in two kinds of task (:mod:`tarkit.writing.cluster_tasks`),
 run by the same :class:`~tarkit.engines.running.TaskRunner` as :func:`tarkit.map_shards`:
 
@@ -40,6 +40,7 @@ from ..format.compression import MEASURED, compression_for
 from ..format.manifest import Manifest, ShardInfo
 from ..storage import location, move_file, relative_url, remove_file, save_manifest
 from .cluster_tasks import Encoded, EncodeTask, Slot, WriteTask, Written
+from .cuts import ShardCut
 from .items import ItemEncoder, ItemFailure
 from .patterns import (
     CREATE,
@@ -53,7 +54,7 @@ from .patterns import (
 )
 from .rejects import Rejected, save_rejects
 from .shard_records import completed_ranges, plan_digest, record_path
-from .shard_writer import ShardCut, run_post
+from .shard_writer import run_post
 
 TICK = 0.5  # seconds between progress reports while waiting
 PIECE_SECONDS = 1.0  # the work an encode task aims at

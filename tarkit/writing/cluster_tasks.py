@@ -8,7 +8,7 @@ is the :class:`~tarkit.writing.items.ItemEncoder` (the dataset with it):
   leaves the encoded samples, one after another, as its payload: they stay in the
   engine (a Ray object store) until the shard that holds them is written.
 - :class:`WriteTask` writes one shard from the payloads of the encode tasks that hold
-  its samples, cutting it with :class:`~tarkit.writing.shard_writer.ShardCut` exactly as
+  its samples, cutting it with :class:`~tarkit.writing.cuts.ShardCut` exactly as
   :class:`~tarkit.writing.shard_writer.ShardWriter` cuts: the same samples, the same
   write calls, so the same bytes. It publishes the shard's record
   (:mod:`tarkit.writing.shard_records`) and then the shard
@@ -38,9 +38,9 @@ from ..format.compression import compression_for
 from ..format.manifest import ShardInfo
 from ..format.tar import END_OF_ARCHIVE
 from ..storage import StagedFile, remove_stale_temp
+from .cuts import ShardCut
 from .items import CarriedError, ItemEncoder, ItemFailure
 from .shard_records import PositionedReject, ShardRecord, write_record
-from .shard_writer import ShardCut
 
 Slot = tuple[int, int, int]  # (position in the item order, offset in the payload, tar size)
 
