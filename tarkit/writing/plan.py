@@ -212,18 +212,21 @@ def read_plan(
     a plan with a ``__key__`` column. ``warn`` is called with a message when the header
     has no ``@`` column (no file is embedded).
     """
-    sep = plan_delimiter(path, delimiter)
     remote = location(path).remote
     try:
+        # What the file is comes first: a zip named photos.zip is a zip, not a plan
+        # whose delimiter cannot be told.
         if remote:
             data = read_bytes(path, storage_options)
             if data is None:
                 raise SourceError(f"{path}: no such file")
             check_plan_file(path, data[:4096])
+            sep = plan_delimiter(path, delimiter)
             text = io.StringIO(data.decode("utf-8-sig"), newline="")
             lines = list(csv.reader(text, delimiter=sep, strict=True))
         else:
             check_plan_file(path)
+            sep = plan_delimiter(path, delimiter)
             with open(path, encoding="utf-8-sig", newline="") as f:
                 lines = list(csv.reader(f, delimiter=sep, strict=True))
     except FileNotFoundError:

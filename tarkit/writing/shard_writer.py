@@ -229,8 +229,6 @@ class ShardWriter:
         if start < 0:
             raise UsageError(f"the first shard number must not be negative (got {start})")
         self.pattern = pattern
-        self.maxcount = maxcount
-        self.maxsize = parse_size(maxsize, "maxsize")
         self.maxshards = maxshards
         self.start = start
         self.post = post
@@ -243,7 +241,7 @@ class ShardWriter:
         self.samples_done = 0
         self._file: StagedFile | None = None
         self._name = ""  # the final name of the shard being written
-        self._cut = ShardCut(maxcount, self.maxsize, compression_for(pattern))
+        self._cut = ShardCut(maxcount, parse_size(maxsize, "maxsize"), compression_for(pattern))
         self._first_key: str | None = None
         self._encoder = SampleEncoder(self.mtime)
         self._closed = False
@@ -271,6 +269,21 @@ class ShardWriter:
             if strangers:
                 raise refuse_strangers(pattern, strangers)
             remove_stale_temp(shard_name(pattern, start + len(self.shards)), storage_options)
+
+    @property
+    def maxcount(self) -> int:
+        """Samples a shard may hold (the writer's limit and its cut's: one number);
+        changing it applies from the next sample on."""
+        return self._cut.maxcount
+
+    @maxcount.setter
+    def maxcount(self, value: int) -> None:
+        self._cut.maxcount = value
+
+    @property
+    def maxsize(self) -> int:
+        """Bytes a shard's file may take (the rule in the module docstring)."""
+        return self._cut.maxsize
 
     @property
     def samples(self) -> int:

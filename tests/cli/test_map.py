@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import signal
 import subprocess
+import tempfile
 import time
 from pathlib import Path
 
@@ -291,8 +292,9 @@ def test_a_worker_killed_mid_command_loses_its_command_and_directory_not_its_sha
     tmp_path: Path, env: dict[str, str]
 ) -> None:
     inputs = write_inputs(tmp_path / "in")
-    tmpdir = tmp_path / "tmpdir"
-    tmpdir.mkdir()
+    # A short TMPDIR: multiprocessing puts a socket there, and a socket's path may not be
+    # longer than 107 bytes (pytest-xdist's temporary paths can be).
+    tmpdir = Path(tempfile.mkdtemp(prefix="tk-", dir="/tmp"))
     env["TMPDIR"] = str(tmpdir)
     pids = tmp_path / "marks" / "pids"
     # The first attempt at s1-02 records its own and its worker's process ids, then
@@ -322,6 +324,7 @@ def test_a_worker_killed_mid_command_loses_its_command_and_directory_not_its_sha
     assert keys_of(outputs(tmp_path / "out")) == ALL_KEYS
     assert_gone(command_pid)
     assert list(tmpdir.iterdir()) == []  # no tarproc-* nor anything else
+    tmpdir.rmdir()
 
 
 def test_outputs_of_an_earlier_run_that_this_run_would_not_write_are_refused_then_overwritten(
