@@ -287,7 +287,9 @@ class MixRun:
             draws[source] += 1
             current = runs[source]
             assert current is not None
-            position.parts[source] = list(current.position.lost)
+            lost = current.position.lost
+            if position.parts[source] != lost:  # (almost always both empty)
+                position.parts[source] = list(lost)
             position.taken += 1
             position.read = position.taken
             self.counts[source] += 1

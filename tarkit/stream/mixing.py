@@ -63,6 +63,9 @@ def preview_seed(seed: int) -> tuple[object, ...]:
     return ("loader", seed, 0, 0, 0, 0)
 
 
+_KEPT = 1024  # blocks a schedule keeps: about 8 MB at most, a million slots
+
+
 class MixSchedule:
     """Which input each slot of a mixed stream takes: a seeded, stratified draw.
 
@@ -92,12 +95,15 @@ class MixSchedule:
         self.floors = [math.floor(s) for s in self.shares]
         self.seed = seed
         self.block_size = block
-        self._cached: tuple[int, list[int]] | None = None
+        # Blocks drawn so far (a pass asks for each several times: its length, where a
+        # resume starts, then slot by slot), up to _KEPT of them.
+        self._blocks: dict[int, list[int]] = {}
 
     def block(self, number: int) -> list[int]:
         """The inputs of the slots of block ``number``, in order."""
-        if self._cached is not None and self._cached[0] == number:
-            return self._cached[1]
+        cached = self._blocks.get(number)
+        if cached is not None:
+            return cached
         import random  # here: its import is a start-up cost of every tool
         from fractions import Fraction
 
@@ -113,7 +119,9 @@ class MixSchedule:
             reached += share
         slots = [i for i, n in enumerate(counts) for _ in range(n)]
         rng.shuffle(slots)
-        self._cached = (number, slots)
+        if len(self._blocks) >= _KEPT:
+            self._blocks.clear()
+        self._blocks[number] = slots
         return slots
 
     def source_at(self, slot: int) -> int:
