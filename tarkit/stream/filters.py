@@ -26,7 +26,6 @@ from typing import Any
 
 from ..errors import InputError, SourceError, UsageError
 from ..format.samples import Sample, split_name
-from ..format.tar import Member
 from ..storage import expand_inputs, open_source
 from .stages import close_iterator
 
@@ -170,15 +169,23 @@ def filter_samples(samples: Iterable[Sample], predicate: Predicate) -> Iterator[
 # --- values ---------------------------------------------------------------------------
 
 
-def _field_member(sample: Sample, name: str) -> Member | None:
-    """The member of field ``name`` (lower case), matched case-insensitively as ``-f`` does."""
+def _field_index(sample: Sample, name: str) -> int | None:
+    """The index of field ``name`` (lower case), matched case-insensitively as ``-f``
+    does, or None."""
     fields = sample.fields
     if name in fields:  # the usual case, and a scan in C
-        return sample.members[fields.index(name)]
-    for field, member in zip(fields, sample.members, strict=True):
+        return fields.index(name)
+    for index, field in enumerate(fields):
         if field.lower() == name:
-            return member
+            return index
     return None
+
+
+def _field_data(sample: Sample, name: str) -> bytes | None:
+    """The bytes of field ``name`` (as :func:`_field_index` finds it), read without making
+    the sample's member objects."""
+    index = _field_index(sample, name)
+    return None if index is None else sample.data_at(index)
 
 
 def _text_number(text: str) -> int | float | None:
@@ -200,13 +207,14 @@ def _is_number(value: Any) -> bool:
 def _load_json(sample: Sample, field: str, shown: str) -> Any:
     import json  # here, not at the top: tarcat starts without it
 
-    member = _field_member(sample, field)
-    if member is None:
+    index = _field_index(sample, field)
+    if index is None:
         return _MISSING
     try:
-        return json.loads(member.data)
+        return json.loads(sample.data_at(index))
     except (ValueError, RecursionError) as exc:
         reason = str(exc) if isinstance(exc, ValueError) else "nested too deeply"
+        member = sample.members[index]
         name = split_name(member.name)[1]  # type: ignore[index]
         raise InputError(
             f"sample {sample.key!r}: field {name!r} is not JSON ({reason}), "
@@ -226,10 +234,10 @@ class _Reference:
 
 def _text_reference(field: str, shown: str) -> _Reference:
     def get(sample: Sample, cache: dict) -> Any:
-        member = _field_member(sample, field)
-        return _MISSING if member is None else member.data.decode("utf-8", "surrogateescape")
+        data = _field_data(sample, field)
+        return _MISSING if data is None else data.decode("utf-8", "surrogateescape")
 
-    return _Reference("text", get, lambda s, c: _field_member(s, field) is not None, shown)
+    return _Reference("text", get, lambda s, c: _field_index(s, field) is not None, shown)
 
 
 def _json_reference(field: str, steps: Sequence[str | int], shown: str) -> _Reference:
