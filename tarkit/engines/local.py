@@ -134,9 +134,20 @@ def start_failure_hint() -> str:
     )
 
 
+# The forkserver listens on a socket in a new directory of the temporary directory
+# (``pymp-XXXXXXXX/listener-XXXXXXXX``), and a socket's path may not pass 107 bytes.
+_SOCKET_DIRECTORY_ROOM = 107 - len("/pymp-12345678/listener-12345678")
+
+
 def start_method() -> str:
-    """``forkserver`` where the platform has it (safe with threads, fast), else ``spawn``."""
-    return "forkserver" if "forkserver" in multiprocessing.get_all_start_methods() else "spawn"
+    """``forkserver`` where the platform has it (safe with threads, fast) and the
+    temporary directory is short enough for its socket, else ``spawn``."""
+    import tempfile
+
+    short = len(os.fsencode(tempfile.gettempdir())) <= _SOCKET_DIRECTORY_ROOM
+    if short and "forkserver" in multiprocessing.get_all_start_methods():
+        return "forkserver"
+    return "spawn"
 
 
 class LocalEngine:

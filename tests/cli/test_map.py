@@ -327,6 +327,18 @@ def test_a_worker_killed_mid_command_loses_its_command_and_directory_not_its_sha
     tmpdir.rmdir()
 
 
+def test_a_long_temporary_directory_is_no_obstacle(tmp_path: Path, env: dict[str, str]) -> None:
+    # Workers start another way when a socket in TMPDIR would pass 107 bytes.
+    tmpdir = tmp_path / ("t" * 110)
+    tmpdir.mkdir()
+    env["TMPDIR"] = str(tmpdir)
+    inputs = write_inputs(tmp_path / "in")
+    result = run(["tarkit", "map", "--fn", "map_functions:shout", inputs, "-o",
+                  f"{tmp_path}/out/", "-j", "2"], env=env)  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    assert keys_of(outputs(tmp_path / "out")) == ALL_KEYS
+
+
 def test_outputs_of_an_earlier_run_that_this_run_would_not_write_are_refused_then_overwritten(
     tmp_path: Path, env: dict[str, str]
 ) -> None:
