@@ -180,6 +180,7 @@ def header(quick: bool, load_before: float, load_after: float) -> str:
         "",
         "## How to reproduce",
         "",
+        "<!-- not run: the benchmarks take minutes -->",
         "```sh",
         "bin/setup                      # .venv with tarkit, torch, webdataset (see README)",
         ". .venv/bin/activate",

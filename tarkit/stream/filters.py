@@ -170,8 +170,7 @@ def filter_samples(samples: Iterable[Sample], predicate: Predicate) -> Iterator[
 
 
 def _field_index(sample: Sample, name: str) -> int | None:
-    """The index of field ``name`` (lower case), matched case-insensitively as ``-f``
-    does, or None."""
+    """The index of field ``name`` (lower case, matched as ``-f`` does), or None."""
     fields = sample.fields
     if name in fields:  # the usual case, and a scan in C
         return fields.index(name)
@@ -179,13 +178,6 @@ def _field_index(sample: Sample, name: str) -> int | None:
         if field.lower() == name:
             return index
     return None
-
-
-def _field_data(sample: Sample, name: str) -> bytes | None:
-    """The bytes of field ``name`` (as :func:`_field_index` finds it), read without making
-    the sample's member objects."""
-    index = _field_index(sample, name)
-    return None if index is None else sample.data_at(index)
 
 
 def _text_number(text: str) -> int | float | None:
@@ -234,8 +226,10 @@ class _Reference:
 
 def _text_reference(field: str, shown: str) -> _Reference:
     def get(sample: Sample, cache: dict) -> Any:
-        data = _field_data(sample, field)
-        return _MISSING if data is None else data.decode("utf-8", "surrogateescape")
+        index = _field_index(sample, field)  # its bytes without making member objects
+        if index is None:
+            return _MISSING
+        return sample.data_at(index).decode("utf-8", "surrogateescape")
 
     return _Reference("text", get, lambda s, c: _field_index(s, field) is not None, shown)
 
