@@ -13,6 +13,8 @@ never modify a returned file, copy it into your ``workdir`` first.
 - :func:`tiny_shard`: three tiny samples, for start-up times.
 - :func:`tiny_image_shards`: 20,000 tiny 64×64 JPEGs (~2 KB) + ``.cls``, cut into ``n``
   shards (2,000 under ``--quick``).
+- :func:`photo_shards`: 6,000 photo-sized JPEGs (about 360–440 pixels wide, 30–75 KB) +
+  ``.cls``, cut into ``n`` shards (600 under ``--quick``).
 
 Timing runs real shell pipelines (``bash -o pipefail -c``) as a user would: the venv's
 ``bin`` first on ``PATH`` (ahead of Debian's unrelated ``/usr/sbin/tarcat``) and
@@ -51,6 +53,7 @@ SMALL_IMAGE_SIDE, SMALL_IMAGE_QUALITY = 80, 85  # ~2.5 KB JPEG, one 3 KB tar mem
 LARGE_IMAGE_SIDE, LARGE_IMAGE_QUALITY = 1280, 95  # ~1.9 MB JPEG of noise
 TINY_IMAGES, TINY_IMAGES_QUICK = 20_000, 2_000
 TINY_IMAGE_SIDE = 64
+PHOTOS, PHOTOS_QUICK = 6_000, 600
 CLASSES = ("cat", "dog", "bird", "fish", "horse", "frog", "ship", "truck", "plane", "car")
 
 
@@ -107,12 +110,23 @@ def small_shards(workdir: Path | None, n: int, *, quick: bool | None = None) -> 
 
 def tiny_image_shards(workdir: Path | None, n: int, *, quick: bool | None = None) -> list[Path]:
     """20,000 tiny 64×64 JPEGs and their ``.cls``, in ``n`` shards (2,000 under quick)."""
-    count = TINY_IMAGES_QUICK if _quick(quick) else TINY_IMAGES
+    return _numbered("tiny", TINY_IMAGES_QUICK if _quick(quick) else TINY_IMAGES, n, _tiny_image)
+
+
+def photo_shards(workdir: Path | None, n: int, *, quick: bool | None = None) -> list[Path]:
+    """6,000 photo-sized JPEGs (30–75 KB) and their ``.cls``, in ``n`` shards (600 quick)."""
+    return _numbered("photos", PHOTOS_QUICK if _quick(quick) else PHOTOS, n, _photo)
+
+
+def _numbered(
+    name: str, count: int, n: int, fields: Callable[[int], dict[str, bytes]]
+) -> list[Path]:
+    """Samples ``00000000``… with ``fields(i)``, cut into ``n`` cached shards."""
     return _cut(
-        f"tiny-v{FORMAT_VERSION}-{count}",
+        f"{name}-v{FORMAT_VERSION}-{count}",
         count,
         n,
-        lambda indices: ((f"{i:08d}", _tiny_image(i)) for i in indices),
+        lambda indices: ((f"{i:08d}", fields(i)) for i in indices),
     )
 
 
@@ -199,6 +213,32 @@ def _tiny_image(i: int) -> dict[str, bytes]:
     """A 64×64 JPEG (about 2 KB) drawn like the small set's, and its class."""
     label = i * 7919 % len(CLASSES)
     return {"cls": str(label).encode(), "jpg": _small_image(i, TINY_IMAGE_SIDE, SEED + 3)}
+
+
+_PHOTO_NOISE: list[Any] = []  # one seeded noise field, cropped differently for each photo
+
+
+def _photo(i: int) -> dict[str, bytes]:
+    """A photo-sized JPEG: smooth seeded colour blobs plus film-grain noise (the noise's
+    strength sets the size, 30–75 KB), and its class."""
+    import numpy as np
+    from PIL import Image
+
+    if not _PHOTO_NOISE:
+        noise = np.random.default_rng(SEED + 4).normal(0, 1, (700, 700, 3))
+        _PHOTO_NOISE.append(noise.astype(np.float32))
+    rng = np.random.default_rng([SEED + 5, i])
+    width = int(rng.integers(360, 441))
+    height = int(width * rng.uniform(0.7, 0.8))
+    cell = 24  # pixels per random colour before smoothing
+    coarse = rng.integers(0, 256, (height // cell + 3, width // cell + 3, 3), dtype=np.uint8)
+    smooth = Image.fromarray(coarse).resize((width + 2 * cell, height + 2 * cell), Image.BICUBIC)
+    smooth = smooth.crop((cell, cell, width + cell, height + cell))
+    y, x = rng.integers(0, 700 - height), rng.integers(0, 700 - width)
+    grain = _PHOTO_NOISE[0][y : y + height, x : x + width] * rng.uniform(10, 20)
+    pixels = (np.asarray(smooth, np.float32) + grain).clip(0, 255).astype(np.uint8)
+    label = i * 7919 % len(CLASSES)
+    return {"cls": str(label).encode(), "jpg": _jpeg(pixels, 88)}
 
 
 def _jpeg(pixels: object, quality: int) -> bytes:
