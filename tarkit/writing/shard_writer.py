@@ -331,7 +331,7 @@ class ShardWriter:
                     or not cut.takes(span[2] - span[1], self._measure)
                 ):
                     if buffer is not None:
-                        self._write_slice(buffer, start, stop)
+                        self._put(memoryview(buffer)[start:stop])
                         buffer = None
                     write(sample)
                     continue
@@ -341,17 +341,17 @@ class ShardWriter:
                     stop = span[2]
                 else:
                     if buffer is not None:
-                        self._write_slice(buffer, start, stop)
+                        self._put(memoryview(buffer)[start:stop])
                     buffer, start, stop = span[0], span[1], span[2]
         finally:  # the samples of the run are counted in: write them, whatever came next
             if buffer is not None:
-                self._write_slice(buffer, start, stop)
+                self._put(memoryview(buffer)[start:stop])
         return count
 
-    def _write_slice(self, buffer: bytes, start: int, stop: int) -> None:
-        """Write ``buffer[start:stop]`` (samples already counted) to the open shard."""
+    def _put(self, data: bytes | memoryview) -> None:
+        """Write ``data`` (whole samples, already counted in) to the open shard."""
         try:
-            self._file.write(memoryview(buffer)[start:stop])  # type: ignore[union-attr]
+            self._file.write(data)  # type: ignore[union-attr]
         except OSError as exc:
             raise OutputError(f"{self._file.spec}: write failed: {exc.strerror}") from None  # type: ignore[union-attr]
 
@@ -364,10 +364,7 @@ class ShardWriter:
             self._finish()
         if self._file is None:
             self._open()
-        try:
-            self._file.write(raw)  # type: ignore[union-attr]
-        except OSError as exc:
-            raise OutputError(f"{self._file.spec}: write failed: {exc.strerror}") from None  # type: ignore[union-attr]
+        self._put(raw)
         self._cut.add(size)
 
     def _measure(self) -> int | None:
