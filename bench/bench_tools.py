@@ -359,7 +359,9 @@ def targets_table(
         "and never syncing; `tarsplit` reads, checks and groups, then writes each sample "
         "through `ShardWriter` (a Python call per sample: the count and size limits are "
         "checked sample by sample), and publishes each shard atomically: a temporary file, "
-        "`fsync`, rename (20 shards here, a few ms of `fsync` each on this disk).",
+        "`fsync`, rename (20 shards here, a few ms of `fsync` each on this disk; they run "
+        "on another thread while the next shard is written, and the last one is waited "
+        "for).",
         "",
     ]
 

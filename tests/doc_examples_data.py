@@ -18,7 +18,7 @@ from PIL import Image
 
 from tarkit import ShardWriter
 from tarkit.format.tar import TarWriter
-from tarkit.writing.shard_writer import SampleEncoder
+from tarkit.writing.sample_encoder import SampleEncoder
 
 COLORS = [(200, 30, 30), (30, 200, 30), (30, 30, 200), (200, 200, 30), (30, 200, 200)]
 

@@ -33,7 +33,7 @@ from ..format.manifest import ShardInfo
 from ..format.samples import Sample, SkipLog
 from ..format.tar import END_OF_ARCHIVE
 from ..storage import StagedFile, location, open_source, remove_stale_temp, retry_policy
-from ..writing.shard_writer import SampleEncoder
+from ..writing.sample_encoder import SampleEncoder
 from .mappers import Row, ShardMapper
 from .records import completed_record, write_record
 

@@ -28,7 +28,15 @@ from .locations import (
     resolve_url,
 )
 from .manifests import load_manifest, manifest_urls, save_manifest
-from .outputs import Sink, StagedFile, publish, remove_stale_temp, stdout_stream, temp_place
+from .outputs import (
+    Publishing,
+    Sink,
+    StagedFile,
+    publish,
+    remove_stale_temp,
+    stdout_stream,
+    temp_place,
+)
 from .retrying import Reconnection, RetryPolicy, report_reconnections, retry_policy
 from .sources import (
     HashingReader,
@@ -52,6 +60,7 @@ __all__ = [
     "ObjectInfo",
     "Reconnection",
     "RetryPolicy",
+    "Publishing",
     "Sink",
     "Source",
     "StagedFile",

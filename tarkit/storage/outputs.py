@@ -35,6 +35,7 @@ import os
 import stat
 import sys
 import tempfile
+import threading
 from typing import BinaryIO
 
 from ..errors import OutputError
@@ -157,27 +158,44 @@ class StagedFile:
         """Close the temporary file (flushed to disk); return (bytes, sha256 or None).
 
         A file of more than ``limit`` bytes is removed and raises OutputError (the
-        writer's bound did not hold: a bug).
+        writer's bound did not hold: a bug). The same as :meth:`seal` then :meth:`settle`.
+        """
+        result = self.seal(limit)
+        self.settle()
+        return result
+
+    def seal(self, limit: int | None = None) -> tuple[int, str | None]:
+        """Write out everything buffered; return (bytes, sha256 or None), final from now.
+
+        The file is complete but not yet on disk: :meth:`settle` puts it there (a writer
+        may do that on another thread while it writes the next file).
         """
         try:
             if self.stream is not self.buffered:
                 self.stream.close()
             self.buffered.flush()
-            if limit is not None and self.raw.size > limit:
-                self.abort()
-                raise OutputError(
-                    f"{self.spec}: the shard came out {self.raw.size} bytes on disk, over "
-                    f"the limit of {limit}: a bug in tarkit, please report it; the shard "
-                    "was not written"
-                )
+        except OSError as exc:
+            self.abort()
+            raise OutputError(f"{self.spec}: write failed: {exc.strerror}") from None
+        if limit is not None and self.raw.size > limit:
+            self.abort()
+            raise OutputError(
+                f"{self.spec}: the shard came out {self.raw.size} bytes on disk, over "
+                f"the limit of {limit}: a bug in tarkit, please report it; the shard "
+                "was not written"
+            )
+        sha256 = self.raw.sha256
+        return self.raw.size, None if sha256 is None else sha256.hexdigest()
+
+    def settle(self) -> None:
+        """Flush the sealed file to disk (``fsync``) and close it, ready to publish."""
+        try:
             os.fsync(self.raw.file.fileno())
             self.raw.file.close()
             os.chmod(self.temp_path, 0o666 & ~_umask())
         except OSError as exc:
             self.abort()
             raise OutputError(f"{self.spec}: write failed: {exc.strerror}") from None
-        sha256 = self.raw.sha256
-        return self.raw.size, None if sha256 is None else sha256.hexdigest()
 
     def publish(self) -> None:
         """Put the finished file under its final name: rename it, or upload it whole."""
@@ -201,6 +219,14 @@ class StagedFile:
             self._published = True
         finally:
             self.abort()
+
+    def publish_soon(self) -> Publishing:
+        """:meth:`settle` and :meth:`publish` the sealed file on a thread of its own, so
+        the caller can write on meanwhile (``fsync`` and ``rename`` let other threads
+        run); call ``wait()`` on the result before relying on the file. An upload to an
+        fsspec URL is done here and now: an interrupted upload is cleaned up on the
+        thread that sees the interrupt."""
+        return Publishing(self)
 
     def commit(self, limit: int | None = None) -> tuple[int, str | None]:
         """:meth:`finish` then :meth:`publish`; return (bytes, sha256 or None)."""
@@ -231,15 +257,46 @@ class StagedFile:
             self.abort()
 
 
+class Publishing:
+    """A sealed :class:`StagedFile` on its way to its final name (see
+    :meth:`StagedFile.publish_soon`); :meth:`wait` returns once it is there, or raises
+    what stopped it (:class:`~tarkit.errors.OutputError`)."""
+
+    def __init__(self, staged: StagedFile) -> None:
+        self.staged = staged
+        self.error: BaseException | None = None
+        self.thread: threading.Thread | None = None
+        if staged.remote:
+            staged.settle()
+            staged.publish()
+        else:
+            self.thread = threading.Thread(target=self._run, name=f"publish {staged.spec}")
+            self.thread.start()
+
+    def _run(self) -> None:
+        try:
+            self.staged.settle()
+            self.staged.publish()
+        except BaseException as exc:  # handed to wait(), on the caller's thread
+            self.error = exc
+
+    def wait(self) -> None:
+        """Return once the file is under its final name; raise what stopped it."""
+        if self.thread is not None:
+            self.thread.join()
+        error, self.error = self.error, None
+        if error is not None:
+            raise error
+
+
 def publish(spec: str, data: bytes, storage_options: StorageOptions | None = None) -> None:
     """Write a small file whole (a manifest, a record, ``classes.json``): see StagedFile."""
-    staged = StagedFile(spec, storage_options)
-    try:
-        staged.write(data)
-    except OSError as exc:
-        staged.abort()
-        raise OutputError(f"{spec}: write failed: {exc.strerror}") from None
-    staged.commit()
+    with StagedFile(spec, storage_options) as staged:  # interrupted: nothing left behind
+        try:
+            staged.write(data)
+        except OSError as exc:
+            raise OutputError(f"{spec}: write failed: {exc.strerror}") from None
+        staged.commit()
 
 
 def stdout_stream() -> BinaryIO:

@@ -18,7 +18,9 @@ Guarantees, for ``tarsplit``, ``tarkit shard`` and library users alike:
 - Each shard is a :class:`~tarkit.storage.StagedFile`: written under a temporary name and
   published (renamed, or uploaded to an fsspec URL such as ``s3://…``) when complete. An
   interrupted run never leaves a finished-looking partial shard; a SIGKILL can leave the
-  temporary file, which ``mode="resume"`` removes.
+  temporary files, which ``mode="resume"`` removes. A local shard is flushed and renamed
+  on another thread while the next one is written; ``post`` and ``on_shard`` see it once
+  it is in place.
 - Files an earlier run left under the pattern are never mixed with the new shards:
   ``mode`` (:mod:`tarkit.writing.patterns`) refuses to start (``create``, the default),
   replaces them once the new set is complete (``overwrite``), or continues the
@@ -44,12 +46,13 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from ..errors import OutputError, SampleError, UsageError
+from ..errors import OutputError, UsageError
 from ..format.compression import compression_for
 from ..format.manifest import Manifest, ShardInfo
-from ..format.samples import Sample, same_key_error
+from ..format.samples import Sample
 from ..format.tar import END_OF_ARCHIVE, default_mtime
 from ..storage import (
+    Publishing,
     StagedFile,
     StorageOptions,
     describe_exit,
@@ -74,6 +77,7 @@ from .patterns import (
     remove_pending,
     shard_name,
 )
+from .sample_encoder import SampleEncoder, key_of
 
 DEFAULT_PATTERN = "shard-%06d.tar"
 DEFAULT_MAXCOUNT = 100_000
@@ -122,53 +126,6 @@ class Discarded:
             f"{first}, which {verb} in no shard; the complete shards hold the first "
             f"{samples_before} {before}"
         )
-
-
-class SampleEncoder:
-    """Turns samples into the raw tar bytes of their members, one sample after another.
-
-    A :class:`Sample` read by the reader is copied byte for byte; a dict is encoded by
-    field extension with deterministic headers (:func:`~tarkit.format.encoding.encode_sample`).
-    A sample with the key of the one before raises :class:`~tarkit.errors.SampleError`:
-    every reader would merge the two, across shards too when they are read in order.
-
-    >>> encoder = SampleEncoder(mtime=0)
-    >>> len(encoder.encode({"__key__": "a", "txt": "x"}))
-    1024
-    >>> encoder.encode({"__key__": "a", "txt": "y"})
-    Traceback (most recent call last):
-    ...
-    tarkit.errors.SampleError: dataset: sample 'a' follows a sample with the same key, and readers would merge the two: give every sample a key of its own
-    """
-
-    def __init__(self, mtime: int | None = None) -> None:
-        self.mtime = default_mtime() if mtime is None else mtime
-        self._previous: Sample | Mapping[str, Any] | None = None
-
-    def encode(self, sample: Sample | Mapping[str, Any]) -> bytes | None:
-        """The raw bytes of ``sample``'s members; None for a sample without members."""
-        if isinstance(sample, Sample) and not sample.fields:  # (fields: members unmade)
-            return None
-        self.admit(sample)
-        if isinstance(sample, Sample):
-            return sample.raw
-        from ..format.encoding import encode_sample
-
-        return encode_sample(sample, mtime=self.mtime)
-
-    def admit(self, sample: Sample | Mapping[str, Any]) -> None:
-        """Check that ``sample`` may follow the sample before it, and remember it."""
-        key = _key_of(sample)
-        previous = self._previous
-        if previous is not None and key == _key_of(previous):
-            if isinstance(previous, Sample) and isinstance(sample, Sample):
-                raise same_key_error(previous, sample)
-            raise SampleError(
-                f"sample {key!r} follows a sample with the same key, and readers would "
-                "merge the two: give every sample a key of its own",
-                source="dataset",
-            )
-        self._previous = sample
 
 
 class ShardWriter:
@@ -240,6 +197,7 @@ class ShardWriter:
         self.shards: list[ShardInfo] = []
         self.samples_done = 0
         self._file: StagedFile | None = None
+        self._publishing: tuple[Publishing, ShardInfo] | None = None  # the shard before
         self._name = ""  # the final name of the shard being written
         self._cut = ShardCut(maxcount, parse_size(maxsize, "maxsize"), compression_for(pattern))
         self._first_key: str | None = None
@@ -268,7 +226,9 @@ class ShardWriter:
             strangers = [shard for shard in existing if shard.url not in kept]
             if strangers:
                 raise refuse_strangers(pattern, strangers)
-            remove_stale_temp(shard_name(pattern, start + len(self.shards)), storage_options)
+            for number in range(2):  # the shard being published and the one being written
+                name = shard_name(pattern, start + len(self.shards) + number)
+                remove_stale_temp(name, storage_options)
 
     @property
     def maxcount(self) -> int:
@@ -307,7 +267,7 @@ class ShardWriter:
             return
         self.write_raw(raw)
         if self._count == 1:
-            self._first_key = _key_of(sample)
+            self._first_key = key_of(sample)
 
     def write_all(self, samples: Iterable[Sample | Mapping[str, Any]]) -> int:
         """Write every sample of ``samples``; return how many.
@@ -397,6 +357,7 @@ class ShardWriter:
     def _finish(self) -> None:
         shard = self._file
         assert shard is not None
+        self._settle()  # the shard before this one, published meanwhile
         try:
             shard.write(END_OF_ARCHIVE)
         except OSError as exc:
@@ -404,15 +365,36 @@ class ShardWriter:
             self._file = None
             raise OutputError(f"{shard.spec}: write failed: {exc.strerror}") from None
         count = self._cut.count
-        self._file = None
-        # One sample alone may be larger than maxsize; more than one over it is a bug.
-        size, sha256 = shard.commit(self.maxsize if count > 1 else None)
-        info = ShardInfo(url=self._name, samples=count, bytes=size, sha256=sha256)
+        try:
+            # One sample alone may be larger than maxsize; more than one over it is a bug.
+            size, sha256 = shard.seal(self.maxsize if count > 1 else None)
+            info = ShardInfo(url=self._name, samples=count, bytes=size, sha256=sha256)
+            # fsync and rename on another thread while the next shard is written
+            self._publishing = (shard.publish_soon(), info)
+        except OutputError:
+            self._file = None  # seal removed it
+            raise
+        self._file = None  # (an interrupt before this leaves it to abort())
         self.samples_done += count
         self._cut.begin()
         self.shards.append(info)
         if self.mode == OVERWRITE:
             self._pending.append(shard.spec)
+
+    def _settle(self) -> None:
+        """Wait until the last finished shard is under its name, then announce it."""
+        if self._publishing is None:
+            return
+        publishing, info = self._publishing
+        self._publishing = None
+        try:
+            publishing.wait()
+        except Exception:  # not published: not one of the writer's shards
+            self.shards.remove(info)
+            self.samples_done -= info.samples
+            if self.mode == OVERWRITE:
+                self._pending.remove(publishing.staged.spec)
+            raise
         if self.on_shard is not None:
             self.on_shard(info)
         if self.post is not None and self.mode != OVERWRITE:
@@ -436,8 +418,13 @@ class ShardWriter:
         """Finish the last shard (if it has samples) and write the manifest."""
         if self._closed:
             return
-        if self._file is not None:
-            self._finish()
+        try:
+            if self._file is not None:
+                self._finish()
+            self._settle()
+        except BaseException:
+            self.abort()
+            raise
         self._closed = True
         if self.mode == OVERWRITE:
             self._put_in_place()
@@ -459,6 +446,10 @@ class ShardWriter:
         it held (None when no shard was open).
         """
         self._closed = True
+        try:
+            self._settle()  # a complete shard stays, even now
+        except Exception:
+            pass  # not published: the writer is stopping for another reason anyway
         if self._file is not None:
             self._file.abort()
             if self.mode != OVERWRITE:  # with overwrite no new shard stays anyway
@@ -476,7 +467,3 @@ class ShardWriter:
             self.close()
         else:
             self.abort()
-
-
-def _key_of(sample: Sample | Mapping[str, Any]) -> Any:
-    return sample.key if isinstance(sample, Sample) else sample.get("__key__")

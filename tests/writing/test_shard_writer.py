@@ -18,6 +18,7 @@ from hypothesis import strategies as st
 from tarkit.errors import InputError, OutputError, SampleError, UsageError
 from tarkit.format.compression import compression_for, open_compressor, open_decompressed
 from tarkit.format.encoding import encode_sample
+from tarkit.format.manifest import ShardInfo
 from tarkit.format.samples import group_samples
 from tarkit.format.tar import member_size_on_disk, read_members
 from tarkit.storage import StagedFile
@@ -328,10 +329,45 @@ def test_the_unfinished_shard_exists_only_under_a_temporary_name(tmp_path: Path)
     for i in range(3):
         writer.write({"__key__": f"k{i}", "txt": "x"})
     names = sorted(p.name for p in tmp_path.iterdir())
-    assert names[0].startswith(".s-1.tar.") and names[0].endswith(".tmp")
-    assert names[1:] == ["s-0.tar"]
+    # s-0 is complete: under its name, or still being flushed and renamed meanwhile
+    assert "s-1.tar" not in names
+    assert [n for n in names if n.startswith(".s-1.tar.") and n.endswith(".tmp")]
     writer.close()
     assert sorted(p.name for p in tmp_path.iterdir()) == ["s-0.tar", "s-1.tar"]
+
+
+def test_each_shard_is_in_place_when_it_is_announced_while_the_next_is_written(
+    tmp_path: Path,
+) -> None:
+    seen: list[tuple[str, bool, list[str]]] = []
+
+    def on_shard(info: ShardInfo) -> None:
+        others = sorted(p.name for p in tmp_path.iterdir() if p.name.endswith(".tmp"))
+        seen.append((Path(info.url).name, Path(info.url).is_file(), others))
+
+    with ShardWriter(str(tmp_path / "s-%d.tar"), maxcount=2, on_shard=on_shard) as writer:
+        for i in range(5):
+            writer.write({"__key__": f"k{i}", "txt": "x"})
+    # each is announced in order, on disk, and only once the one after it was complete
+    assert [(name, there) for name, there, _ in seen] == [
+        ("s-0.tar", True),
+        ("s-1.tar", True),
+        ("s-2.tar", True),
+    ]
+    assert [len(others) for _, _, others in seen] == [1, 1, 0]
+    assert [s.samples for s in writer.shards] == [2, 2, 1]
+
+
+def test_a_shard_that_cannot_be_put_in_place_is_an_error_and_not_listed(tmp_path: Path) -> None:
+    writer = ShardWriter(str(tmp_path / "s-%d.tar"), maxcount=1)
+    (tmp_path / "s-0.tar").mkdir()  # after the writer looked: the rename will fail
+    (tmp_path / "s-0.tar" / "in-the-way").write_bytes(b"")
+    with pytest.raises(OutputError, match="s-0.tar: cannot rename into place"):
+        with writer:
+            for i in range(3):
+                writer.write({"__key__": f"k{i}", "txt": "x"})
+    assert writer.shards == []
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["s-0.tar"]  # the directory
 
 
 def test_maxshards_stops_with_an_error_after_that_many_complete_shards(tmp_path: Path) -> None:
@@ -371,6 +407,7 @@ def test_resume_continues_after_complete_shards_with_identical_bytes(tmp_path: P
     interrupted = ShardWriter(pattern, maxcount=3)
     interrupted.write_all(samples[:8])  # two shards done, the third in a temporary file
     interrupted._file.buffered.flush()  # type: ignore[union-attr]  # as a killed run leaves it
+    interrupted._settle()  # killed once the second shard was in place
     manifest = tmp_path / "cut" / "m.json"
     resumed = ShardWriter(pattern, maxcount=3, mode="resume", manifest=str(manifest))
     assert resumed.samples_done == 6
@@ -382,6 +419,22 @@ def test_resume_continues_after_complete_shards_with_identical_bytes(tmp_path: P
     data = json.loads(manifest.read_text())
     assert [e["samples"] for e in data["shards"]] == [3, 3, 3, 2]
     assert data["shards"][0]["sha256"] == hashlib.sha256(clean[0]).hexdigest()
+
+
+def test_resume_removes_the_temporary_files_of_a_shard_killed_while_being_put_in_place(
+    tmp_path: Path,
+) -> None:
+    samples = [{"__key__": f"k{i:02d}", "txt": "x" * i} for i in range(5)]
+    pattern = str(tmp_path / "s-%d.tar")
+    with ShardWriter(pattern, maxcount=2) as writer:
+        writer.write_all(samples[:2])
+    # killed while s-1 was flushed to disk (complete, not yet renamed) and s-2 written
+    (tmp_path / ".s-1.tar.abcd1234.tmp").write_bytes(b"complete, not renamed")
+    (tmp_path / ".s-2.tar.efgh5678.tmp").write_bytes(b"half written")
+    with ShardWriter(pattern, maxcount=2, mode="resume") as resumed:
+        assert resumed.samples_done == 2
+        resumed.write_all(samples[2:])
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["s-0.tar", "s-1.tar", "s-2.tar"]
 
 
 def test_completed_shards_reads_counts_sizes_and_hashes(tmp_path: Path) -> None:
