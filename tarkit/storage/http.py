@@ -24,7 +24,6 @@ a URL urllib cannot use are not.
 
 from __future__ import annotations
 
-import email.utils
 import re
 import time
 from typing import Any
@@ -43,6 +42,8 @@ def retry_after(value: str | None) -> float | None:
     value = value.strip()
     if value.isdigit():
         return float(value)
+    import email.utils  # here: shell tools start faster without it
+
     try:
         when = email.utils.parsedate_to_datetime(value)
     except (TypeError, ValueError):

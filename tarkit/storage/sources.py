@@ -27,15 +27,17 @@ import hashlib
 import io
 import os
 import signal
-import subprocess
 import sys
-from typing import BinaryIO
+from typing import TYPE_CHECKING, BinaryIO
 
 from ..errors import InputError, SourceError
 from .filesystems import FsspecObject, StorageOptions, object_info
 from .http import HttpObject
 from .locations import FILE, HTTP, PIPE, STDIO, location
 from .retrying import Connector, ResumingStream, RetryPolicy, retry_policy
+
+if TYPE_CHECKING:
+    import subprocess
 
 PIPE_BUFFER = 1 << 20
 BUFFER = 1 << 20
@@ -52,6 +54,8 @@ def enlarge_pipe(fd: int) -> None:
             fcntl.fcntl(fd, _F_SETPIPE_SZ, PIPE_BUFFER)
     except (OSError, ValueError, ImportError):
         pass
+
+
 
 
 class Source:
@@ -74,6 +78,8 @@ class Source:
                 self.stream.close()
             return
         self.process = None
+        import subprocess  # loaded: it started the command
+
         if early:
             self.stream.close()  # the command now gets SIGPIPE if it is still writing
             try:
@@ -98,6 +104,8 @@ class Source:
     def __exit__(self, exc_type: object, exc: object, tb: object) -> None:
         process = self.process
         if process is not None and isinstance(exc, InputError):
+            import subprocess  # loaded: it started the command
+
             # Bad input from a command that failed: the failure is the news (pipe:false
             # gives an empty input, a crashed producer a truncated one). A command still
             # writing after a second is cut off below, and its SIGPIPE is no failure.
@@ -149,6 +157,8 @@ def open_source(
         enlarge_pipe(0)
         return Source("<stdin>", sys.stdin.buffer)
     if where.kind == PIPE:
+        import subprocess  # here: shell tools start faster without it
+
         try:
             process = subprocess.Popen(
                 where.path, shell=True, stdout=subprocess.PIPE, bufsize=PIPE_BUFFER

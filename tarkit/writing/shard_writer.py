@@ -40,8 +40,6 @@ Guarantees, for ``tarsplit``, ``tarkit shard`` and library users alike:
 from __future__ import annotations
 
 import os
-import shlex
-import subprocess
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -93,6 +91,9 @@ def run_post(post: str | Callable[[str], object], path: str) -> None:
     if callable(post):
         post(path)
         return
+    import shlex
+    import subprocess
+
     command = post.replace("{}", shlex.quote(path))
     env = dict(os.environ, TARKIT_SHARD=path)
     try:
