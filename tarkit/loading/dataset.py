@@ -29,7 +29,7 @@ from . import splitting
 from .batching import batches, padded
 from .collate import collate
 from .epochs import EpochClock
-from .handoff import handed_over
+from .handoff import BUNDLE, handed_over
 from .mixing import MixRun, Mixture, dataset_fingerprint, mixture_of, mixture_settings
 from .plans import EpochPlan, Generation, Shuffling, Topology, WorkerPosition, derive_positions
 from .reading import PieceReader
@@ -354,7 +354,7 @@ class ShardDataset(IterableDataset):
         items = _counted(items, run, mixed)
         if self.in_loader:
             generation = run.plan.generation if run.plan is not None else 0
-            items = handed_over(items, run, epoch, generation)
+            items = handed_over(items, run, epoch, generation, BUNDLE if info is not None else 1)
         return items
 
     def _collator(self, in_worker: bool) -> Callable[[list[Any]], Any]:

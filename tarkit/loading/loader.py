@@ -10,7 +10,7 @@ from typing import Any
 from torch.utils.data import DataLoader
 
 from .dataset import ShardDataset
-from .handoff import Delivery, WorkerError
+from .handoff import Delivery, Interleaved, WorkerError
 from .plans import Generation, WorkerPosition
 from .skips import SkipCounts
 from .state import LoaderState
@@ -53,7 +53,7 @@ class ShardLoader(DataLoader):
             # forgotten with it, when its workers are gone.
             pools = _POOLS[iterator] = set()
             weakref.finalize(iterator, forget, pools)
-        return _Batches(iterator, self._pass, self, pools)
+        return _Batches(Interleaved(iterator, workers), self._pass, self, pools)
 
     def __len__(self) -> int:
         """Batches per epoch on this rank (see :meth:`ShardDataset.length`)."""
@@ -159,7 +159,7 @@ class _Batches:
     """The DataLoader's iterator: items unwrapped, counted, a worker's error raised."""
 
     def __init__(
-        self, batches: Iterator[Any], current: _Pass, loader: ShardLoader, pools: set[str]
+        self, batches: Interleaved, current: _Pass, loader: ShardLoader, pools: set[str]
     ) -> None:
         self._batches = batches
         self._pass = current

@@ -56,8 +56,6 @@ def enlarge_pipe(fd: int) -> None:
         pass
 
 
-
-
 class Source:
     """An opened input: ``stream`` gives its raw bytes; :meth:`close` checks how it ended.
 
