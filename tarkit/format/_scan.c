@@ -21,6 +21,8 @@
  *     The members of a span sample.
  * span_data(span, index) -> bytes
  *     The data of one member of a span sample, without making the member objects.
+ * span_data_all(span) -> list[bytes]
+ *     The data of every member of a span sample, in order.
  *
  * TARKIT_SCAN_PORTABLE builds it without the x86 and little-endian shortcuts (to test the
  * plain C that other machines run).
@@ -643,40 +645,90 @@ span_members(PyObject *module, PyObject *span)
     return members_of(buf, start, stop, base);
 }
 
+/* The span tuple's buffer and bounds, checked; 0 with an exception set if unusable. */
+static int
+span_bounds(PyObject *span, const char *usage, PyObject **buf, Py_ssize_t *start, Py_ssize_t *stop)
+{
+    if (!PyTuple_Check(span) || PyTuple_GET_SIZE(span) != 4 ||
+        !PyBytes_Check(PyTuple_GET_ITEM(span, 0))) {
+        PyErr_SetString(PyExc_TypeError, usage);
+        return 0;
+    }
+    *buf = PyTuple_GET_ITEM(span, 0);
+    if (!parse_position(PyTuple_GET_ITEM(span, 1), start) ||
+        !parse_position(PyTuple_GET_ITEM(span, 2), stop))
+        return 0;
+    if (*start < 0 || *stop > PyBytes_GET_SIZE(*buf) || *start > *stop) {
+        PyErr_SetString(PyExc_ValueError, "tarkit scanner: a span outside its buffer");
+        return 0;
+    }
+    return 1;
+}
+
+/* The next member of a span at pos: its data size and total bytes; 0 past the last. The
+ * scanner checked these headers: only their sizes are read again. */
+static int
+span_next(const unsigned char *data, Py_ssize_t pos, Py_ssize_t stop, Header *header)
+{
+    uint64_t size;
+    int digits;
+    if (pos > stop - BLOCK || !octal_field(data + pos + 124, 12, &size, &digits))
+        return 0;
+    header->size = (Py_ssize_t)size;
+    header->total = BLOCK + ((header->size + BLOCK - 1) & ~(Py_ssize_t)(BLOCK - 1));
+    return header->total <= stop - pos;
+}
+
 static PyObject *
 span_data(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
 {
+    const char *usage = "span_data(span, index)";
     Py_ssize_t start, stop, index;
+    PyObject *buf;
     Header header;
-    if (nargs != 2 || !PyTuple_Check(args[0]) || PyTuple_GET_SIZE(args[0]) != 4 ||
-        !PyBytes_Check(PyTuple_GET_ITEM(args[0], 0))) {
-        PyErr_SetString(PyExc_TypeError, "span_data(span, index)");
+    if (nargs != 2) {
+        PyErr_SetString(PyExc_TypeError, usage);
         return NULL;
     }
-    PyObject *buf = PyTuple_GET_ITEM(args[0], 0);
-    if (!parse_position(PyTuple_GET_ITEM(args[0], 1), &start) ||
-        !parse_position(PyTuple_GET_ITEM(args[0], 2), &stop) || !parse_position(args[1], &index))
+    if (!span_bounds(args[0], usage, &buf, &start, &stop) || !parse_position(args[1], &index))
         return NULL;
-    if (start < 0 || stop > PyBytes_GET_SIZE(buf) || start > stop || index < 0) {
-        PyErr_SetString(PyExc_ValueError, "tarkit scanner: a span outside its buffer");
-        return NULL;
-    }
     const unsigned char *data = (const unsigned char *)PyBytes_AS_STRING(buf);
-    for (Py_ssize_t pos = start; pos <= stop - BLOCK; pos += header.total) {
-        /* The scanner checked these headers: only their sizes are read again. */
-        uint64_t size;
-        int digits;
-        if (!octal_field(data + pos + 124, 12, &size, &digits))
-            break;
-        header.size = (Py_ssize_t)size;
-        header.total = BLOCK + ((header.size + BLOCK - 1) & ~(Py_ssize_t)(BLOCK - 1));
-        if (header.total > stop - pos)
-            break;
+    for (Py_ssize_t pos = start; index >= 0 && span_next(data, pos, stop, &header);
+         pos += header.total) {
         if (index-- == 0)
             return PyBytes_FromStringAndSize((const char *)data + pos + BLOCK, header.size);
     }
     PyErr_SetString(PyExc_IndexError, "tarkit scanner: no such member in the span");
     return NULL;
+}
+
+static PyObject *
+span_data_all(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
+{
+    const char *usage = "span_data_all(span)";
+    Py_ssize_t start, stop;
+    PyObject *buf;
+    Header header;
+    if (nargs != 1) {
+        PyErr_SetString(PyExc_TypeError, usage);
+        return NULL;
+    }
+    if (!span_bounds(args[0], usage, &buf, &start, &stop))
+        return NULL;
+    const unsigned char *data = (const unsigned char *)PyBytes_AS_STRING(buf);
+    PyObject *result = PyList_New(0);
+    if (!result)
+        return NULL;
+    for (Py_ssize_t pos = start; span_next(data, pos, stop, &header); pos += header.total) {
+        PyObject *item = PyBytes_FromStringAndSize((const char *)data + pos + BLOCK, header.size);
+        if (!item || PyList_Append(result, item) < 0) {
+            Py_XDECREF(item);
+            Py_DECREF(result);
+            return NULL;
+        }
+        Py_DECREF(item);
+    }
+    return result;
 }
 
 static PyObject *
@@ -730,6 +782,8 @@ static PyMethodDef scan_methods[] = {
     {"span_members", span_members, METH_O, "span_members(span) -> the members of a span sample."},
     {"span_data", (PyCFunction)(void (*)(void))span_data, METH_FASTCALL,
      "span_data(span, index) -> the data of the index-th member of a span sample."},
+    {"span_data_all", (PyCFunction)(void (*)(void))span_data_all, METH_FASTCALL,
+     "span_data_all(span) -> the data of every member of a span sample, in order."},
     {"init_member", init_member, METH_VARARGS, "init_member(Member, FILE)"},
     {"init_sample", init_sample, METH_O, "init_sample(Sample)"},
     {NULL, NULL, 0, NULL},

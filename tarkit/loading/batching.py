@@ -22,28 +22,38 @@ def batches(
     collate: Callable[[list[Any]], Any],
     *,
     partial: bool,
-    where: Callable[[Any], Where],
+    where: Callable[[Any], Where] | None = None,
 ) -> Iterator[Any]:
     """Lists of ``size`` items collated by ``collate`` (a last, shorter one if ``partial``).
 
-    ``where(item)``, called as each item arrives, says where it came from.
+    ``where(item)``, called as each item arrives, says where it came from; without it, a
+    sample dict says so itself (its ``__url__`` and ``__key__``), asked only on failure.
     """
     batch: list[Any] = []
-    sources: list[Where] = []
+    sources: list[Where] | None = [] if where is not None else None
     for item in items:
         batch.append(item)
-        sources.append(where(item))
+        if sources is not None:
+            sources.append(where(item))  # type: ignore[misc]
         if len(batch) == size:
             yield _collated(batch, sources, collate)
-            batch, sources = [], []
+            batch, sources = [], [] if where is not None else None
     if batch and partial:
         yield _collated(batch, sources, collate)
 
 
-def _collated(batch: list[Any], sources: list[Where], collate: Callable[[list[Any]], Any]) -> Any:
+def _collated(
+    batch: list[Any], sources: list[Where] | None, collate: Callable[[list[Any]], Any]
+) -> Any:
     try:
         return collate(batch)
     except Exception as exc:
+        if sources is None:
+            sources = [
+                (item.get("__url__", "-"), item.get("__key__", "?"))
+                if isinstance(item, dict) else ("-", "?")
+                for item in batch
+            ]  # fmt: skip
         raise collate_error(batch, sources, exc) from exc
 
 

@@ -108,8 +108,8 @@ class PieceReader:
                     result: dict[str, Any] = {"__key__": sample.key, "__url__": url}
                     if local_path is not None:
                         result["__local_path__"] = local_path
-                    for index, name in enumerate(sample.fields):
-                        result[name.lower()] = sample.data_at(index)  # no member objects
+                    for name, data in zip(sample.fields, sample.data_all(), strict=True):
+                        result[name.lower()] = data
                     yield result
                     delivered += 1
                     if delivered == expected and piece.stop is not None:

@@ -118,6 +118,19 @@ def test_a_scanned_sample_is_a_span_of_the_read_buffer_until_detached(reader: st
     assert sorted(s.raw for s in shuffled) == sorted(s.raw for s in samples)
 
 
+def test_field_bytes_read_from_a_span_equal_the_members_data(reader: str) -> None:
+    archive = make_tar(
+        [(f"k{i}.{field}", bytes([i]) * size) for i in range(30)
+         for field, size in (("jpg", 700 + i), ("cls", 1), ("json", 0), ("txt", 512))]
+    )  # fmt: skip
+    samples = list(group_samples(read_members(io.BytesIO(archive))))
+    assert any(s.span is not None for s in samples) == (reader == "compiled")
+    for sample in samples:
+        data = [m.data for m in sample.detached().members]
+        assert sample.data_all() == data
+        assert [sample.data_at(i) for i in range(len(sample.fields))] == data
+
+
 def test_a_pickled_sample_keeps_its_members_not_the_read_buffer(reader: str) -> None:
     import pickle
 
