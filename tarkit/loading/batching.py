@@ -22,38 +22,38 @@ def batches(
     collate: Callable[[list[Any]], Any],
     *,
     partial: bool,
-    where: Callable[[Any], Where] | None = None,
+    origin: Callable[[Any], dict[str, Any]] | None = None,
 ) -> Iterator[Any]:
     """Lists of ``size`` items collated by ``collate`` (a last, shorter one if ``partial``).
 
-    ``where(item)``, called as each item arrives, says where it came from; without it, a
-    sample dict says so itself (its ``__url__`` and ``__key__``), asked only on failure.
+    ``origin(item)``, called as each item arrives, gives the sample dict it came from
+    (whose ``__url__`` and ``__key__`` a collate failure names); without it, each item is
+    a sample dict itself.
     """
     batch: list[Any] = []
-    sources: list[Where] | None = [] if where is not None else None
+    origins: list[Any] | None = [] if origin is not None else None
     for item in items:
         batch.append(item)
-        if sources is not None:
-            sources.append(where(item))  # type: ignore[misc]
+        if origins is not None:
+            origins.append(origin(item))  # type: ignore[misc]
         if len(batch) == size:
-            yield _collated(batch, sources, collate)
-            batch, sources = [], [] if where is not None else None
+            yield _collated(batch, origins, collate)
+            batch, origins = [], [] if origin is not None else None
     if batch and partial:
-        yield _collated(batch, sources, collate)
+        yield _collated(batch, origins, collate)
 
 
 def _collated(
-    batch: list[Any], sources: list[Where] | None, collate: Callable[[list[Any]], Any]
+    batch: list[Any], origins: list[Any] | None, collate: Callable[[list[Any]], Any]
 ) -> Any:
     try:
         return collate(batch)
     except Exception as exc:
-        if sources is None:
-            sources = [
-                (item.get("__url__", "-"), item.get("__key__", "?"))
-                if isinstance(item, dict) else ("-", "?")
-                for item in batch
-            ]  # fmt: skip
+        sources = [
+            (sample.get("__url__", "-"), sample.get("__key__", "?"))
+            if isinstance(sample, dict) else ("-", "?")
+            for sample in (batch if origins is None else origins)
+        ]  # fmt: skip
         raise collate_error(batch, sources, exc) from exc
 
 

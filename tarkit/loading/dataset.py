@@ -349,7 +349,7 @@ class ShardDataset(IterableDataset):
         if self.batch_size:
             collating = self._collator(info is not None)
             items = batches(items, self.batch_size, collating, partial=not self.drop_last,
-                            where=self._where if self._transforms.active else None)  # fmt: skip
+                            origin=self._origin if self._transforms.active else None)  # fmt: skip
         mixed = self._mixed[physical % COUNTER_ROWS] if isinstance(run, MixRun) else None
         items = _counted(items, run, mixed)
         if self.in_loader:
@@ -433,8 +433,8 @@ class ShardDataset(IterableDataset):
         totals = self._mixed.sum(dim=0).tolist()
         return {s.name: int(n) for s, n in zip(self.mixture.sources, totals, strict=True)}
 
-    def _where(self, item: Any) -> tuple[str, str]:
-        """(shard, key) of the sample an item of the transforms came from."""
+    def _origin(self, item: Any) -> dict[str, Any]:
+        """The sample dict an item of the transforms came from."""
         return self._transforms.current
 
     def _warn_if_idle(

@@ -112,7 +112,7 @@ class WorkerRun:
         size = self.shuffling.size
         if not size:
             rest = kept.slice(self.position.taken, len(kept))
-            return self._taking(self._counting(self._read(rest), len(kept) - len(rest)))
+            return self._counting(self._read(rest), len(kept) - len(rest), taking=True)
         rng = self.rng()
         state = replay(
             len(kept), size=size, rng=rng, initial=self.shuffling.initial,
@@ -176,14 +176,14 @@ class WorkerRun:
         size = self.shuffling.size
         start = self.position
         if not start.taken:
-            counted = self._counting(stream, 0)
             if not size:
-                return self._taking(counted)
+                return self._counting(stream, 0, taking=True)
+            counted = self._counting(stream, 0)
             return self._taking(
                 shuffled(counted, size=size, rng=self.rng(), initial=self.shuffling.initial)
             )
         if not size:
-            return self._taking(self._counting(_skipping(stream, start.taken), start.taken))
+            return self._counting(_skipping(stream, start.taken), start.taken, taking=True)
         rng = self.rng()
         state = replay(
             start.read if start.ended else None, size=size, rng=rng,
@@ -204,12 +204,22 @@ class WorkerRun:
 
     # -- counting -----------------------------------------------------------------------
 
-    def _counting(self, samples: Iterator[Any], already: int) -> Iterator[Any]:
+    def _counting(
+        self, samples: Iterator[Any], already: int, *, taking: bool = False
+    ) -> Iterator[Any]:
+        """Count each sample read (``already`` read before); with ``taking``, taken as
+        well, as :meth:`_taking` would count it (one step for an unshuffled run)."""
         position = self.position
         position.read = already
-        for sample in samples:
-            position.read += 1
-            yield sample
+        if taking:
+            for sample in samples:
+                position.read += 1
+                position.taken += 1
+                yield sample
+        else:
+            for sample in samples:
+                position.read += 1
+                yield sample
         position.ended = True
 
     def _taking(self, samples: Iterator[Any]) -> Iterator[Any]:

@@ -40,8 +40,8 @@ class Transforms:
         self.map = map
         self.handler = handler
         self.skip = skip
-        # The (shard, key) of the sample the item last yielded came from.
-        self.current: tuple[str, str] = ("-", "?")
+        # The sample dict the item last yielded came from (its shard and key name it).
+        self.current: dict[str, Any] = {}
 
     @property
     def active(self) -> bool:
@@ -74,7 +74,7 @@ class Transforms:
                     raise error from exc
                 self.skip(row, stage, 1, None, str(error))
                 continue
-            self.current = (sample.get("__url__", "-"), sample.get("__key__", "?"))
+            self.current = sample
             yield item
 
 
@@ -97,9 +97,19 @@ class _Columns:
         self.args = args  # as webdataset names them in its error
         # A column with a space stays a string: getfirst refuses it, as in webdataset.
         self.keys = [a.split(";") if isinstance(a, str) and " " not in a else a for a in args]
+        # Columns of one field each: looked up directly (getfirst says what is missing).
+        single = all(isinstance(k, list) and len(k) == 1 for k in self.keys)
+        self.fields = [k[0] for k in self.keys] if single else None
 
     def take(self, sample: dict[str, Any]) -> tuple[Any, ...]:
-        result = tuple([getfirst(sample, keys, missing_is_error=True) for keys in self.keys])
+        result: tuple[Any, ...] | None = None
+        if self.fields is not None:
+            try:
+                result = tuple([sample[field] for field in self.fields])
+            except KeyError:
+                pass
+        if result is None:
+            result = tuple([getfirst(sample, keys, missing_is_error=True) for keys in self.keys])
         for value in result:
             if value is None:
                 raise ValueError(f"to_tuple {self.args} got {sample.keys()}")
