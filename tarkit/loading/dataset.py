@@ -172,8 +172,10 @@ class ShardDataset(IterableDataset):
             self._mixed = torch.zeros((COUNTER_ROWS, len(readers)), dtype=torch.int64)
             self._mixed.share_memory_()
         self._transforms = Transforms(decode, to_tuple, map, handler=handler, skip=self._skip)
-        # Set by ShardLoader: workers hand over deliveries and errors (handoff.py).
+        # Set by ShardLoader: workers hand over deliveries and errors (handoff.py), in
+        # bundles of up to ``bundle`` batches.
         self.in_loader = False
+        self.bundle = BUNDLE
         self._current: WorkerRun | MixRun | None = None  # this process's pass
         self._resume: LoaderState | None = None  # a loaded state, for the next pass
         self._worker_resume: LoaderState | None = None  # a worker's own (torchdata)
@@ -354,7 +356,7 @@ class ShardDataset(IterableDataset):
         items = _counted(items, run, mixed)
         if self.in_loader:
             generation = run.plan.generation if run.plan is not None else 0
-            items = handed_over(items, run, epoch, generation, BUNDLE if info is not None else 1)
+            items = handed_over(items, run, epoch, generation, self.bundle if info else 1)
         return items
 
     def _collator(self, in_worker: bool) -> Callable[[list[Any]], Any]:

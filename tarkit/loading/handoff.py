@@ -30,6 +30,8 @@ from typing import Any, NoReturn, Protocol
 
 import numpy as np
 import torch
+from torch._utils import ExceptionWrapper
+from torch.utils.data import get_worker_info
 
 from ..errors import TarkitError
 from .plans import WorkerPosition
@@ -79,14 +81,21 @@ class WorkerTraceback(Exception):
 
 
 class WorkerError:
-    """An error raised in a worker, travelling to the main process as an item."""
+    """An error raised in a worker, travelling to the main process as an item: a tarkit
+    error whole, any other as torch carries it (``wrapped``, raised as torch raises it)."""
 
-    def __init__(self, error: TarkitError, trace: str) -> None:
+    def __init__(
+        self, error: TarkitError | None, trace: str, wrapped: ExceptionWrapper | None = None
+    ) -> None:
         self.error = error
         self.trace = trace
+        self.wrapped = wrapped
 
     def reraise(self) -> NoReturn:
         """Raise the worker's error here, in the main process."""
+        if self.wrapped is not None:
+            self.wrapped.reraise()
+        assert self.error is not None
         if os.environ.get("TARKIT_DEBUG"):
             raise self.error from WorkerTraceback("in the DataLoader worker:\n" + self.trace)
         raise self.error from None
@@ -142,6 +151,10 @@ def handed_over(
             yield Bundle([delivery], worker)
     except TarkitError as exc:
         bundle.append(WorkerError(exc, traceback.format_exc()))
+    except Exception:  # not tarkit's: raised as torch would, after the batches before it
+        info = get_worker_info()
+        where = f"in DataLoader worker process {info.id}" if info else "in the main process"
+        bundle.append(WorkerError(None, "", ExceptionWrapper(where=where)))
     yield Bundle(bundle, worker, last=True)
 
 
@@ -182,7 +195,8 @@ class Interleaved:
                 if len(self._queues) < self._workers:  # the next in turn is not heard of yet
                     self._pull()
                     continue
-                if not ring:
+                if not ring:  # every worker has ended: so does torch's iterator
+                    next(self._bundles, None)  # (which stops non-persistent workers)
                     raise StopIteration
                 self._turn = 0
             worker = ring[self._turn]

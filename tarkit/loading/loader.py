@@ -10,7 +10,7 @@ from typing import Any
 from torch.utils.data import DataLoader
 
 from .dataset import ShardDataset
-from .handoff import Delivery, Interleaved, WorkerError
+from .handoff import BUNDLE, Delivery, Interleaved, WorkerError
 from .plans import Generation, WorkerPosition
 from .skips import SkipCounts
 from .state import LoaderState
@@ -30,6 +30,8 @@ class ShardLoader(DataLoader):
     def __init__(self, dataset: ShardDataset, *args: Any, **kwargs: Any) -> None:
         super().__init__(dataset, *args, **kwargs)
         dataset.in_loader = True
+        # Bundles make a worker's first delivery wait for several batches: not under a timeout.
+        dataset.bundle = 1 if self.timeout else BUNDLE
         self._pass: _Pass | None = None
         self._loaded: LoaderState | None = None  # resumed by the next pass
 

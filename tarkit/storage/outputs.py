@@ -184,6 +184,7 @@ class StagedFile:
                 f"the limit of {limit}: a bug in tarkit, please report it; the shard "
                 "was not written"
             )
+        self._mode = 0o666 & ~_umask()  # here: the umask is read on the caller's thread
         sha256 = self.raw.sha256
         return self.raw.size, None if sha256 is None else sha256.hexdigest()
 
@@ -192,7 +193,7 @@ class StagedFile:
         try:
             os.fsync(self.raw.file.fileno())
             self.raw.file.close()
-            os.chmod(self.temp_path, 0o666 & ~_umask())
+            os.chmod(self.temp_path, self._mode)
         except OSError as exc:
             self.abort()
             raise OutputError(f"{self.spec}: write failed: {exc.strerror}") from None
@@ -220,13 +221,13 @@ class StagedFile:
         finally:
             self.abort()
 
-    def publish_soon(self) -> Publishing:
+    def publish_soon(self, background: bool = True) -> Publishing:
         """:meth:`settle` and :meth:`publish` the sealed file on a thread of its own, so
         the caller can write on meanwhile (``fsync`` and ``rename`` let other threads
-        run); call ``wait()`` on the result before relying on the file. An upload to an
-        fsspec URL is done here and now: an interrupted upload is cleaned up on the
-        thread that sees the interrupt."""
-        return Publishing(self)
+        run); call ``wait()`` on the result before relying on the file. Without
+        ``background``, and for an upload to an fsspec URL, it is done here and now (an
+        interrupted upload is cleaned up on the thread that sees the interrupt)."""
+        return Publishing(self, background and not self.remote)
 
     def commit(self, limit: int | None = None) -> tuple[int, str | None]:
         """:meth:`finish` then :meth:`publish`; return (bytes, sha256 or None)."""
@@ -262,11 +263,11 @@ class Publishing:
     :meth:`StagedFile.publish_soon`); :meth:`wait` returns once it is there, or raises
     what stopped it (:class:`~tarkit.errors.OutputError`)."""
 
-    def __init__(self, staged: StagedFile) -> None:
+    def __init__(self, staged: StagedFile, background: bool) -> None:
         self.staged = staged
         self.error: BaseException | None = None
         self.thread: threading.Thread | None = None
-        if staged.remote:
+        if not background:
             staged.settle()
             staged.publish()
         else:

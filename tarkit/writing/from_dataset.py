@@ -280,6 +280,8 @@ def _write_here(
         pattern, maxcount=maxcount, maxsize=maxsize, start=start, post=post,
         manifest=manifest, on_shard=shard_done, storage_options=storage_options, mode=mode,
         mtime=encoder.mtime,
+        # the rejects file must keep step with the shards in place: one at a time
+        overlap=rejects is None,
     )  # fmt: skip
     if rejects is not None and mode == RESUME and writer.shards:
         rejected = load_rejects(rejects, storage_options)

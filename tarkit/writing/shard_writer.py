@@ -137,9 +137,14 @@ class ShardWriter:
     with ``storage_options`` passed to fsspec). Shards are numbered from ``start``.
     ``maxcount`` and ``maxsize`` limit each shard (see the module docstring);
     ``maxshards`` limits how many shards this writer may write: a sample that would need
-    one more raises :class:`OutputError`. ``post`` runs after each shard is complete (a
+    one more raises :class:`OutputError`. ``post`` runs after each shard is in place (a
     bash command with ``{}`` for the path, or a callable); ``on_shard`` is called with
-    each finished shard's :class:`ShardInfo` (``url`` is its path). ``manifest`` is a
+    each shard's :class:`ShardInfo` (``url`` is its path) once it is in place. A local
+    shard is flushed and renamed on another thread while the next is written, so both are
+    called when the next shard is finished (or at :meth:`close` or :meth:`abort`), in
+    order; :attr:`shards` lists a shard from the moment it is complete. With
+    ``overlap=False`` each shard is put in place and announced before the next sample is
+    written (for callbacks that record progress beside the shards). ``manifest`` is a
     path or URL where :meth:`close` writes the manifest of all shards.
     ``checksums=False`` leaves out the sha256 of each shard (``ShardInfo.sha256`` is
     None; a manifest then has none): hashing costs about a sixth of copying small
@@ -150,7 +155,7 @@ class ShardWriter:
     :class:`OutputError` naming how many and the first; ``"overwrite"`` keeps each new
     shard under a hidden pending name until :meth:`close`, which gives them their names,
     runs ``post`` on each and removes the other matching files (``on_shard`` is called
-    as each shard is complete); ``"resume"`` keeps the complete shards of an
+    as each shard is in place under its pending name); ``"resume"`` keeps the complete shards of an
     interrupted run and continues after them: ``samples_done`` says how many samples
     they hold, so the caller skips that many before writing (stale temporary files are
     removed; another matching file raises :class:`OutputError`).
@@ -176,6 +181,7 @@ class ShardWriter:
         mode: str = CREATE,
         mtime: int | None = None,
         checksums: bool = True,
+        overlap: bool = True,
     ) -> None:
         from ..sizes import parse_size
 
@@ -194,6 +200,7 @@ class ShardWriter:
         self.on_shard = on_shard
         self.storage_options = storage_options
         self.checksums = checksums
+        self.overlap = overlap
         self.mtime = default_mtime() if mtime is None else mtime
         self.shards: list[ShardInfo] = []
         self.samples_done = 0
@@ -369,33 +376,37 @@ class ShardWriter:
         try:
             # One sample alone may be larger than maxsize; more than one over it is a bug.
             size, sha256 = shard.seal(self.maxsize if count > 1 else None)
-            info = ShardInfo(url=self._name, samples=count, bytes=size, sha256=sha256)
             # fsync and rename on another thread while the next shard is written
-            self._publishing = (shard.publish_soon(), info)
+            publishing = shard.publish_soon(self.overlap)
         except OutputError:
-            self._file = None  # seal removed it
+            self._file = None  # the shard removed its temporary file
             raise
-        self._file = None  # (an interrupt before this leaves it to abort())
+        info = ShardInfo(url=self._name, samples=count, bytes=size, sha256=sha256)
+        self._file, self._publishing = None, (publishing, info)
         self.samples_done += count
         self._cut.begin()
         self.shards.append(info)
         if self.mode == OVERWRITE:
             self._pending.append(shard.spec)
+        if not self.overlap:
+            self._settle()  # in place already: announced now
 
     def _settle(self) -> None:
-        """Wait until the last finished shard is under its name, then announce it."""
+        """Wait until the last finished shard is in place, then announce it (``on_shard``,
+        ``post``). An interrupt while waiting leaves it to :meth:`abort`."""
         if self._publishing is None:
             return
         publishing, info = self._publishing
-        self._publishing = None
         try:
             publishing.wait()
         except Exception:  # not published: not one of the writer's shards
+            self._publishing = None
             self.shards.remove(info)
             self.samples_done -= info.samples
             if self.mode == OVERWRITE:
                 self._pending.remove(publishing.staged.spec)
             raise
+        self._publishing = None
         if self.on_shard is not None:
             self.on_shard(info)
         if self.post is not None and self.mode != OVERWRITE:
@@ -448,17 +459,18 @@ class ShardWriter:
         """
         self._closed = True
         try:
-            self._settle()  # a complete shard stays, even now
-        except Exception:
-            pass  # not published: the writer is stopping for another reason anyway
-        if self._file is not None:
-            self._file.abort()
-            if self.mode != OVERWRITE:  # with overwrite no new shard stays anyway
-                self.discarded = Discarded(self._name, self._count, self._first_key)
-            self._file = None
-        for pending in self._pending:
-            remove_file(pending, self.storage_options)
-        self._pending = []
+            # The shard being put in place is complete: it stays, announced as always
+            # (its failure, or its post command's, is raised: nothing is hidden).
+            self._settle()
+        finally:
+            if self._file is not None:
+                self._file.abort()
+                if self.mode != OVERWRITE:  # with overwrite no new shard stays anyway
+                    self.discarded = Discarded(self._name, self._count, self._first_key)
+                self._file = None
+            for pending in self._pending:
+                remove_file(pending, self.storage_options)
+            self._pending = []
 
     def __enter__(self) -> ShardWriter:
         return self

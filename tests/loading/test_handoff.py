@@ -103,6 +103,38 @@ def test_a_worker_bundles_batches_without_tensors_and_never_holds_back_the_first
     assert BUNDLE == 8
 
 
+def test_torchs_own_iterator_is_run_to_its_end_which_stops_its_workers() -> None:
+    ended = []
+
+    def items() -> Iterator[Bundle]:
+        yield Bundle([1, 2], 0)
+        yield Bundle([3], 1, last=True)
+        yield Bundle([], 0, last=True)
+        ended.append(True)  # torch's iterator ends here: it shuts its workers down
+
+    assert list(Interleaved(items(), 2)) == [1, 3, 2]
+    assert ended == [True]
+
+
+def test_another_error_of_a_worker_comes_after_its_batches_as_torch_raises_it() -> None:
+    def items() -> Iterator[Any]:
+        yield {"__key__": ["a"]}
+        raise ZeroDivisionError("a bug in the user's code")
+
+    bundles = list(handed_over(items(), _Run(), epoch=0, generation=0))
+    last = bundles[-1]
+    assert [len(b.deliveries) for b in bundles] == [1, 1] and last.last
+    assert isinstance(last.deliveries[-1], WorkerError)
+    with pytest.raises(ZeroDivisionError, match="Caught ZeroDivisionError in the main process"):
+        last.deliveries[-1].reraise()
+
+
+def test_under_a_timeout_batches_are_handed_over_one_at_a_time(manifest) -> None:
+    assert tarkit.loader(manifest, 1, 2, timeout=30).dataset.bundle == 1
+    assert tarkit.loader(manifest, 1, 2).dataset.bundle == BUNDLE
+    assert len(list(tarkit.loader(manifest, 1, 2, timeout=30, decode=[]))) == 79
+
+
 def test_an_error_ends_the_last_bundle_after_the_batches_before_it() -> None:
     def items() -> Iterator[Any]:
         yield {"__key__": ["a"]}

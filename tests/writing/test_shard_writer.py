@@ -358,6 +358,33 @@ def test_each_shard_is_in_place_when_it_is_announced_while_the_next_is_written(
     assert [s.samples for s in writer.shards] == [2, 2, 1]
 
 
+def test_without_overlap_each_shard_is_announced_before_the_next_sample_is_written(
+    tmp_path: Path,
+) -> None:
+    seen: list[list[str]] = []
+
+    def on_shard(info: ShardInfo) -> None:
+        seen.append(sorted(p.name for p in tmp_path.iterdir()))
+
+    with ShardWriter(str(tmp_path / "s-%d.tar"), maxcount=2, on_shard=on_shard,
+                     overlap=False) as writer:  # fmt: skip
+        for i in range(5):
+            writer.write({"__key__": f"k{i}", "txt": "x"})
+    assert seen == [["s-0.tar"], ["s-0.tar", "s-1.tar"], ["s-0.tar", "s-1.tar", "s-2.tar"]]
+
+
+def test_a_complete_shard_is_still_announced_when_the_writer_aborts(tmp_path: Path) -> None:
+    announced: list[str] = []
+    with pytest.raises(RuntimeError, match="the input failed"):
+        with ShardWriter(str(tmp_path / "s-%d.tar"), maxcount=2,
+                         on_shard=lambda info: announced.append(Path(info.url).name)) as w:  # fmt: skip
+            for i in range(3):
+                w.write({"__key__": f"k{i}", "txt": "x"})
+            raise RuntimeError("the input failed")
+    assert announced == ["s-0.tar"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["s-0.tar"]
+
+
 def test_a_shard_that_cannot_be_put_in_place_is_an_error_and_not_listed(tmp_path: Path) -> None:
     writer = ShardWriter(str(tmp_path / "s-%d.tar"), maxcount=1)
     (tmp_path / "s-0.tar").mkdir()  # after the writer looked: the rename will fail
