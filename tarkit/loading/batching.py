@@ -31,28 +31,27 @@ def batches(
     a sample dict itself.
     """
     batch: list[Any] = []
-    origins: list[Any] | None = [] if origin is not None else None
+    origins: list[dict[str, Any]] = []  # with ``origin``: the sample dict of each item
     for item in items:
         batch.append(item)
-        if origins is not None:
-            origins.append(origin(item))  # type: ignore[misc]
+        if origin is not None:
+            origins.append(origin(item))
         if len(batch) == size:
-            yield _collated(batch, origins, collate)
-            batch, origins = [], [] if origin is not None else None
+            yield _collated(batch, origins or batch, collate)
+            batch, origins = [], []
     if batch and partial:
-        yield _collated(batch, origins, collate)
+        yield _collated(batch, origins or batch, collate)
 
 
-def _collated(
-    batch: list[Any], origins: list[Any] | None, collate: Callable[[list[Any]], Any]
-) -> Any:
+def _collated(batch: list[Any], samples: list[Any], collate: Callable[[list[Any]], Any]) -> Any:
+    """``collate(batch)``; a failure names the shard and key of ``samples``, one an item."""
     try:
         return collate(batch)
     except Exception as exc:
         sources = [
             (sample.get("__url__", "-"), sample.get("__key__", "?"))
             if isinstance(sample, dict) else ("-", "?")
-            for sample in (batch if origins is None else origins)
+            for sample in samples
         ]  # fmt: skip
         raise collate_error(batch, sources, exc) from exc
 

@@ -159,16 +159,16 @@ def handed_over(
 
 
 def _pickled_whole(batch: Any) -> bool:
-    """Whether ``batch`` holds no tensor or array (looked for one level down)."""
-    values = batch.values() if isinstance(batch, dict) else batch
-    if not isinstance(values, (list, tuple, type({}.values()))):
-        return not isinstance(values, (torch.Tensor, np.ndarray))
-    for value in values:
-        if isinstance(value, (torch.Tensor, np.ndarray)):
+    """Whether ``batch`` (a dict, tuple or list of columns, or one value) holds no tensor
+    or array: each column looked at, and a list column by its first value."""
+    if isinstance(batch, dict):
+        columns: Any = batch.values()
+    else:
+        columns = batch if isinstance(batch, (list, tuple)) else (batch,)
+    for column in columns:
+        first = column[0] if isinstance(column, (list, tuple)) and column else column
+        if isinstance(first, (torch.Tensor, np.ndarray)):
             return False
-        if isinstance(value, (list, tuple)) and value:
-            if isinstance(value[0], (torch.Tensor, np.ndarray)):
-                return False
     return True
 
 
