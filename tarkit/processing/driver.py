@@ -21,15 +21,15 @@ from ..engines import check_engine, start_engine
 from ..engines.local import default_workers
 from ..engines.running import DONE, RETRY, Outcome, TaskRunner
 from ..errors import MapError, OutputError, ShardFailure, UsageError
-from ..format.manifest import Manifest, ShardInfo
+from ..format.manifest import ShardInfo
 from ..sizes import check_parallel
 from ..storage import (
     PIPE,
     expand_inputs,
     list_files,
     location,
+    manifest_at,
     publish,
-    relative_url,
     remove_file,
     save_manifest,
 )
@@ -234,11 +234,7 @@ def map_shards(
         text = format_metadata(rows, metadata_format(metadata))
         publish(metadata, text.encode("utf-8"), options)
     if manifest is not None:
-        entries = [
-            ShardInfo(relative_url(manifest, s.url), s.samples, s.bytes, s.sha256)
-            for s in result.shards
-        ]
-        save_manifest(Manifest(entries, manifest), manifest, options)
+        save_manifest(manifest_at(manifest, result.shards), manifest, options)
     report("finished")
     return result
 

@@ -27,7 +27,7 @@ from .locations import (
     relative_url,
     resolve_url,
 )
-from .manifests import load_manifest, manifest_urls, save_manifest
+from .manifests import load_manifest, manifest_at, manifest_urls, save_manifest
 from .outputs import (
     Publishing,
     Sink,
@@ -75,6 +75,7 @@ __all__ = [
     "list_files",
     "load_manifest",
     "location",
+    "manifest_at",
     "manifest_urls",
     "move_file",
     "object_info",

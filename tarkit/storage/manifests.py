@@ -7,9 +7,9 @@ of storage, through the same opener and the same atomic publish as every shard.
 from __future__ import annotations
 
 from ..errors import InputError, SourceError
-from ..format.manifest import Manifest, parse
+from ..format.manifest import Manifest, ShardInfo, parse
 from .filesystems import StorageOptions
-from .locations import resolve_url
+from .locations import relative_url, resolve_url
 from .outputs import publish
 from .sources import open_source
 
@@ -28,6 +28,12 @@ def load_manifest(spec: str, storage_options: StorageOptions | None = None) -> M
         except OSError as exc:
             raise SourceError(f"{spec}: cannot read: {exc}") from None
     return parse(text, spec)
+
+
+def manifest_at(where: str | None, shards: list[ShardInfo]) -> Manifest:
+    """The manifest of ``shards`` to be written at ``where``: URLs relative to it."""
+    entries = [ShardInfo(relative_url(where, s.url), s.samples, s.bytes, s.sha256) for s in shards]
+    return Manifest(entries, where)
 
 
 def save_manifest(

@@ -38,7 +38,7 @@ from ..engines.running import DONE, FAILED, RETRY, Outcome, TaskRunner
 from ..errors import EngineError, OutputError
 from ..format.compression import MEASURED, compression_for
 from ..format.manifest import Manifest, ShardInfo
-from ..storage import location, move_file, relative_url, remove_file, save_manifest
+from ..storage import location, manifest_at, remove_file, save_manifest
 from .cluster_tasks import Encoded, EncodeTask, Slot, WriteTask, Written
 from .cuts import ShardCut
 from .items import ItemEncoder, ItemFailure
@@ -54,7 +54,7 @@ from .patterns import (
 )
 from .rejects import Rejected, save_rejects
 from .shard_records import completed_ranges, plan_digest, record_path
-from .shard_writer import run_post
+from .shard_writer import put_in_place, run_post
 
 TICK = 0.5  # seconds between progress reports while waiting
 PIECE_SECONDS = 1.0  # the work an encode task aims at
@@ -447,16 +447,8 @@ class ClusterRun:
         infos = [self.shards[n] for n in numbers]
         options = self.options
         if self.mode == OVERWRITE:
-            for number in numbers:
-                name = shard_name(self.pattern, number)
-                move_file(pending_name(name), name, options)
-            new = {info.url for info in infos}
-            for url in self.replaced:
-                if url not in new:
-                    remove_file(url, options)
-            if self.post is not None:
-                for info in infos:
-                    run_post(self.post, info.url)
+            pending = [pending_name(shard_name(self.pattern, n)) for n in numbers]
+            put_in_place(pending, infos, self.replaced, self.post, options)
         for record in existing_shards(record_path(self.pattern), self.start, options):
             remove_file(record.url, options)
         return Manifest(infos, None)
@@ -487,11 +479,7 @@ def shard_on_engine(
         finished = True
     finally:
         runner.close(cancel=not finished)
-    entries = [
-        ShardInfo(relative_url(manifest, s.url), s.samples, s.bytes, s.sha256)
-        for s in result.shards
-    ]
-    made = Manifest(entries, manifest)
+    made = manifest_at(manifest, result.shards)
     if manifest is not None:
         save_manifest(made, manifest, run.options)
     return made, run.rejects_in_order()

@@ -25,8 +25,6 @@ that it needs more candidates (``short``).
 
 from __future__ import annotations
 
-import os
-import socket
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
@@ -54,7 +52,6 @@ class Encoded:
     sizes: list[int]
     failures: list[ItemFailure] = field(default_factory=list)
     seconds: float = 0.0
-    worker: str = ""
 
     def failed(self) -> tuple[str, bool] | None:
         return None  # items that fail are the driver's to raise or leave out
@@ -74,7 +71,7 @@ class EncodeTask:
         self, shared: ItemEncoder, inputs: Sequence[bytes], tell: Tell | None
     ) -> tuple[Encoded, bytes]:
         started = time.monotonic()
-        result = Encoded(self.first, [], worker=_worker())
+        result = Encoded(self.first, [])
         parts: list[bytes] = []
         for outcome in shared(self.indices):
             if isinstance(outcome, ItemFailure):
@@ -200,7 +197,3 @@ class WriteTask:
 
     def abandon(self) -> None:
         remove_stale_temp(self.path, self.storage_options)
-
-
-def _worker() -> str:
-    return f"{socket.gethostname()}:{os.getpid()}"

@@ -161,9 +161,11 @@ def completed_ranges(
     found: list[Covered] = []
     number = start
     prefix: list[ShardInfo] = []
+    first_recorded = None  # the record that ends the shards without records, read once
     while shard_name(pattern, number) in names:
         name = shard_name(pattern, number)
-        if read_record(name, plan, storage_options) is not None:
+        first_recorded = read_record(name, plan, storage_options)
+        if first_recorded is not None:
             break
         prefix.append(index_shard(name, strict=True, storage_options=storage_options))
         number += 1
@@ -176,7 +178,12 @@ def completed_ranges(
         canonical = shard.url == shard_name(pattern, shard.number)
         if canonical and shard.number < number:
             continue  # one of the shards without records
-        recorded = read_record(shard.url, plan, storage_options) if canonical else None
+        if not canonical:
+            recorded = None
+        elif shard.number == number and first_recorded is not None:
+            recorded = first_recorded
+        else:
+            recorded = read_record(shard.url, plan, storage_options)
         if recorded is None:
             strangers.append(shard)
             continue

@@ -54,8 +54,8 @@ from ..storage import (
     StagedFile,
     StorageOptions,
     describe_exit,
+    manifest_at,
     move_file,
-    relative_url,
     remove_file,
     remove_stale_temp,
     save_manifest,
@@ -102,6 +102,24 @@ def run_post(post: str | Callable[[str], object], path: str) -> None:
         raise OutputError(f"{path}: cannot run the post command: {exc.strerror}") from None
     if status != 0:
         raise OutputError(f"{path}: post command {describe_exit(status)}: {command}")
+
+
+def put_in_place(
+    pending: list[str], shards: list[ShardInfo], replaced: list[str],
+    post: str | Callable[[str], object] | None, storage_options: StorageOptions | None,
+) -> None:  # fmt: skip
+    """``mode="overwrite"``, once the new set is complete: give the ``pending`` files the
+    names of ``shards``, remove the ``replaced`` files the new set does not reuse, then
+    run ``post`` on each shard."""
+    for name, shard in zip(pending, shards, strict=True):
+        move_file(name, shard.url, storage_options)
+    new = {shard.url for shard in shards}
+    for url in replaced:
+        if url not in new:
+            remove_file(url, storage_options)
+    if post is not None:
+        for shard in shards:
+            run_post(post, shard.url)
 
 
 @dataclass(frozen=True)
@@ -412,20 +430,6 @@ class ShardWriter:
         if self.post is not None and self.mode != OVERWRITE:
             run_post(self.post, info.url)
 
-    def _put_in_place(self) -> None:
-        """overwrite: give the pending shards their names, then remove the old files."""
-        options = self.storage_options
-        for pending, shard in zip(self._pending, self.shards, strict=True):
-            move_file(pending, shard.url, options)
-        self._pending = []
-        new = {shard.url for shard in self.shards}
-        for url in self._replaced:
-            if url not in new:
-                remove_file(url, options)
-        if self.post is not None:
-            for shard in self.shards:
-                run_post(self.post, shard.url)
-
     def close(self) -> None:
         """Finish the last shard (if it has samples) and write the manifest."""
         if self._closed:
@@ -439,17 +443,14 @@ class ShardWriter:
             raise
         self._closed = True
         if self.mode == OVERWRITE:
-            self._put_in_place()
+            pending, self._pending = self._pending, []
+            put_in_place(pending, self.shards, self._replaced, self.post, self.storage_options)
         if self.manifest is not None:
             save_manifest(self.manifest_of(), self.manifest, self.storage_options)
 
     def manifest_of(self) -> Manifest:
         """The manifest of the shards finished so far, URLs relative to ``manifest``."""
-        where = self.manifest
-        entries = [
-            ShardInfo(relative_url(where, s.url), s.samples, s.bytes, s.sha256) for s in self.shards
-        ]
-        return Manifest(entries, where)
+        return manifest_at(self.manifest, self.shards)
 
     def abort(self) -> None:
         """Stop: remove the unfinished shard's temporary file; complete shards stay.
