@@ -1,9 +1,9 @@
 """The crash ledger: what a worker's commands leave behind, should the worker be killed.
 
-Every engine's worker process calls :func:`record_commands`; then the code it runs (the
-command supervisor of :mod:`tarkit.processing`) tells its ledger of every command it
-starts (:func:`note_command`) and reaps (:func:`forget_command`), and
-:func:`sweep_ledgers` (the local engine's driver, each Ray task) kills the commands and
+Every engine's worker process calls :func:`record_commands`; then every command the code
+it runs starts (through the command supervisor of :mod:`tarkit.processing`) records
+itself in the ledger before it does anything else (:func:`recording_line`), the
+supervisor forgets it once reaped (:func:`forget_command`), and :func:`sweep_ledgers` (the local engine's driver, each Ray task) kills the commands and
 removes the directories of workers that are gone. See :class:`_Ledger` for the layout.
 The ledger's own files are made with :func:`write_file` and removed with
 :func:`remove_tree`, which the command workspaces use too.
@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import shlex
 import shutil
 import signal
 import stat
@@ -67,14 +68,6 @@ class _Ledger:
             self.path = os.path.join(base, me)
         return self.path
 
-    def enter(self, pid: int) -> None:
-        """Record the command whose group is ``pid`` (it runs and is not reaped)."""
-        directory, start = self.directory(), _start_time(pid, zombies=True)
-        if directory is None or start is None:
-            return
-        with contextlib.suppress(OSError):
-            write_file(os.path.join(directory, str(pid)), start.encode())
-
     def leave(self, pid: int) -> None:
         """Forget the command whose group is ``pid`` (killed and reaped)."""
         if self.path is not None and self.owner == os.getpid():
@@ -98,10 +91,23 @@ def ledger_directory() -> str | None:
     return _ledger.directory()
 
 
-def note_command(pid: int) -> None:
-    """Record the command whose process group is ``pid``, when recording (it runs)."""
-    if _ledger.wanted:
-        _ledger.enter(pid)
+def recording_line() -> str:
+    """Shell text for a command's shell to run first when this process keeps a ledger
+    (else ``""``): the shell records its process group (its own id, as it leads a new
+    session) with its start time, and exits with status 126 without running the command
+    when it cannot, as when its worker was killed and the ledger swept.
+
+    The command records itself, rather than its worker after starting it, so that no
+    moment exists in which a killed worker leaves a command running unrecorded.
+    """
+    directory = _ledger.directory()
+    if directory is None:
+        return ""
+    # The fields after the name in /proc/$$/stat, as _stat_fields splits them.
+    return (
+        "read -r _tk < /proc/$$/stat && _tk=(${_tk##*)}) && "
+        f'printf %s "${{_tk[19]}}" > {shlex.quote(directory)}/$$ || exit 126; unset _tk; '
+    )
 
 
 def forget_command(pid: int) -> None:
@@ -153,11 +159,21 @@ def sweep_ledgers(base: str | None = None) -> int:
     namespace = _pid_namespace()
     swept = 0
     for name in names:
-        owner, _, rest = name.partition("-")
-        pid, _, start = rest.partition("-")
-        if owner != namespace or not pid.isdigit() or _start_time(int(pid)) == start:
-            continue  # another namespace's, or its process lives
         ledger = os.path.join(base, name)
+        if not name.endswith(_SWEEPING):
+            owner, _, rest = name.partition("-")
+            pid, _, start = rest.partition("-")
+            if owner != namespace or not pid.isdigit() or _start_time(int(pid)) == start:
+                continue  # another namespace's, or its process lives
+            # Renamed first, so a command starting now can no longer record itself in
+            # it (and exits unrun): every command it holds is in the listing below.
+            try:
+                os.rename(ledger, ledger + _SWEEPING)
+            except OSError:
+                continue  # another sweep took it
+            ledger += _SWEEPING
+        elif not name.startswith(namespace + "-"):
+            continue  # left by another namespace's sweep that was killed
         try:
             entries = os.listdir(ledger)
         except OSError:
@@ -170,6 +186,9 @@ def sweep_ledgers(base: str | None = None) -> int:
     with contextlib.suppress(OSError):
         os.rmdir(base)  # only when empty
     return swept
+
+
+_SWEEPING = ".sweeping"  # a ledger being swept (or left by a sweep that was killed)
 
 
 def _kill_recorded(group: int, record: str) -> None:

@@ -9,7 +9,7 @@ sample and is all another process needs.
 
 Every command runs in a session (process group) of its own; its process is reaped only
 after the whole group was killed, so killing the group never hits another program. In a
-map worker the :mod:`~tarkit.engines.ledger` records each running command.
+map worker each running command is recorded in the :mod:`~tarkit.engines.ledger`.
 """
 
 from __future__ import annotations
@@ -27,7 +27,7 @@ from collections.abc import Callable, Iterable, Iterator, Sequence
 from ..engines.ledger import (
     forget_command,
     ledger_directory,
-    note_command,
+    recording_line,
     remove_tree,
     write_file,
 )
@@ -94,7 +94,6 @@ class _Job:
             with _signals_held():
                 self.pid = spawn(command.text, self.directory, env, workspace.fds)
                 registry[index] = self
-                note_command(self.pid)
         except BaseException:
             self._clear()
             raise
@@ -178,10 +177,11 @@ def spawn(text: str, directory: str, env: dict[str, str], logs: tuple[int, int])
     stdin is /dev/null, stdout and stderr go to ``logs``; signal dispositions and
     mask are the defaults (Python ignores SIGPIPE, a command must not). Started with
     ``posix_spawn``, which has no working-directory action: bash changes into
-    ``directory`` itself before the command (same line, so line numbers in bash's
-    messages are the command's).
+    ``directory`` itself before the command, after recording itself in its worker's
+    crash ledger if there is one (same line, so line numbers in bash's messages are the
+    command's).
     """
-    script = f"cd -- {shlex.quote(directory)} || exit 126; {text}"
+    script = f"{recording_line()}cd -- {shlex.quote(directory)} || exit 126; {text}"
     return os.posix_spawn(
         _bash_path(), ["bash", "-c", script], env,
         file_actions=[

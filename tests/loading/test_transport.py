@@ -4,12 +4,14 @@ tensors) is held, persistent workers, and a worker that dies."""
 
 from __future__ import annotations
 
+import gc
 import io
 import multiprocessing
 import os
 import pickle
 import signal
 import threading
+import time
 from multiprocessing.reduction import ForkingPickler
 from typing import Any
 
@@ -135,15 +137,35 @@ def test_a_killed_worker_raises_torchs_error_and_received_batches_stay_intact(ma
     expected = list(tarkit.loader(manifest, 2, 2, **DECODED))
     iterator = iter(tarkit.loader(manifest, 2, 2, **DECODED))
     kept = [next(iterator) for _ in range(4)]
+    workers = multiprocessing.active_children()
+    assert len(workers) == 2
     # torch's errors, as without the pool: a worker found dead, or (rarely) killed while
     # handing over a file descriptor
     with pytest.raises((RuntimeError, ConnectionResetError)) as error:
-        for worker in multiprocessing.active_children():
-            os.kill(worker.pid, signal.SIGKILL)  # type: ignore[arg-type]
+        # Both die before torch's SIGCHLD handler runs, so it runs once, here, and not
+        # again later for the worker that took longer to die.
+        signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGCHLD})
+        try:
+            for worker in workers:
+                os.kill(worker.pid, signal.SIGKILL)  # type: ignore[arg-type]
+            for worker in workers:
+                wait_until_dead(worker.pid)  # type: ignore[arg-type]
+        finally:
+            signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGCHLD})
         for _ in range(len(expected)):
             kept.append(next(iterator))
     assert error.type is ConnectionResetError or str(error.value).startswith(
         "DataLoader worker (pid"
     )
-    del iterator
     assert all(same(a, b) for a, b in zip(kept, expected, strict=False))
+    del error, iterator  # the error's frames hold torch's iterator
+    gc.collect()
+    assert not multiprocessing.active_children()
+
+
+def wait_until_dead(pid: int) -> None:
+    """Wait (10 s at most) until ``pid`` has exited, leaving it for torch to reap."""
+    deadline = time.monotonic() + 10
+    while os.waitid(os.P_PID, pid, os.WEXITED | os.WNOHANG | os.WNOWAIT) is None:
+        assert time.monotonic() < deadline, f"worker {pid} still alive after SIGKILL"
+        time.sleep(0.01)
