@@ -31,6 +31,7 @@ class SampleEncoder:
     def __init__(self, mtime: int | None = None) -> None:
         self.mtime = default_mtime() if mtime is None else mtime
         self._previous: Sample | Mapping[str, Any] | None = None
+        self._previous_key: Any = None
 
     def encode(self, sample: Sample | Mapping[str, Any]) -> bytes | None:
         """The raw bytes of ``sample``'s members; None for a sample without members."""
@@ -45,9 +46,9 @@ class SampleEncoder:
 
     def admit(self, sample: Sample | Mapping[str, Any]) -> None:
         """Check that ``sample`` may follow the sample before it, and remember it."""
-        key = key_of(sample)
-        previous = self._previous
-        if previous is not None and key == key_of(previous):
+        key = sample.key if type(sample) is Sample else key_of(sample)
+        if key == self._previous_key and self._previous is not None:
+            previous = self._previous
             if isinstance(previous, Sample) and isinstance(sample, Sample):
                 raise same_key_error(previous, sample)
             raise SampleError(
@@ -55,7 +56,7 @@ class SampleEncoder:
                 "merge the two: give every sample a key of its own",
                 source="dataset",
             )
-        self._previous = sample
+        self._previous, self._previous_key = sample, key
 
 
 def key_of(sample: Sample | Mapping[str, Any]) -> Any:

@@ -303,19 +303,15 @@ class ShardWriter:
         one slice of that buffer: the same bytes, one write instead of one per sample.
         """
         count = 0
-        write, admit, cut = self.write, self._encoder.admit, self._cut
+        write, admit, cut, measure = self.write, self._encoder.admit, self._cut, self._measure
+        sliced = cut.compression is None  # (compressed shards are written sample by sample)
         buffer: bytes | None = None  # the run of contiguous samples not yet written
         start = stop = 0
         try:
             for sample in samples:
                 count += 1
-                span = sample.span if isinstance(sample, Sample) and sample.fields else None
-                if (
-                    span is None
-                    or self._file is None
-                    or cut.compression is not None
-                    or not cut.takes(span[2] - span[1], self._measure)
-                ):
+                span = sample.span if sliced and type(sample) is Sample and sample.fields else None
+                if span is None or self._file is None or not cut.takes(span[2] - span[1], measure):
                     if buffer is not None:
                         self._put(memoryview(buffer)[start:stop])
                         buffer = None
