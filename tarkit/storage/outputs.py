@@ -29,12 +29,10 @@ b'hello'
 
 from __future__ import annotations
 
-import hashlib
 import io
 import os
 import stat
 import sys
-import tempfile
 import threading
 from typing import BinaryIO
 
@@ -58,6 +56,9 @@ def temp_place(spec: str) -> tuple[str, str]:
     where = location(spec)
     base = where.basename
     if where.kind == FSSPEC:
+        import hashlib  # (here and below: not at import, which the shell tools wait for)
+        import tempfile
+
         digest = hashlib.sha256(spec.encode("utf-8", "surrogateescape")).hexdigest()[:12]
         return tempfile.gettempdir(), f"tarkit-upload-{digest}-{base}."
     return os.path.dirname(os.path.abspath(where.path)), f".{base}."
@@ -86,7 +87,11 @@ class _CountingFile(io.RawIOBase):
 
     def __init__(self, fd: int, hashing: bool) -> None:
         self.file = open(fd, "wb", buffering=0)  # noqa: SIM115
-        self.sha256 = hashlib.sha256() if hashing else None
+        self.sha256 = None
+        if hashing:
+            import hashlib
+
+            self.sha256 = hashlib.sha256()
         self.size = 0
 
     def writable(self) -> bool:
@@ -136,6 +141,8 @@ class StagedFile:
                 os.makedirs(directory, exist_ok=True)
             except OSError as exc:
                 raise OutputError(f"{spec}: cannot create its directory: {exc.strerror}") from None
+        import tempfile
+
         try:
             fd, self.temp_path = tempfile.mkstemp(prefix=prefix, suffix=".tmp", dir=directory)
         except OSError as exc:

@@ -38,7 +38,6 @@ from __future__ import annotations
 
 import io
 import os
-import random
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, replace
@@ -107,6 +106,8 @@ class RetryPolicy:
 
     def delay(self, failures: int, retry_after: float | None, jitter: float | None = None) -> float:
         """Seconds to wait before reconnection number ``failures`` of a run without data."""
+        import random  # (not at import, which the shell tools wait for)
+
         base = min(self.max_backoff, self.backoff * 2 ** (failures - 1))
         wait = base * (random.uniform(0.5, 1.0) if jitter is None else jitter)
         if retry_after is not None:

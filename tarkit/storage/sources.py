@@ -23,7 +23,6 @@ sha256 for a manifest); :func:`read_bytes` reads a small file whole.
 
 from __future__ import annotations
 
-import hashlib
 import io
 import os
 import signal
@@ -293,6 +292,8 @@ class HashingReader(io.RawIOBase):
     through it: what a manifest records of a shard as stored."""
 
     def __init__(self, stream: BinaryIO) -> None:
+        import hashlib  # (not at import, which the shell tools wait for)
+
         self._read = getattr(stream, "read1", None) or stream.read
         self.sha256 = hashlib.sha256()
         self.size = 0
