@@ -29,9 +29,9 @@ class _Ledger:
     (or the out-of-memory killer), and so does the worker's private directory. A process
     that called :func:`record_commands` keeps a ledger: a directory
     ``$TMPDIR/tarkit-commands-<uid>/<pid namespace>-<pid>-<start time>/`` holding its
-    private directories and one file per running command, named by the command's
-    process group id and holding the start time of its leader, removed once the group
-    is killed and reaped. :func:`sweep_ledgers` (in any process of the machine) kills
+    private directories and one empty file per running command, named
+    ``<process group id>.<start time of its leader>`` (made in one step by the command
+    itself: :func:`recording_line`), removed once the group is killed. :func:`sweep_ledgers` (in any process of the machine) kills
     the groups and removes the ledgers of processes that are gone.
     """
 
@@ -69,10 +69,12 @@ class _Ledger:
         return self.path
 
     def leave(self, pid: int) -> None:
-        """Forget the command whose group is ``pid`` (killed and reaped)."""
+        """Forget the command whose group is ``pid`` (killed, and not reaped yet: its
+        start time is read from ``/proc``)."""
         if self.path is not None and self.owner == os.getpid():
+            start = _start_time(pid, zombies=True)
             with contextlib.suppress(OSError):
-                os.unlink(os.path.join(self.path, str(pid)))
+                os.unlink(os.path.join(self.path, f"{pid}.{start}"))
 
     def close(self) -> None:
         """Remove this process's ledger (and the base directory if it is then empty)."""
@@ -94,24 +96,27 @@ def ledger_directory() -> str | None:
 def recording_line() -> str:
     """Shell text for a command's shell to run first when this process keeps a ledger
     (else ``""``): the shell records its process group (its own id, as it leads a new
-    session) with its start time, and exits with status 126 without running the command
-    when it cannot, as when its worker was killed and the ledger swept.
+    session) and its start time, and exits with status 126 without running the command
+    when it cannot: when its worker was killed and the ledger swept, or the disk is full.
 
     The command records itself, rather than its worker after starting it, so that no
-    moment exists in which a killed worker leaves a command running unrecorded.
+    moment exists in which a killed worker leaves a command running unrecorded. The
+    record is a file created empty, named by both numbers: it appears whole or not at all.
     """
     directory = _ledger.directory()
     if directory is None:
         return ""
     # The fields after the name in /proc/$$/stat, as _stat_fields splits them.
     return (
-        "read -r _tk < /proc/$$/stat && _tk=(${_tk##*)}) && "
-        f'printf %s "${{_tk[19]}}" > {shlex.quote(directory)}/$$ || exit 126; unset _tk; '
+        "read -r __tarkit_stat < /proc/$$/stat && __tarkit_stat=(${__tarkit_stat##*)}) && "
+        f': > {shlex.quote(directory)}/$$."${{__tarkit_stat[19]}}" || exit 126; '
+        "unset __tarkit_stat; "
     )
 
 
 def forget_command(pid: int) -> None:
-    """Forget the command whose process group is ``pid``, when recording (it is reaped)."""
+    """Forget the command whose process group is ``pid``, when recording: once its group
+    is killed, before it is reaped."""
     if _ledger.wanted:
         _ledger.leave(pid)
 
@@ -174,14 +179,7 @@ def sweep_ledgers(base: str | None = None) -> int:
             ledger += _SWEEPING
         elif not name.startswith(namespace + "-"):
             continue  # left by another namespace's sweep that was killed
-        try:
-            entries = os.listdir(ledger)
-        except OSError:
-            continue
-        for entry in entries:
-            if entry.isdigit():
-                _kill_recorded(int(entry), os.path.join(ledger, entry))
-        remove_tree(ledger)
+        _sweep(ledger)
         swept += 1
     with contextlib.suppress(OSError):
         os.rmdir(base)  # only when empty
@@ -191,14 +189,45 @@ def sweep_ledgers(base: str | None = None) -> int:
 _SWEEPING = ".sweeping"  # a ledger being swept (or left by a sweep that was killed)
 
 
-def _kill_recorded(group: int, record: str) -> None:
-    try:
-        with open(record, "rb") as file:
-            recorded = file.read().decode("ascii", "replace")
-    except OSError:
-        return
+def _sweep(ledger: str) -> None:
+    """Kill the groups recorded in a renamed ``ledger`` and remove it.
+
+    A command whose shell found the ledger just before it was renamed may still add its
+    record after the listing: the ledger is then not empty once what was listed is
+    removed, and is listed again.
+    """
+    for _ in range(_SWEEP_ROUNDS):
+        try:
+            entries = os.listdir(ledger)
+        except OSError:
+            return  # another sweep removed it
+        for entry in entries:
+            path = os.path.join(ledger, entry)
+            group, dot, start = entry.partition(".")
+            if dot and group.isdigit() and start.isdigit():
+                _kill_recorded(int(group), start)
+            try:
+                os.unlink(path)
+            except IsADirectoryError:
+                remove_tree(path)  # a private directory of the worker
+            except OSError:
+                pass
+        try:
+            os.rmdir(ledger)
+            return
+        except FileNotFoundError:
+            return
+        except OSError:
+            continue  # a record came meanwhile
+    remove_tree(ledger)
+
+
+_SWEEP_ROUNDS = 5
+
+
+def _kill_recorded(group: int, start: str) -> None:
     now = _start_time(group, zombies=True)
-    if now is not None and now != recorded:
+    if now is not None and now != start:
         return  # the id was reused: the group is gone
     with contextlib.suppress(OSError):
         os.killpg(group, signal.SIGKILL)

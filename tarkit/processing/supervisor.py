@@ -102,13 +102,10 @@ class _Job:
             self.pidfd = os.pidfd_open(self.pid)
 
     def exited(self, ready: set[int]) -> bool:
-        """Whether the command has ended: its pidfd is in ``ready``, or else it is reaped."""
+        """Whether the command has ended: its pidfd is in ``ready`` (else: asked, not reaped)."""
         if self.pidfd >= 0:
             return self.pidfd in ready
-        pid, status = os.waitpid(self.pid, os.WNOHANG)
-        if pid:
-            self.reaped, self.code = True, os.waitstatus_to_exitcode(status)
-        return self.reaped
+        return os.waitid(os.P_PID, self.pid, os.WEXITED | os.WNOHANG | os.WNOWAIT) is not None
 
     def kill(self) -> None:
         """Kill the command's whole process group (while its leader is not reaped)."""
@@ -119,6 +116,7 @@ class _Job:
     def _reap(self) -> int:
         self.kill()  # what the command left running in its group goes too
         if not self.reaped:
+            forget_command(self.pid)  # (its group is killed; unreaped, its id is not reused)
             while True:
                 try:
                     _, status = os.waitpid(self.pid, 0)
@@ -126,7 +124,6 @@ class _Job:
                 except InterruptedError:
                     continue
             self.reaped, self.code = True, os.waitstatus_to_exitcode(status)
-            forget_command(self.pid)
         if self.pidfd >= 0:
             os.close(self.pidfd)
             self.pidfd = -1

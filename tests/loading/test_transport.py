@@ -142,16 +142,17 @@ def test_a_killed_worker_raises_torchs_error_and_received_batches_stay_intact(ma
     # torch's errors, as without the pool: a worker found dead, or (rarely) killed while
     # handing over a file descriptor
     with pytest.raises((RuntimeError, ConnectionResetError)) as error:
-        # Both die before torch's SIGCHLD handler runs, so it runs once, here, and not
-        # again later for the worker that took longer to die.
-        signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGCHLD})
+        # Torch's SIGCHLD handler is set aside while both die (blocking the signal would
+        # not do: other threads would take it), so it cannot run for one of them later,
+        # outside this block; torch finds them dead when it next waits for a batch.
+        handler = signal.signal(signal.SIGCHLD, signal.SIG_DFL)
         try:
             for worker in workers:
                 os.kill(worker.pid, signal.SIGKILL)  # type: ignore[arg-type]
             for worker in workers:
                 wait_until_dead(worker.pid)  # type: ignore[arg-type]
         finally:
-            signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGCHLD})
+            signal.signal(signal.SIGCHLD, handler)
         for _ in range(len(expected)):
             kept.append(next(iterator))
     assert error.type is ConnectionResetError or str(error.value).startswith(

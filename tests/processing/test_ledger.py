@@ -8,6 +8,7 @@ import sys
 import time
 from pathlib import Path
 
+import pytest
 from conftest import assert_gone, make_tar
 
 from tarkit.engines.ledger import sweep_ledgers
@@ -37,8 +38,9 @@ def test_sweeping_ledgers_spares_live_processes_and_clears_what_dead_ones_left(
         command_pid = int(pid_file.read_text())
         (ledger,) = base.iterdir()
         assert ledger.name.split("-")[1] == str(child.pid)
+        start = Path(f"/proc/{command_pid}/stat").read_text().rsplit(")", 1)[1].split()[19]
         assert sorted(p.name for p in ledger.iterdir() if not p.name.startswith("tarproc-")) == [
-            str(command_pid)
+            f"{command_pid}.{start}"
         ]
         assert sweep_ledgers(str(base)) == 0  # its process lives
         assert Path(f"/proc/{command_pid}").exists() and ledger.exists()
@@ -53,55 +55,73 @@ def test_sweeping_ledgers_spares_live_processes_and_clears_what_dead_ones_left(
 
 SPAWNING_CHILD = """
 import os, sys
-from tarkit.engines.ledger import ledger_directory, record_commands, remove_tree
+from tarkit.engines.ledger import ledger_directory, record_commands
 from tarkit.processing.supervisor import spawn
 record_commands(sys.argv[1])
 ledger = ledger_directory()
 if sys.argv[3] == "swept":
-    remove_tree(ledger)
+    os.rename(ledger, ledger + ".sweeping")  # as a sweep does first
 env = dict(os.environ, LEDGER=ledger)
 pid = spawn(sys.argv[2], sys.argv[4], env, (1, 2))
 sys.exit(os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1]))
 """
 
 
+def spawned(tmp_path: Path, command: str, ledger: str) -> tuple[Path, int]:
+    """Run ``command`` as a map worker with a ledger does, in a new directory."""
+    work = tmp_path / "work"
+    work.mkdir()
+    args = [str(tmp_path / "ledgers"), command, ledger, str(work)]
+    child = subprocess.run([sys.executable, "-c", SPAWNING_CHILD, *args], timeout=60)
+    return work, child.returncode
+
+
 def test_a_command_is_in_its_workers_ledger_before_it_runs(tmp_path: Path) -> None:
-    # What the command sees in the ledger under its own process group: its start time.
-    command = 'cat "$LEDGER/$$" > seen; cut -d" " -f22 /proc/$$/stat > start'
-    work = tmp_path / "work"
-    work.mkdir()
-    args = [str(tmp_path / "ledgers"), command, "live", str(work)]
-    subprocess.run([sys.executable, "-c", SPAWNING_CHILD, *args], check=True, timeout=60)
-    assert (work / "seen").read_text() == (work / "start").read_text().strip() != ""
+    # What the command finds in the ledger: its own process group and start time.
+    command = 'ls "$LEDGER" > seen; echo "$$.$(cut -d" " -f22 /proc/$$/stat)" > own'
+    work, status = spawned(tmp_path, command, "live")
+    assert status == 0
+    assert (work / "seen").read_text() == (work / "own").read_text()
 
 
-def test_a_command_whose_ledger_was_swept_does_not_run(tmp_path: Path) -> None:
-    # Its worker was killed and swept while the command was starting: it must not run
-    # where nothing would kill it.
-    work = tmp_path / "work"
-    work.mkdir()
-    args = [str(tmp_path / "ledgers"), "touch ran", "swept", str(work)]
-    child = subprocess.run(
-        [sys.executable, "-c", SPAWNING_CHILD, *args], capture_output=True, timeout=60
-    )
-    assert child.returncode == 126
-    assert b"No such file or directory" in child.stderr
+def test_a_command_whose_ledger_is_being_swept_does_not_run(tmp_path: Path) -> None:
+    # Its worker was killed and a sweep took the ledger while the command was starting:
+    # it must not run where nothing would kill it.
+    work, status = spawned(tmp_path, "touch ran", "swept")
+    assert status == 126
     assert not (work / "ran").exists()
 
 
-def test_a_ledger_left_by_a_killed_sweep_is_swept(tmp_path: Path) -> None:
+@pytest.mark.parametrize("reused", [False, True], ids=["recorded", "id-reused"])
+def test_a_ledger_left_by_a_killed_sweep_is_swept(tmp_path: Path, reused: bool) -> None:
     base = tmp_path / "ledgers"
     command = subprocess.Popen(["sleep", "30"], start_new_session=True)
     try:
         start = Path(f"/proc/{command.pid}/stat").read_text().rsplit(")", 1)[1].split()[19]
         namespace = os.stat("/proc/self/ns/pid").st_ino
         ledger = base / f"{namespace}-1-1.sweeping"  # renamed by a sweep, then left
-        ledger.mkdir(parents=True, mode=0o700)
+        (ledger / "tarproc-x").mkdir(parents=True, mode=0o700)
         base.chmod(0o700)
-        (ledger / str(command.pid)).write_text(start)
+        # With another start time on record, the id now belongs to another process.
+        (ledger / f"{command.pid}.{'1' if reused else start}").touch()
         assert sweep_ledgers(str(base)) == 1
-        assert command.wait(timeout=10) == -9
+        if reused:
+            assert command.poll() is None
+        else:
+            assert command.wait(timeout=10) == -9
         assert not base.exists()
     finally:
         command.kill()
         command.wait(timeout=10)
+
+
+def test_finished_commands_leave_no_record(tmp_path: Path) -> None:
+    source = tmp_path / "in.tar"
+    source.write_bytes(make_tar([(f"{i}.txt", b"x") for i in range(5)]))
+    script = LEDGER_CHILD + "from tarkit.engines.ledger import ledger_directory\n"
+    script += "print(sorted(os.listdir(ledger_directory())))\n"
+    child = subprocess.run(
+        [sys.executable, "-c", "import os\n" + script, str(tmp_path / "l"), str(source), "true"],
+        capture_output=True, text=True, timeout=60, check=True,
+    )  # fmt: skip
+    assert child.stdout.strip() == "[]"  # nor any of the commands' directories
