@@ -1,9 +1,10 @@
 """The crash ledger: what a worker's commands leave behind, should the worker be killed.
 
-Every engine's worker process calls :func:`record_commands`; then every command the code
-it runs starts (through the command supervisor of :mod:`tarkit.processing`) records
-itself in the ledger before it does anything else (:func:`recording_line`), the
-supervisor forgets it once reaped (:func:`forget_command`), and :func:`sweep_ledgers` (the local engine's driver, each Ray task) kills the commands and
+Every engine's worker process calls :func:`record_commands`. Every command that the
+code it runs starts (through the command supervisor of :mod:`tarkit.processing`) then
+records itself in the ledger before it does anything else (:func:`recording_line`); the
+supervisor forgets it once its group is killed (:func:`forget_command`); and
+:func:`sweep_ledgers` (the local engine's driver, each Ray task) kills the commands and
 removes the directories of workers that are gone. See :class:`_Ledger` for the layout.
 The ledger's own files are made with :func:`write_file` and removed with
 :func:`remove_tree`, which the command workspaces use too.
@@ -31,8 +32,9 @@ class _Ledger:
     ``$TMPDIR/tarkit-commands-<uid>/<pid namespace>-<pid>-<start time>/`` holding its
     private directories and one empty file per running command, named
     ``<process group id>.<start time of its leader>`` (made in one step by the command
-    itself: :func:`recording_line`), removed once the group is killed. :func:`sweep_ledgers` (in any process of the machine) kills
-    the groups and removes the ledgers of processes that are gone.
+    itself: :func:`recording_line`), removed once the group is killed.
+    :func:`sweep_ledgers` (in any process of the machine) kills the groups and removes
+    the ledgers of processes that are gone.
     """
 
     def __init__(self) -> None:
