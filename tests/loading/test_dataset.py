@@ -112,6 +112,23 @@ def test_samples_are_the_dicts_webdataset_yields_for_peer_shards(name):
     assert ours == theirs and ours
 
 
+def test_field_names_are_lowercased_as_webdataset_does(tmp_path):
+    path = tmp_path / "mixed-case.tar"
+    with open(path, "wb") as file:
+        writer = TarWriter(file)
+        for key in ("a", "b"):
+            writer.add(f"{key}.JPG", b"image " + key.encode())
+            writer.add(f"{key}.Seg.PNG", b"mask")
+            writer.add(f"{key}.cls", b"3")
+        writer.close()
+    ours = list(ShardDataset(str(path)))
+    theirs = list(wds.WebDataset(str(path), shardshuffle=False, empty_check=False))
+    assert ours == theirs
+    assert [sorted(k for k in s if not k.startswith("__")) for s in ours] == [
+        ["cls", "jpg", "seg.png"]
+    ] * 2
+
+
 def test_decode_and_to_tuple_give_what_webdataset_gives():
     path = str(PEERS / "sample.tgz")
     ours = list(ShardDataset(path, decode="rgb8", to_tuple="png;jpg cls"))
