@@ -108,9 +108,8 @@ class PieceReader:
                     result: dict[str, Any] = {"__key__": sample.key, "__url__": url}
                     if local_path is not None:
                         result["__local_path__"] = local_path
-                    result.update(
-                        zip(map(str.lower, sample.fields), sample.data_all(), strict=True)
-                    )
+                    for name, data in zip(sample.fields, sample.data_all(), strict=True):
+                        result[name.lower()] = data
                     yield result
                     delivered += 1
                     if delivered == expected and piece.stop is not None:
