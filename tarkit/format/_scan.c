@@ -276,6 +276,18 @@ new_member(PyObject *buf, Py_ssize_t pos, Py_ssize_t base, const Header *header)
     return member;
 }
 
+/* Append item, a new reference (or NULL from the call that failed to make it), to list and
+ * drop the reference: 0, or -1 with an exception set. */
+static int
+append_new(PyObject *list, PyObject *item)
+{
+    if (!item)
+        return -1;
+    int status = PyList_Append(list, item);
+    Py_DECREF(item);
+    return status;
+}
+
 /* The members of buf[start:stop], a run of ordinary members the scanner read before. */
 static PyObject *
 members_of(PyObject *buf, Py_ssize_t start, Py_ssize_t stop, Py_ssize_t base)
@@ -292,13 +304,10 @@ members_of(PyObject *buf, Py_ssize_t start, Py_ssize_t stop, Py_ssize_t base)
             Py_DECREF(members);
             return NULL;
         }
-        PyObject *member = new_member(buf, pos, base, &header);
-        if (!member || PyList_Append(members, member) < 0) {
-            Py_XDECREF(member);
+        if (append_new(members, new_member(buf, pos, base, &header)) < 0) {
             Py_DECREF(members);
             return NULL;
         }
-        Py_DECREF(member);
     }
     return members;
 }
@@ -330,12 +339,8 @@ scan_members(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
     Header header;
     while (pos >= 0 && len - pos >= BLOCK && plain_header(data + pos, &header) &&
            header.total <= len - pos) {
-        PyObject *member = new_member(buf, pos, base, &header);
-        if (!member || PyList_Append(out, member) < 0) {
-            Py_XDECREF(member);
+        if (append_new(out, new_member(buf, pos, base, &header)) < 0)
             return NULL;
-        }
-        Py_DECREF(member);
         pos += header.total;
     }
     return PyLong_FromSsize_t(pos);
@@ -496,23 +501,13 @@ static int
 group_extend(Group *group, PyObject *buf, Py_ssize_t pos, Py_ssize_t base, const Header *header,
              const unsigned char *path, Py_ssize_t path_len, Py_ssize_t dot)
 {
-    PyObject *field = decode_field(path + dot + 1, path_len - dot - 1);
-    if (!field)
-        return -1;
-    int status = PyList_Append(group->fields, field);
-    Py_DECREF(field);
-    if (status < 0)
+    if (append_new(group->fields, decode_field(path + dot + 1, path_len - dot - 1)) < 0)
         return -1;
     if (group->members == NULL) {
         group->span_stop = pos + header->total;
         return 0;
     }
-    PyObject *member = new_member(buf, pos, base, header);
-    if (!member)
-        return -1;
-    status = PyList_Append(group->members, member);
-    Py_DECREF(member);
-    return status;
+    return append_new(group->members, new_member(buf, pos, base, header));
 }
 
 /* Start a sample (a span) with this member, whose key is new. */
@@ -602,13 +597,10 @@ scan_samples(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
                 Py_DECREF(key);
                 break;
             }
-            PyObject *sample = group_sample(&group, buf, base);
-            if (!sample || PyList_Append(out, sample) < 0) {
-                Py_XDECREF(sample);
+            if (append_new(out, group_sample(&group, buf, base)) < 0) {
                 Py_DECREF(key);
                 goto error;
             }
-            Py_DECREF(sample);
         }
         if (PySet_Add(group.seen, key) < 0 ||
             group_open(&group, key, pos, &header, path, path_len, dot) < 0) {
@@ -721,12 +713,10 @@ span_data_all(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
         return NULL;
     for (Py_ssize_t pos = start; span_next(data, pos, stop, &header); pos += header.total) {
         PyObject *item = PyBytes_FromStringAndSize((const char *)data + pos + BLOCK, header.size);
-        if (!item || PyList_Append(result, item) < 0) {
-            Py_XDECREF(item);
+        if (append_new(result, item) < 0) {
             Py_DECREF(result);
             return NULL;
         }
-        Py_DECREF(item);
     }
     return result;
 }

@@ -173,10 +173,10 @@ class ShardWriter:
     :class:`OutputError` naming how many and the first; ``"overwrite"`` keeps each new
     shard under a hidden pending name until :meth:`close`, which gives them their names,
     runs ``post`` on each and removes the other matching files (``on_shard`` is called
-    as each shard is in place under its pending name); ``"resume"`` keeps the complete shards of an
-    interrupted run and continues after them: ``samples_done`` says how many samples
-    they hold, so the caller skips that many before writing (stale temporary files are
-    removed; another matching file raises :class:`OutputError`).
+    as each shard is in place under its pending name); ``"resume"`` keeps the complete
+    shards of an interrupted run and continues after them: ``samples_done`` says how
+    many samples they hold, so the caller skips that many before writing (stale
+    temporary files are removed; another matching file raises :class:`OutputError`).
 
     As a context manager, leaving with an exception aborts: complete shards stay (with
     ``overwrite``, the pending ones are removed and the old files stay as they were), the

@@ -11,13 +11,13 @@ import os
 import pickle
 import signal
 import threading
-import time
 from multiprocessing.reduction import ForkingPickler
 from typing import Any
 
 import numpy as np
 import pytest
 import torch
+from conftest import assert_gone
 from loader_data import make_shards, same
 from torch.utils.data import DataLoader
 
@@ -150,7 +150,7 @@ def test_a_killed_worker_raises_torchs_error_and_received_batches_stay_intact(ma
             for worker in workers:
                 os.kill(worker.pid, signal.SIGKILL)  # type: ignore[arg-type]
             for worker in workers:
-                wait_until_dead(worker.pid)  # type: ignore[arg-type]
+                assert_gone(worker.pid)  # type: ignore[arg-type]  (left for torch to reap)
         finally:
             signal.signal(signal.SIGCHLD, handler)
         for _ in range(len(expected)):
@@ -162,11 +162,3 @@ def test_a_killed_worker_raises_torchs_error_and_received_batches_stay_intact(ma
     del error, iterator  # the error's frames hold torch's iterator
     gc.collect()
     assert not multiprocessing.active_children()
-
-
-def wait_until_dead(pid: int) -> None:
-    """Wait (10 s at most) until ``pid`` has exited, leaving it for torch to reap."""
-    deadline = time.monotonic() + 10
-    while os.waitid(os.P_PID, pid, os.WEXITED | os.WNOHANG | os.WNOWAIT) is None:
-        assert time.monotonic() < deadline, f"worker {pid} still alive after SIGKILL"
-        time.sleep(0.01)
