@@ -14,8 +14,8 @@ no field can have, since fields arrive as ``sample.*``, so an input field (a web
 
 A sample *fails* when its command exits non-zero, is killed by a signal, runs past
 the timeout or leaves an output that is not a plain file (or, with ``rows``, a metadata
-file that is not a JSON object). The policy (``on_error``,
-checked by :func:`tarkit.sizes.check_on_error`) decides: ``fail`` stops everything (running commands
+file that is not a JSON object). The policy (``on_error``, checked by
+:func:`tarkit.sizes.check_on_error`) decides: ``fail`` stops everything (running commands
 are killed) and raises :class:`~tarkit.errors.CommandFailed`; ``skip`` leaves the sample
 out and ``keep`` passes it through unchanged, both reporting a :class:`Rejection`.
 

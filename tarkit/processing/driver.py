@@ -137,11 +137,11 @@ def map_shards(
     outputs that match the output pattern (a brace pattern's braces as ``*``, or the
     directory) but are not outputs of this run are refused, but with ``"overwrite"``,
     which removes them (and their records) once every shard is done: outputs read by
-    pattern never mix two runs. Local inputs that do not exist (or
-    are directories) raise :class:`~tarkit.errors.SourceError` before anything runs. A
-    shard that fails is tried ``retries`` more times (not when its input is a local file
-    that tarkit cannot read, nor when ``fn`` returned something it may not: that would
-    fail again); when attempts are exhausted the other shards still run, and then
+    pattern never mix two runs. Local inputs that do not exist (or are directories)
+    raise :class:`~tarkit.errors.SourceError` before anything runs. A shard that fails
+    is tried ``retries`` more times (not when its input is a local file that tarkit
+    cannot read, nor when ``fn`` returned something it may not: that would fail again);
+    when attempts are exhausted the other shards still run, and then
     :class:`MapError` is raised, naming the shards, samples and errors. Only when every
     shard is done are ``metadata`` (rows in input order; ``.jsonl`` or ``.tsv``) and
     ``manifest`` written. ``progress`` is called with a :class:`MapProgress`.

@@ -150,14 +150,18 @@ def _shape(value: Any) -> str:
     """What a wrong return value is, for a message: ``a str``, ``(list, list)``.
 
     >>> _shape("x"), _shape(([], [])), _shape([{}, 3])
-    ('a str', '(list, list)', 'a list holding a int')
+    ('a str', '(list, list)', 'a list holding an int')
     """
     if isinstance(value, tuple) and 1 < len(value) <= 4:
         return "(" + ", ".join(type(item).__name__ for item in value) + ")"
     if isinstance(value, (list, tuple)):
         wrong = next(v for v in value if not isinstance(v, (Mapping, Sample)))
-        return f"a {type(value).__name__} holding a {type(wrong).__name__}"
-    return f"a {type(value).__name__}"
+        return f"{_a(type(value).__name__)} holding {_a(type(wrong).__name__)}"
+    return _a(type(value).__name__)
+
+
+def _a(name: str) -> str:
+    return f"{'an' if name[:1] in 'aeiouAEIOU' else 'a'} {name}"
 
 
 def function_name(fn: Callable[..., Any]) -> str:

@@ -115,23 +115,28 @@ def check_made_by(
     saying that another maker (function, command, options) made it: a resumed run would
     keep it beside its own outputs. Names the first such output, how many there are, and
     what differs. Records of remote outputs are read several at once."""
+
+    def made_otherwise(output: str) -> Maker | None:
+        """The maker of ``output`` when it exists and another one made it."""
+        record = _read_record(output, storage_options)
+        if record is None or record.get("made_by") == made_by:
+            return None
+        if not list_files(globbing.escape(output), storage_options):
+            return None  # a record whose output is gone: nothing to mix
+        return record.get("made_by") or {}
+
     if any(location(output).remote for output in outputs):
         from concurrent.futures import ThreadPoolExecutor
 
         with ThreadPoolExecutor(min(_READERS, len(outputs))) as pool:
-            records = list(pool.map(lambda o: _read_record(o, storage_options), outputs))
+            makers = list(pool.map(made_otherwise, outputs))
     else:
-        records = [_read_record(output, storage_options) for output in outputs]
-    others = [
-        (output, record.get("made_by") or {})
-        for output, record in zip(outputs, records, strict=True)
-        if record is not None and record.get("made_by") != made_by
-        and list_files(globbing.escape(output), storage_options)  # (a record left alone)
-    ]  # fmt: skip
+        makers = [made_otherwise(output) for output in outputs]
+    others = [(o, m) for o, m in zip(outputs, makers, strict=True) if m is not None]
     if others:
         output, then = others[0]
         raise UsageError(
-            f"{output}: {maker_difference(then, made_by)} ({len(others)} of {len(outputs)} "
+            f"{output}: {_maker_difference(then, made_by)} ({len(others)} of {len(outputs)} "
             "outputs): resuming would keep outputs of both in one set. Pass --overwrite "
             "(mode='overwrite') to redo every shard, or write the outputs elsewhere"
         )
@@ -162,12 +167,12 @@ def recorded_outputs(pattern: str, storage_options: StorageOptions | None = None
     ]
 
 
-def describe_maker(maker: Maker) -> str:
+def _describe_maker(maker: Maker) -> str:
     """How a message names a maker.
 
-    >>> describe_maker({"command": "gzip sample.txt", "options": {"multi": False}})
+    >>> _describe_maker({"command": "gzip sample.txt", "options": {"multi": False}})
     "the command 'gzip sample.txt'"
-    >>> describe_maker({"function": "prep:resize"})
+    >>> _describe_maker({"function": "prep:resize"})
     'the function prep:resize'
     """
     if "command" in maker:
@@ -178,18 +183,18 @@ def describe_maker(maker: Maker) -> str:
     return "an unknown maker"
 
 
-def maker_difference(then: Maker, now: Maker) -> str:
+def _maker_difference(then: Maker, now: Maker) -> str:
     """How ``then`` (an output's record) differs from ``now`` (this run), in words.
 
-    >>> maker_difference({"function": "a:f"}, {"command": "true", "options": {}})
+    >>> _maker_difference({"function": "a:f"}, {"command": "true", "options": {}})
     "made by the function a:f, while this run maps with the command 'true'"
-    >>> maker_difference({"command": "x", "options": {"multi": True, "on_error": "skip"}},
+    >>> _maker_difference({"command": "x", "options": {"multi": True, "on_error": "skip"}},
     ...                  {"command": "x", "options": {"multi": True, "on_error": "fail"}})
     "made by the command 'x' with on_error 'skip', while this run has on_error 'fail'"
     """
-    named = describe_maker(then)
-    if named != describe_maker(now):
-        return f"made by {named}, while this run maps with {describe_maker(now)}"
+    named = _describe_maker(then)
+    if named != _describe_maker(now):
+        return f"made by {named}, while this run maps with {_describe_maker(now)}"
     if then.get("options") != now.get("options"):
         old, new = then.get("options") or {}, now.get("options") or {}
         keys = [k for k in sorted(set(old) | set(new)) if old.get(k) != new.get(k)]

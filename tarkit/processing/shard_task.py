@@ -160,8 +160,8 @@ def run_shard(
         result.failure = ShardFailure.of(exc, task.input, task.output, None, task.attempt)
         # A local file reads the same way every time (and a missing one stays missing); a
         # download or a command may not.
-        again = isinstance(exc, InputError) or exc.reason == SourceError.MISSING
-        result.failure.final = again and location(task.input).is_file
+        repeats = isinstance(exc, InputError) or exc.reason == SourceError.MISSING
+        result.failure.final = repeats and location(task.input).is_file
     except Exception as exc:
         result.failure = ShardFailure.of(exc, task.input, task.output, key, task.attempt)
     finally:

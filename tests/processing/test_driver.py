@@ -368,6 +368,9 @@ def test_a_resume_with_other_command_options_is_refused_but_not_with_another_par
     # -p does not shape the outputs.
     again = map_shards(ShellCommand("true", on_error="skip", parallel=2), inputs, [out], workers=1)
     assert again.resumed == 1
+    # A record whose output is gone holds nothing that could mix.
+    Path(out).unlink()
+    assert map_shards(ShellCommand("true"), inputs, [out], workers=1).processed == 1
 
 
 @pytest.mark.parametrize(

@@ -14,7 +14,7 @@ from tarkit.processing.mappers import SampleMapper, ShellCommand, made_by, split
     "returned, shape",
     [
         ("text", "a str"),
-        ([{"__key__": "a"}, "b"], "a list holding a str"),
+        ([{"__key__": "a"}, 3], "a list holding an int"),
         (([{"__key__": "a"}], [{"n": 1}]), "(list, list)"),
         (({"__key__": "a"}, "row"), "(dict, str)"),
         ((None, [{"n": 1}]), "(NoneType, list)"),
