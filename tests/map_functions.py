@@ -153,6 +153,11 @@ def text_only(sample: dict[str, Any]) -> str:
     return sample["txt"].decode()
 
 
+def rows_as_list(sample: dict[str, Any]) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """Wrong: a list of metadata rows where one row (a dict) belongs."""
+    return [{"__key__": sample["__key__"], "txt": sample["txt"]}], [{"key": sample["__key__"]}]
+
+
 def _marks() -> Path:
     return Path(os.environ["TARKIT_TEST_MARKS"])
 

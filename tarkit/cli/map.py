@@ -69,7 +69,7 @@ def map_command(
         typer.Option(
             "--fn",
             help="Python function package.module:function mapping a sample "
-            "dict to a sample, a list, None, or (samples, metadata row).",
+            "dict to a sample, a list, None, or (samples, metadata row dict).",
             show_default=False,
         ),
     ] = None,  # fmt: skip
@@ -94,7 +94,9 @@ def map_command(
         Optional[str],
         typer.Option(
             "--metadata",
-            help="Write the metadata rows, in input order, to this file: .jsonl or .tsv.",
+            help="Write the metadata rows, in input order, to this file: .jsonl or .tsv. "
+            "With -c, a sample's row is the JSON object its command writes to "
+            "tarkit.metadata.json.",
             show_default=False,
         ),
     ] = None,  # fmt: skip
@@ -166,14 +168,14 @@ def map_command(
                 raise UsageError("-p, --on-error, --rejects, --timeout and --multi go with -c")
             mapper = load_function("--fn", fn)
         else:
-            from ..processing.mappers import METADATA_FIELD, ShellCommand
+            from ..processing.mappers import ShellCommand
 
             if rejects is not None and on_error == "fail":
                 raise UsageError("--rejects goes with --on-error skip or keep")
             mapper = ShellCommand(
                 command,  # type: ignore[arg-type]
                 parallel=samples_at_once, on_error=on_error, timeout=timeout, multi=multi,
-                quiet=quiet, metadata_field=METADATA_FIELD if metadata else None,
+                quiet=quiet,
             )  # fmt: skip
         from tarkit.storage import expand_inputs
 

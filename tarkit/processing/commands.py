@@ -7,11 +7,15 @@ the sample's key and stdin from ``/dev/null``. When it exits 0, the files ``samp
 leaves form the output sample (:func:`collect_outputs`), same key, fields in sorted
 order, new members with tarkit's deterministic headers (:func:`output_sample`). With
 ``multi``, files ``sample-<part>.<field>`` form one output sample per part instead,
-keyed ``<key>/<part>``, parts in sorted order.
+keyed ``<key>/<part>``, parts in sorted order. With ``rows`` (``tarkit map``), a file
+:data:`METADATA_FILE` it leaves is the sample's metadata row (:func:`collect_row`): a name
+no field can have, since fields arrive as ``sample.*``, so an input field (a webdataset
+``meta.json``) is never taken for a row.
 
 A sample *fails* when its command exits non-zero, is killed by a signal, runs past
-the timeout or leaves an output that is not a plain file. The policy (``on_error``,
-checked by :func:`tarkit.sizes.check_on_error`) decides: ``fail`` stops everything (running commands
+the timeout or leaves an output that is not a plain file (or, with ``rows``, a metadata
+file that is not a JSON object). The policy (``on_error``, checked by
+:func:`tarkit.sizes.check_on_error`) decides: ``fail`` stops everything (running commands
 are killed) and raises :class:`~tarkit.errors.CommandFailed`; ``skip`` leaves the sample
 out and ``keep`` passes it through unchanged, both reporting a :class:`Rejection`.
 
@@ -33,12 +37,13 @@ from __future__ import annotations
 
 import contextlib
 import errno
+import json
 import os
 import signal
 import stat
 import tempfile
 from dataclasses import dataclass, field
-from typing import Union
+from typing import Any, Union
 
 from ..engines.ledger import remove_tree
 from ..errors import InputError, UsageError
@@ -52,6 +57,7 @@ STDERR_TAIL_LINES = 3
 _LOG_FLAGS = os.O_CREAT | os.O_EXCL | os.O_RDWR | os.O_APPEND | os.O_NOFOLLOW | os.O_CLOEXEC
 _READ_FLAGS = os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK
 _NAME_MAX = 255
+METADATA_FILE = "tarkit.metadata.json"  # a command's metadata row, with ``rows``
 
 FieldData = Union[bytes, memoryview]
 OutputSample = tuple[str, list[tuple[str, bytes]]]
@@ -64,7 +70,8 @@ class Command:
     ``timeout`` is in seconds (None: no limit). ``quiet`` drops the command's
     stdout and stderr instead of copying them to this process's stderr (the
     last lines of stderr still go into failure messages). ``keep_dirs`` keeps
-    every sample's directory and its ``.stdout``/``.stderr`` logs.
+    every sample's directory and its ``.stdout``/``.stderr`` logs. ``rows`` reads each
+    sample's metadata row from :data:`METADATA_FILE` (``tarkit map``; tarproc ignores it).
     """
 
     text: str
@@ -72,6 +79,7 @@ class Command:
     multi: bool = False
     quiet: bool = False
     keep_dirs: bool = False
+    rows: bool = False
 
     def check(self) -> None:
         """Raise :class:`UsageError` for an empty command or a timeout that is not positive."""
@@ -126,23 +134,28 @@ class Rejection:
 
 @dataclass
 class SampleOutcome:
-    """What :func:`~tarkit.processing.supervisor.run_sample` returns: the output samples, or why there are none."""
+    """What :func:`~tarkit.processing.supervisor.run_sample` returns: the output samples
+    and metadata row, or why there are none."""
 
     index: int
     key: str
     outputs: list[OutputSample] = field(default_factory=list)
+    row: dict[str, Any] | None = None
     rejection: Rejection | None = None
     cancelled: bool = False
 
 
 @dataclass
 class ProcReport:
-    """Counts of a :func:`~tarkit.processing.supervisor.map_command` run, filled in as it goes."""
+    """Counts of a :func:`~tarkit.processing.supervisor.map_command` run, filled in as it
+    goes; ``rows``: the metadata rows (``Command.rows``) of the samples gone out, in
+    order, for the reader to take as it goes."""
 
     samples_in: int = 0
     samples_out: int = 0
     rejected: int = 0
     root: str | None = None
+    rows: list[dict[str, Any]] = field(default_factory=list)
 
 
 def exit_status(code: int, timed_out: bool) -> str:
@@ -326,6 +339,31 @@ def collect_outputs(
             return [], f"output fields that differ only in case ({listed})"
         outputs.append((f"{key}/{part}" if multi else key, fields))
     return outputs, None
+
+
+def collect_row(directory: str, listing: list[str]) -> tuple[dict[str, Any] | None, str | None]:
+    """The metadata row a command left in :data:`METADATA_FILE` (None when it left none),
+    or (None, what is wrong): a file that is not a regular file or not a JSON object.
+    ``listing`` is the directory's content."""
+    if METADATA_FILE not in listing:
+        return None, None
+    try:
+        data = _read_regular(os.path.join(directory, METADATA_FILE))
+    except OSError as exc:
+        return None, f"a {METADATA_FILE} that cannot be read ({exc.strerror})"
+    if data is None:
+        return None, f"a {METADATA_FILE} that is not a regular file"
+    try:
+        row = json.loads(data, parse_constant=_not_json)
+    except ValueError:  # (UnicodeDecodeError too)
+        row = None
+    if not isinstance(row, dict):
+        return None, f"a {METADATA_FILE} that does not hold a JSON object"
+    return row, None
+
+
+def _not_json(constant: str) -> Any:
+    raise ValueError(f"{constant} is not JSON")  # NaN and Infinity: metadata files refuse them
 
 
 def _read_regular(path: str) -> bytes | None:

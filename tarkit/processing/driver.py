@@ -25,6 +25,7 @@ from ..format.manifest import ShardInfo
 from ..sizes import check_parallel
 from ..storage import (
     PIPE,
+    check_local_files,
     expand_inputs,
     list_files,
     location,
@@ -34,8 +35,8 @@ from ..storage import (
     save_manifest,
 )
 from ..writing.patterns import CREATE, OVERWRITE, RESUME, check_mode
-from .mappers import Row, SampleMapper, ShardMapper
-from .records import record_path, recorded_outputs
+from .mappers import Row, SampleMapper, ShardMapper, made_by
+from .records import check_made_by, record_path, recorded_outputs
 from .shard_task import ShardResult, ShardTask
 
 __all__ = ["MapError", "MapProgress", "MapResult", "ShardFailure", "map_shards"]
@@ -116,8 +117,9 @@ def map_shards(
     keep the inputs' file names. ``fn(sample)`` gets a dict with ``__key__``,
     ``__url__`` and the bytes of each field, and returns a sample dict (values encoded
     by field extension, as :class:`~tarkit.writing.shard_writer.ShardWriter` does), a list of them,
-    None, or ``(samples, metadata_row)``. ``fn`` may also be a shard mapper (an object with
-    ``map_shard(samples, source)`` and ``take_rejects()``: a
+    None, or ``(samples, metadata_row)`` with one row (a dict) per input sample; anything
+    else fails its shard at once, naming the function. ``fn`` may also be a shard mapper
+    (an object with ``map_shard(samples, source)`` and ``take_rejects()``: a
     :class:`~tarkit.processing.mappers.ShardMapper`, like
     :class:`~tarkit.processing.mappers.ShellCommand`).
     In worker processes ``fn`` must be importable: a module-level function.
@@ -127,15 +129,19 @@ def map_shards(
     or ``RAY_ADDRESS``, else a local Ray; ``workers`` then limits tasks in flight).
 
     Outputs are written atomically with a record beside each (``.NAME.map.json``:
-    its manifest entry and metadata rows). ``mode`` says what to do with outputs already
-    there: ``"resume"`` (default) keeps those whose record matches the file and redoes
-    the others; ``"overwrite"`` redoes every one; ``"create"`` refuses to start when any
-    exists. An earlier run's outputs that match the output pattern (a brace pattern's
-    braces as ``*``, or the directory) but are not outputs of this run are refused, but
-    with ``"overwrite"``, which removes them (and their records) once every shard is
-    done: outputs read by pattern never mix two runs. A shard that fails is tried ``retries``
-    more times (not when its input is a local file that tarkit cannot read: that
-    would fail again); when attempts are exhausted the other shards still run, and then
+    its manifest entry, what made it and its metadata rows). ``mode`` says what to do
+    with outputs already there: ``"resume"`` (default) keeps those whose record matches
+    the file and redoes the others, and refuses to start (:class:`UsageError`) when one
+    was made by another function or command (or its options differ); ``"overwrite"``
+    redoes every one; ``"create"`` refuses to start when any exists. An earlier run's
+    outputs that match the output pattern (a brace pattern's braces as ``*``, or the
+    directory) but are not outputs of this run are refused, but with ``"overwrite"``,
+    which removes them (and their records) once every shard is done: outputs read by
+    pattern never mix two runs. Local inputs that do not exist (or are directories)
+    raise :class:`~tarkit.errors.SourceError` before anything runs. A shard that fails
+    is tried ``retries`` more times (not when its input is a local file that tarkit
+    cannot read, nor when ``fn`` returned something it may not: that would fail again);
+    when attempts are exhausted the other shards still run, and then
     :class:`MapError` is raised, naming the shards, samples and errors. Only when every
     shard is done are ``metadata`` (rows in input order; ``.jsonl`` or ``.tsv``) and
     ``manifest`` written. ``progress`` is called with a :class:`MapProgress`.
@@ -161,10 +167,14 @@ def map_shards(
     if not num_cpus >= 0:
         raise UsageError(f"num_cpus must not be negative (got {num_cpus})")
     mapper = _as_mapper(fn, engine)
+    check_local_files(input_list)
 
     options = dict(storage_options) if storage_options else None
+    maker = made_by(mapper)
+    if mode == RESUME:
+        check_made_by(output_list, maker, options)
     tasks = [
-        ShardTask(i, source, output, mode == RESUME, storage_options=options)
+        ShardTask(i, source, output, maker, mode == RESUME, storage_options=options)
         for i, (source, output) in enumerate(zip(input_list, output_list, strict=True))
     ]
     state = MapProgress(total=len(tasks))

@@ -11,27 +11,34 @@ exception fails the shard at the sample last read).
   ``tarproc -c CMD`` writes for that shard: same temporary directories, same
   ``--on-error`` policies, same ``--multi``.
 
-Metadata of a shell command: when ``metadata_field`` is set (``tarkit map -c …
---metadata FILE`` sets ``meta.json``), a command that writes ``sample.meta.json`` gives
-that sample's metadata row: the field is taken out of the output sample and must hold a
-JSON object.
+Metadata of a shell command: a command that leaves a file ``tarkit.metadata.json``
+(:data:`~tarkit.processing.commands.METADATA_FILE`) in its directory gives that sample's
+metadata row; the file must hold a JSON object. Fields arrive as ``sample.*`` files, so
+no input field is ever taken for a row.
+
+:func:`made_by` says what makes a mapper's outputs, for the records that ``resume``
+compares (:mod:`tarkit.processing.records`).
 """
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable, Iterator, Mapping
 from typing import Any, Protocol, runtime_checkable
 
 from ..errors import CommandFailed, ShardFailure
 from ..format.samples import Sample
 from ..sizes import check_parallel
-from .commands import Command, Rejection, check_on_error
+from .commands import Command, ProcReport, Rejection, check_on_error
 from .supervisor import map_command
 
-METADATA_FIELD = "meta.json"
 Row = dict[str, Any]  # a metadata row: JSON values
 Outputs = list[Any]  # output samples: dicts as ShardWriter takes them, or Samples
+Maker = dict[str, Any]  # what makes a mapper's outputs (JSON): see made_by
+
+RETURNS = (
+    "a sample dict, a list of them, None, or (samples, row) with row a dict (one metadata "
+    "row per input sample)"
+)
 
 
 @runtime_checkable
@@ -59,8 +66,9 @@ class SampleMapper:
     """Applies a per-sample function to a shard's samples (see :func:`tarkit.map_shards`).
 
     ``fn`` gets a dict: ``__key__``, ``__url__`` (the input shard) and the bytes of each
-    field. It returns a sample, a list of samples, None, or ``(samples, metadata_row)``.
-    An exception it raises fails the shard, naming the sample, with its traceback.
+    field. It returns what :data:`RETURNS` says. An exception it raises fails the shard,
+    naming the sample, with its traceback (and is retried: it may be transient); a
+    return value of another kind fails it for good (it would come back the same).
     """
 
     def __init__(self, fn: Callable[[dict[str, Any]], Any]) -> None:
@@ -75,27 +83,37 @@ class SampleMapper:
             item: dict[str, Any] = {"__key__": sample.key, "__url__": source}
             item.update(sample.data())
             try:
-                outputs, row = split_result(fn(item))
-                for output in outputs:
-                    if not isinstance(output, (Mapping, Sample)):
-                        raise TypeError(
-                            f"the function returned a {type(output).__name__}, not a sample "
-                            "dict (or a list of them, None, or (samples, metadata row))"
-                        )
+                result = fn(item)
             except Exception as exc:
                 raise ShardFailure.of(exc, source, key=sample.key) from exc
-            yield outputs, row
+            try:
+                mapped = split_result(result)
+            except TypeError as exc:
+                what = f"the function {function_name(fn)} returned {exc}; it may return {RETURNS}"
+                raise ShardFailure(source, "", sample.key, what, final=True) from None
+            yield mapped
 
     def take_rejects(self) -> list[str]:
         """None: a function has no reject policy (its exceptions fail the shard)."""
         return []
 
+    def made_by(self) -> Maker:
+        """The function's ``module:qualname``; for a :func:`functools.partial`, also a
+        digest of its arguments."""
+        import functools
+
+        maker: Maker = {"function": function_name(self.fn)}
+        if isinstance(self.fn, functools.partial):
+            maker["arguments"] = _digest((self.fn.args, sorted(self.fn.keywords.items())))
+        return maker
+
 
 def split_result(result: Any) -> tuple[Outputs, Row | None]:
     """Normalize what a map function returned into (output samples, metadata row).
 
-    A tuple of two whose second item is a dict without ``__key__`` is
-    ``(samples, metadata)``; a list is several samples; None is none.
+    A tuple of two whose second item is a dict without ``__key__`` (or None) is
+    ``(samples, row)``; a list is several samples; None is none. Raises TypeError
+    saying what ``result`` is when it is none of :data:`RETURNS`.
 
     >>> split_result(None)
     ([], None)
@@ -103,6 +121,10 @@ def split_result(result: Any) -> tuple[Outputs, Row | None]:
     ([{'__key__': 'a', 'txt': 'x'}], {'n': 1})
     >>> split_result([{"__key__": "a"}, {"__key__": "b"}])[0]
     [{'__key__': 'a'}, {'__key__': 'b'}]
+    >>> split_result(([{"__key__": "a"}], [{"n": 1}]))
+    Traceback (most recent call last):
+    ...
+    TypeError: (list, list)
     """
     row = None
     if (
@@ -114,10 +136,69 @@ def split_result(result: Any) -> tuple[Outputs, Row | None]:
         if row is not None:
             row = dict(row)
     if result is None:
-        return [], row
-    if isinstance(result, (list, tuple)):
-        return list(result), row
-    return [result], row
+        outputs = []
+    elif isinstance(result, (list, tuple)):
+        outputs = list(result)
+    else:
+        outputs = [result]
+    if not all(isinstance(output, (Mapping, Sample)) for output in outputs):
+        raise TypeError(_shape(result))
+    return outputs, row
+
+
+def _shape(value: Any) -> str:
+    """What a wrong return value is, for a message: ``a str``, ``(list, list)``.
+
+    >>> _shape("x"), _shape(([], [])), _shape([{}, 3])
+    ('a str', '(list, list)', 'a list holding an int')
+    """
+    if isinstance(value, tuple) and 1 < len(value) <= 4:
+        return "(" + ", ".join(type(item).__name__ for item in value) + ")"
+    if isinstance(value, (list, tuple)):
+        wrong = next(v for v in value if not isinstance(v, (Mapping, Sample)))
+        return f"{_a(type(value).__name__)} holding {_a(type(wrong).__name__)}"
+    return _a(type(value).__name__)
+
+
+def _a(name: str) -> str:
+    return f"{'an' if name[:1] in 'aeiouAEIOU' else 'a'} {name}"
+
+
+def function_name(fn: Callable[..., Any]) -> str:
+    """``module:qualname`` of a function (of the one a :func:`functools.partial` wraps,
+    of the class of another callable object).
+
+    >>> import json, functools
+    >>> function_name(json.dumps), function_name(functools.partial(json.dumps, indent=1))
+    ('json:dumps', 'json:dumps')
+    """
+    import functools
+
+    while isinstance(fn, functools.partial):
+        fn = fn.func
+    named: Any = fn if getattr(fn, "__qualname__", None) else type(fn)
+    return f"{getattr(named, '__module__', None) or '?'}:{named.__qualname__}"
+
+
+def _digest(value: Any) -> str:
+    """A short sha256 of ``value``'s pickle (of its repr when it does not pickle)."""
+    import hashlib
+    import pickle
+
+    try:
+        data = pickle.dumps(value, protocol=4)
+    except Exception:  # anything may fail to pickle
+        data = repr(value).encode("utf-8", "surrogatepass")
+    return "sha256:" + hashlib.sha256(data).hexdigest()[:16]
+
+
+def made_by(mapper: ShardMapper) -> Maker:
+    """What makes the outputs of ``mapper`` (JSON): ``{"function": "module:qualname"}``,
+    ``{"command": CMD, "options": {…}}`` (the options that shape its outputs), or, for
+    a shard mapper of another kind, ``{"mapper": "module:qualname"}`` of its class."""
+    if isinstance(mapper, (SampleMapper, ShellCommand)):
+        return mapper.made_by()
+    return {"mapper": function_name(type(mapper))}
 
 
 class ShellCommand:
@@ -125,7 +206,9 @@ class ShellCommand:
 
     ``on_error`` is ``fail`` (the shard fails, naming the sample), ``skip`` or ``keep``
     (the sample is left out or passed through; its ``key<TAB>status<TAB>reason`` line is
-    reported as a reject). ``timeout``, ``multi`` and ``quiet`` are tarproc's.
+    reported as a reject). ``timeout``, ``multi`` and ``quiet`` are tarproc's. A sample's
+    metadata row is the ``tarkit.metadata.json`` its command leaves (a file that is not
+    a JSON object is a bad output, which ``on_error`` decides on).
     """
 
     def __init__(
@@ -137,34 +220,33 @@ class ShellCommand:
         timeout: float | None = None,
         multi: bool = False,
         quiet: bool = False,
-        metadata_field: str | None = None,
     ) -> None:
-        self.command = Command(command, timeout=timeout, multi=multi, quiet=quiet)
+        self.command = Command(command, timeout=timeout, multi=multi, quiet=quiet, rows=True)
         self.command.check()
         self.on_error = check_on_error(on_error)
         self.parallel = check_parallel(parallel)
-        self.metadata_field = metadata_field
         self._rejects: list[str] = []
 
     def map_shard(
         self, samples: Iterator[Sample], source: str
     ) -> Iterator[tuple[Outputs, Row | None]]:
-        """Yield ([output sample], metadata row or None) for each sample the command left."""
+        """Yield ([output sample], None) for each sample the command left, and ([], row)
+        for each metadata row, before the outputs of its sample."""
         self._rejects = []
 
         def on_reject(rejection: Rejection) -> None:
             self._rejects.append(rejection.line())
 
+        report = ProcReport()
         processed = map_command(
             samples, self.command, parallel=self.parallel, on_error=self.on_error,
-            on_reject=on_reject,
+            on_reject=on_reject, report=report,
         )  # fmt: skip
         try:
             for sample in processed:
-                if self.metadata_field is None:
-                    yield [sample], None
-                else:
-                    yield self._take_metadata(sample, source)
+                yield from _take_rows(report)
+                yield [sample], None
+            yield from _take_rows(report)
         except CommandFailed as exc:
             rejection = exc.rejection
             raise ShardFailure(source, "", rejection.key, rejection.describe()) from None
@@ -176,19 +258,16 @@ class ShellCommand:
         rejects, self._rejects = self._rejects, []
         return rejects
 
-    def _take_metadata(self, sample: Sample, source: str) -> tuple[Outputs, Row | None]:
-        field = self.metadata_field
-        if field not in sample.fields:
-            return [sample], None
-        index = sample.fields.index(field)  # type: ignore[arg-type]
-        try:
-            row: Any = json.loads(sample.members[index].data)
-        except (ValueError, UnicodeDecodeError) as exc:
-            row = exc
-        if not isinstance(row, dict):
-            what = f"the command's sample.{field} does not hold a JSON object"
-            raise ShardFailure(source, "", sample.key, what)
-        fields = sample.fields[:index] + sample.fields[index + 1 :]
-        members = sample.members[:index] + sample.members[index + 1 :]
-        outputs = [Sample(sample.key, fields, members, sample.source)] if fields else []
-        return outputs, row
+    def made_by(self) -> Maker:
+        """The command and the options that shape its outputs (not ``parallel`` nor
+        ``quiet``, which do not)."""
+        command = self.command
+        options = {"multi": command.multi, "on_error": self.on_error, "timeout": command.timeout}
+        return {"command": command.text, "options": options}
+
+
+def _take_rows(report: ProcReport) -> Iterator[tuple[Outputs, Row | None]]:
+    """The rows gathered in ``report`` so far, each as ([], row); then they are gone."""
+    rows, report.rows = report.rows, []
+    for row in rows:
+        yield [], row

@@ -1,23 +1,28 @@
 """The record of a finished map output: what ``--resume`` trusts instead of redoing a shard.
 
 Beside every output ``NAME`` of :func:`tarkit.map_shards` lies ``.NAME.map.json``: the
-output's manifest entry, the input it came from, its metadata rows and rejects, and, for
-an object store, the ETag the store gave the object. A task writes the record before it
-publishes the output (so a published output always has one) and, for a remote output,
-again after, with the ETag.
+output's manifest entry, the input it came from, what made it (the function, or the
+command and its options: :func:`~tarkit.processing.mappers.made_by`), its metadata rows
+and rejects, and, for an object store, the ETag the store gave the object. A task writes
+the record before it publishes the output (so a published output always has one) and,
+for a remote output, again after, with the ETag.
 
-An output is complete when its record exists, names the same input, and the output
-matches it: the size and sha256 of a local file; the size of a remote object, and its
-ETag when the record has one (an object replaced by another of the same size then does
-not pass). A record that does not parse counts as absent.
+An output is complete when its record exists, names the same input and the same maker,
+and the output matches it: the size and sha256 of a local file; the size of a remote
+object, and its ETag when the record has one (an object replaced by another of the same
+size then does not pass). A record that does not parse, or of an older version, counts
+as absent. Before a run resumes, :func:`check_made_by` refuses outputs that another
+function or command made: resuming would keep them beside this run's.
 """
 
 from __future__ import annotations
 
+import glob as globbing
 import json
+from collections.abc import Sequence
 from typing import Any
 
-from ..errors import SampleError
+from ..errors import SampleError, UsageError
 from ..format.manifest import ShardInfo
 from ..storage import (
     StorageOptions,
@@ -27,10 +32,11 @@ from ..storage import (
     read_bytes,
     stored_matches,
 )
-from .mappers import Row
+from .mappers import Maker, Row
 
 RECORD_FORMAT = "tarkit-map-shard"
-RECORD_VERSION = 1
+RECORD_VERSION = 2  # 2: what made the output ("made_by")
+_READERS = 16  # records of remote outputs read at once
 
 
 def record_path(output: str) -> str:
@@ -51,17 +57,19 @@ def write_record(
     info: ShardInfo,
     rows: list[Row],
     rejects: list[str],
+    made_by: Maker,
     etag: str | None = None,
     storage_options: StorageOptions | None = None,
 ) -> None:
-    """Publish the record of ``output`` (made from ``source``). Raises SampleError when a
-    metadata row is not JSON."""
+    """Publish the record of ``output`` (made from ``source`` by ``made_by``). Raises
+    SampleError when a metadata row is not JSON."""
     where = location(output)
     entry = ShardInfo(where.basename, info.samples, info.bytes, info.sha256)
     record: dict[str, Any] = {
         "format": RECORD_FORMAT,
         "version": RECORD_VERSION,
         "input": source,
+        "made_by": made_by,
         "shard": entry.to_json(),
         "metadata": rows,
         "rejects": rejects,
@@ -77,20 +85,18 @@ def write_record(
 
 
 def completed_record(
-    output: str, source: str | None = None, storage_options: StorageOptions | None = None
+    output: str,
+    source: str,
+    made_by: Maker,
+    storage_options: StorageOptions | None = None,
 ) -> tuple[ShardInfo, list[Row], list[str]] | None:
     """The entry, metadata rows and rejects of ``output`` if it is complete, else None
     (see the module docstring)."""
-    text = read_bytes(record_path(output), storage_options)
-    if text is None:
+    record = _read_record(output, storage_options)
+    if record is None or record.get("input") != source or record.get("made_by") != made_by:
         return None
     try:
-        record = json.loads(text)
         shard = record["shard"]
-        if record.get("format") != RECORD_FORMAT or record.get("version") != RECORD_VERSION:
-            return None
-        if source is not None and record.get("input") != source:
-            return None
         info = ShardInfo(output, int(shard["samples"]), int(shard["bytes"]), shard.get("sha256"))
         rows = list(record.get("metadata") or [])
         rejects = [str(r) for r in record.get("rejects") or []]
@@ -102,6 +108,56 @@ def completed_record(
     return info, rows, rejects
 
 
+def check_made_by(
+    outputs: Sequence[str], made_by: Maker, storage_options: StorageOptions | None = None
+) -> None:
+    """Raise :class:`~tarkit.errors.UsageError` when an output that exists has a record
+    saying that another maker (function, command, options) made it: a resumed run would
+    keep it beside its own outputs. Names the first such output, how many there are, and
+    what differs. Records of remote outputs are read several at once."""
+
+    def made_otherwise(output: str) -> Maker | None:
+        """The maker of ``output`` when it exists and another one made it."""
+        record = _read_record(output, storage_options)
+        if record is None or record.get("made_by") == made_by:
+            return None
+        if not list_files(globbing.escape(output), storage_options):
+            return None  # a record whose output is gone: nothing to mix
+        return record.get("made_by") or {}
+
+    if any(location(output).remote for output in outputs):
+        from concurrent.futures import ThreadPoolExecutor
+
+        with ThreadPoolExecutor(min(_READERS, len(outputs))) as pool:
+            makers = list(pool.map(made_otherwise, outputs))
+    else:
+        makers = [made_otherwise(output) for output in outputs]
+    others = [(o, m) for o, m in zip(outputs, makers, strict=True) if m is not None]
+    if others:
+        output, then = others[0]
+        raise UsageError(
+            f"{output}: {_maker_difference(then, made_by)} ({len(others)} of {len(outputs)} "
+            "outputs): resuming would keep outputs of both in one set. Pass --overwrite "
+            "(mode='overwrite') to redo every shard, or write the outputs elsewhere"
+        )
+
+
+def _read_record(output: str, storage_options: StorageOptions | None) -> dict[str, Any] | None:
+    """The record of ``output`` when there is one of this format and version, else None."""
+    text = read_bytes(record_path(output), storage_options)
+    if text is None:
+        return None
+    try:
+        record = json.loads(text)
+    except ValueError:
+        return None
+    if not isinstance(record, dict):
+        return None
+    if record.get("format") != RECORD_FORMAT or record.get("version") != RECORD_VERSION:
+        return None
+    return record
+
+
 def recorded_outputs(pattern: str, storage_options: StorageOptions | None = None) -> list[str]:
     """The files matching the glob ``pattern`` that have a record beside them: outputs
     of an earlier :func:`~tarkit.map_shards` run (whatever its inputs)."""
@@ -109,3 +165,40 @@ def recorded_outputs(pattern: str, storage_options: StorageOptions | None = None
     return [
         found for found in list_files(pattern, storage_options) if record_path(found) in records
     ]
+
+
+def _describe_maker(maker: Maker) -> str:
+    """How a message names a maker.
+
+    >>> _describe_maker({"command": "gzip sample.txt", "options": {"multi": False}})
+    "the command 'gzip sample.txt'"
+    >>> _describe_maker({"function": "prep:resize"})
+    'the function prep:resize'
+    """
+    if "command" in maker:
+        return f"the command '{maker['command']}'"
+    for kind in ("function", "mapper"):
+        if kind in maker:
+            return f"the {kind} {maker[kind]}"
+    return "an unknown maker"
+
+
+def _maker_difference(then: Maker, now: Maker) -> str:
+    """How ``then`` (an output's record) differs from ``now`` (this run), in words.
+
+    >>> _maker_difference({"function": "a:f"}, {"command": "true", "options": {}})
+    "made by the function a:f, while this run maps with the command 'true'"
+    >>> _maker_difference({"command": "x", "options": {"multi": True, "on_error": "skip"}},
+    ...                  {"command": "x", "options": {"multi": True, "on_error": "fail"}})
+    "made by the command 'x' with on_error 'skip', while this run has on_error 'fail'"
+    """
+    named = _describe_maker(then)
+    if named != _describe_maker(now):
+        return f"made by {named}, while this run maps with {_describe_maker(now)}"
+    if then.get("options") != now.get("options"):
+        old, new = then.get("options") or {}, now.get("options") or {}
+        keys = [k for k in sorted(set(old) | set(new)) if old.get(k) != new.get(k)]
+        was = ", ".join(f"{k} {old.get(k)!r}" for k in keys)
+        has = ", ".join(f"{k} {new.get(k)!r}" for k in keys)
+        return f"made by {named} with {was}, while this run has {has}"
+    return f"made by {named} with other arguments than this run's"

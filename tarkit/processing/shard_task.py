@@ -14,8 +14,8 @@ Publishing is atomic and ordered so that a finished-looking output is always com
 4. for a remote output, the record is published again with the ETag the store gives
    the object, if it gives one.
 
-With ``resume``, a task whose output exists and matches its record is not redone: its
-record is returned. A remote input that reconnects mid-shard
+With ``resume``, a task whose output exists and matches its record (same input, same
+maker) is not redone: its record is returned. A remote input that reconnects mid-shard
 (:mod:`tarkit.storage.retrying`) goes on at the byte reached; the result counts the
 reconnections.
 """
@@ -28,13 +28,13 @@ from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from ..errors import InputError, ShardFailure, SourceError
+from ..errors import InputError, SampleError, ShardFailure, SourceError
 from ..format.manifest import ShardInfo
 from ..format.samples import Sample, SkipLog
 from ..format.tar import END_OF_ARCHIVE
 from ..storage import StagedFile, location, open_source, remove_stale_temp, retry_policy
 from ..writing.sample_encoder import SampleEncoder
-from .mappers import Row, ShardMapper
+from .mappers import Maker, Row, ShardMapper
 from .records import completed_record, write_record
 
 PROGRESS_EVERY = 0.5  # seconds between a running task's progress reports
@@ -43,12 +43,14 @@ PROGRESS_EVERY = 0.5  # seconds between a running task's progress reports
 @dataclass(frozen=True)
 class ShardTask:
     """What one task does: map ``input`` (shard number ``index``) into ``output``, reading
-    and writing remote locations with fsspec's ``storage_options``. An engine task
+    and writing remote locations with fsspec's ``storage_options``; ``made_by`` is what
+    the records say made it (:func:`~tarkit.processing.mappers.made_by`). An engine task
     (:class:`~tarkit.engines.base.Task`) whose shared object is the shard mapper."""
 
     index: int
     input: str
     output: str
+    made_by: Maker
     resume: bool = True
     attempt: int = 1
     storage_options: dict[str, Any] | None = None
@@ -101,7 +103,7 @@ def run_shard(
 
     try:
         if task.resume:
-            record = completed_record(task.output, task.input, options)
+            record = completed_record(task.output, task.input, task.made_by, options)
             if record is not None:
                 result.info, result.rows, result.rejects = record
                 result.resumed = True
@@ -121,7 +123,10 @@ def run_shard(
             for outputs, row in mapper.map_shard(iter(counted), task.input):
                 key = counted.key
                 for sample in outputs:
-                    raw = encoder.encode(sample)
+                    try:
+                        raw = encoder.encode(sample)
+                    except SampleError as exc:  # what the mapper made: another try repeats it
+                        raise ShardFailure(task.input, "", None, str(exc), final=True) from None
                     if raw is not None:
                         staged.write(raw)
                         written += 1
@@ -136,14 +141,16 @@ def run_shard(
             size, sha256 = staged.finish()
             info = ShardInfo(task.output, written, size, sha256)
             source.close()  # a pipe: input's exit status counts before the output is published
-            write_record(task.output, task.input, info, result.rows, result.rejects, None, options)
+            made_by = task.made_by
+            write_record(task.output, task.input, info, result.rows, result.rejects, made_by,
+                         None, options)  # fmt: skip
             staged.publish()
             published = staged.info()
             if published is not None and published.etag is not None:
                 # A re-run can then tell this object from another of the same size.
                 write_record(
-                    task.output, task.input, info, result.rows, result.rejects, published.etag,
-                    options,
+                    task.output, task.input, info, result.rows, result.rejects, made_by,
+                    published.etag, options,
                 )  # fmt: skip
         result.info = info
     except ShardFailure as failure:  # the mapper names the sample that failed
@@ -151,8 +158,10 @@ def run_shard(
         result.failure = failure
     except (InputError, SourceError) as exc:
         result.failure = ShardFailure.of(exc, task.input, task.output, None, task.attempt)
-        # A local file reads the same way every time; a download or a command may not.
-        result.failure.final = isinstance(exc, InputError) and location(task.input).is_file
+        # A local file reads the same way every time (and a missing one stays missing); a
+        # download or a command may not.
+        repeats = isinstance(exc, InputError) or exc.reason == SourceError.MISSING
+        result.failure.final = repeats and location(task.input).is_file
     except Exception as exc:
         result.failure = ShardFailure.of(exc, task.input, task.output, key, task.attempt)
     finally:

@@ -45,6 +45,7 @@ from .commands import (
     check_fields,
     check_on_error,
     collect_outputs,
+    collect_row,
     exit_status,
     make_root,
     output_sample,
@@ -148,6 +149,8 @@ class _Job:
                 return outcome
             self.names = os.listdir(self.directory)
             outputs, problem = collect_outputs(self.directory, self.key, command.multi, self.names)
+            if problem is None and command.rows:
+                outcome.row, problem = collect_row(self.directory, self.names)
             if problem is not None:
                 stderr = self.workspace.stderr_tail()
                 outcome.rejection = Rejection(self.key, "bad output", problem, tuple(stderr), kept)
@@ -288,9 +291,10 @@ def map_command(
     already finished as far as they follow on from what went out (in input order; in
     order of completion when unordered), and raises :class:`~tarkit.errors.CommandFailed`;
     ``"skip"`` leaves it out and ``"keep"`` yields it unchanged, both calling
-    ``on_reject`` in output order. A field name unsafe as a file name raises
-    :class:`~tarkit.errors.InputError`; that and any other error reading ``samples``
-    is raised once the samples before it are out.
+    ``on_reject`` in output order. With ``command.rows``, each sample's metadata row
+    joins ``report.rows`` before its outputs go out. A field name unsafe as a file name
+    raises :class:`~tarkit.errors.InputError`; that and any other error reading
+    ``samples`` is raised once the samples before it are out.
 
     Samples' directories live in a private directory under ``tmpdir`` (default
     ``$TMPDIR``), named in ``report.root`` once the generator has started. It is
@@ -447,6 +451,8 @@ class _CommandMap:
         """What a finished sample gives, by the policy; raises CommandFailed under ``fail``."""
         report = self.report
         if outcome.rejection is None:
+            if outcome.row is not None:
+                report.rows.append(outcome.row)
             for key, fields in outcome.outputs:
                 report.samples_out += 1
                 yield output_sample(key, fields, sample.source, self.mtime)

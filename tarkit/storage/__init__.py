@@ -41,6 +41,7 @@ from .retrying import Reconnection, RetryPolicy, report_reconnections, retry_pol
 from .sources import (
     HashingReader,
     Source,
+    check_local_files,
     describe_exit,
     open_source,
     open_source_at,
@@ -65,6 +66,7 @@ __all__ = [
     "Source",
     "StagedFile",
     "StorageOptions",
+    "check_local_files",
     "describe_exit",
     "display_name",
     "expand_inputs",

@@ -27,6 +27,7 @@ import io
 import os
 import signal
 import sys
+from collections.abc import Sequence
 from typing import TYPE_CHECKING, BinaryIO
 
 from ..errors import InputError, SourceError
@@ -176,6 +177,32 @@ def open_source(
     except OSError as exc:
         raise SourceError(f"{spec}: cannot open: {exc.strerror}") from None
     return Source(spec, stream)
+
+
+def check_local_files(specs: Sequence[str], what: str = "inputs") -> None:
+    """Raise :class:`SourceError` when a local path among ``specs`` does not exist (naming
+    the first, and how many of ``what`` do not) or is a directory: before any work starts,
+    not once per attempt in a worker. Other locations are not asked here.
+
+    >>> check_local_files(["/no/such/a.tar", "/no/such/b.tar", "s3://b/x.tar"])
+    Traceback (most recent call last):
+    ...
+    tarkit.errors.SourceError: /no/such/a.tar: no such file (2 of 3 inputs do not exist)
+    """
+    missing: list[str] = []
+    for spec in specs:
+        where = location(spec)
+        if not where.is_file:
+            continue
+        if os.path.isdir(where.path):
+            raise SourceError(f"{spec}: is a directory, not a shard (name the files in it)")
+        if not os.path.exists(where.path):
+            missing.append(spec)
+    if missing:
+        n = len(missing)
+        do = "does" if n == 1 else "do"
+        count = f" ({n} of {len(specs)} {what} {do} not exist)" if len(specs) > 1 else ""
+        raise SourceError(f"{missing[0]}: no such file{count}", reason=SourceError.MISSING)
 
 
 def open_source_at(

@@ -19,10 +19,12 @@ TESTS = Path(__file__).resolve().parent.parent
 
 @pytest.fixture
 def env(tmp_path: Path) -> dict[str, str]:
-    """The environment for `tarkit map`: map_functions importable, marks in tmp_path."""
+    """The environment for `tarkit map`: map_functions importable (and this checkout's
+    tarkit, in every process), marks in tmp_path."""
     marks = tmp_path / "marks"
     marks.mkdir()
-    return dict(os.environ, PYTHONPATH=str(TESTS), TARKIT_TEST_MARKS=str(marks))
+    path = os.pathsep.join([str(TESTS), str(TESTS.parent)])
+    return dict(os.environ, PYTHONPATH=path, TARKIT_TEST_MARKS=str(marks))
 
 
 def outputs(directory: Path, shards: int = SHARDS) -> list[Path]:
@@ -243,29 +245,41 @@ def test_command_failures_follow_the_on_error_policy(tmp_path: Path) -> None:
     assert keys_of(outputs(tmp_path / "k")) == ALL_KEYS
 
 
-def test_command_metadata_rows_come_from_sample_meta_json(tmp_path: Path) -> None:
-    inputs = write_inputs(tmp_path / "in")
+def test_command_metadata_rows_come_from_tarkit_metadata_json_and_meta_json_fields_pass(
+    tmp_path: Path,
+) -> None:
+    from conftest import make_tar
+
+    # meta.json is a common webdataset field: inputs' meta.json fields, JSON objects or
+    # not, are fields like any other and pass through untouched.
+    (tmp_path / "in.tar").write_bytes(make_tar([
+        ("a.txt", b"one"), ("a.meta.json", b"[1, 2]"),
+        ("b.txt", b"two words"), ("b.meta.json", b'{"source": "web"}'),
+    ]))  # fmt: skip
     command = (
         'printf \'{"key": "%s", "words": %d}\' "$TARKIT_KEY" $(wc -w < sample.txt) '
-        "> sample.meta.json"
+        "> tarkit.metadata.json"
     )
-    result = run(["tarkit", "map", "-c", command, inputs, "-o", f"{tmp_path}/out/",
-                  "--metadata", str(tmp_path / "meta.jsonl")])  # fmt: skip
+    result = run(["tarkit", "map", "-c", command, str(tmp_path / "in.tar"), "-o",
+                  f"{tmp_path}/out/", "--metadata", str(tmp_path / "meta.jsonl")])  # fmt: skip
     assert result.returncode == 0, result.stderr
-    rows = fns.rows_of(tmp_path / "meta.jsonl")
-    assert rows[:2] == [{"key": "s0-00", "words": 1}, {"key": "s0-01", "words": 2}]
-    assert [r["key"] for r in rows] == ALL_KEYS
-    first = samples_of((tmp_path / "out" / "in-0.tar").read_bytes())[0]
-    assert first == ("s0-00", {"cls": b"0", "txt": b"word"})  # meta.json is not a field
+    assert fns.rows_of(tmp_path / "meta.jsonl") == [
+        {"key": "a", "words": 1}, {"key": "b", "words": 2}
+    ]  # fmt: skip
+    assert samples_of((tmp_path / "out" / "in.tar").read_bytes()) == [
+        ("a", {"meta.json": b"[1, 2]", "txt": b"one"}),
+        ("b", {"meta.json": b'{"source": "web"}', "txt": b"two words"}),
+    ]
 
-    bad = run(["tarkit", "map", "-c", "echo nope > sample.meta.json", inputs, "-o",
-               f"{tmp_path}/bad/", "--metadata", str(tmp_path / "m2.jsonl"),
-               "--retries", "0"])  # fmt: skip
-    assert bad.returncode == 2
-    assert (
-        "sample 's0-00': the command's sample.meta.json does not hold a JSON object"
-        in (bad.stderr.splitlines()[-1])
-    )
+    # A metadata file that is not a JSON object is a bad output: --on-error decides.
+    bad = run(["tarkit", "map", "-c", "echo nope > tarkit.metadata.json", str(tmp_path / "in.tar"),
+               "-o", f"{tmp_path}/bad/", "--on-error", "skip", "--rejects",
+               str(tmp_path / "rejects.tsv"), "-q"])  # fmt: skip
+    assert bad.returncode == 1, bad.stderr
+    assert (tmp_path / "rejects.tsv").read_text().splitlines() == [
+        f"{key}\tbad output\ta tarkit.metadata.json that does not hold a JSON object"
+        for key in "ab"
+    ]
 
 
 def test_command_multi_splits_samples_into_parts(tmp_path: Path) -> None:
@@ -380,3 +394,76 @@ def test_a_failed_overwrite_removes_no_earlier_output(tmp_path: Path, env: dict[
     assert sorted(p.name for p in (tmp_path / "out").glob("o-*.tar")) == [
         f"o-{i}.tar" for i in range(4)
     ]
+
+
+def test_a_resume_with_another_function_or_command_is_refused_naming_the_output(
+    tmp_path: Path, env: dict[str, str]
+) -> None:
+    from conftest import make_tar
+
+    inputs = write_inputs(tmp_path / "in")
+    out = tmp_path / "out"
+    first = run(["tarkit", "map", "--fn", "map_functions:shout", inputs, "-o", f"{out}/", "-q"],
+                env=env)  # fmt: skip
+    assert first.returncode == 0, first.stderr
+    # Another function with --overwrite fails on in-1.tar: its output stays the first run's.
+    good = (tmp_path / "in" / "in-1.tar").read_bytes()
+    (tmp_path / "in" / "in-1.tar").write_bytes(make_tar([("s1-00.txt", b"bad")]))
+    other = ["tarkit", "map", "--fn", "map_functions:fail_on_bad", inputs, "-o", f"{out}/", "-q"]
+    failed = run([*other, "--overwrite", "--retries", "0"], env=env)
+    assert failed.returncode == 2, failed.stderr
+    (tmp_path / "in" / "in-1.tar").write_bytes(good)
+
+    before = {p.name: p.stat().st_mtime_ns for p in out.iterdir()}
+    resumed = run(other, env=env)
+    assert resumed.returncode == 2
+    assert resumed.stderr == (
+        f"tarkit map: error: {out}/in-1.tar: made by the function map_functions:shout, while "
+        "this run maps with the function map_functions:fail_on_bad (1 of 4 outputs): resuming "
+        "would keep outputs of both in one set. Pass --overwrite (mode='overwrite') to redo "
+        "every shard, or write the outputs elsewhere\n"
+    )
+    changed = run(["tarkit", "map", "-c", "true", inputs, "-o", f"{out}/", "-q"], env=env)
+    assert changed.returncode == 2
+    assert changed.stderr.startswith(
+        f"tarkit map: error: {out}/in-0.tar: made by the function map_functions:fail_on_bad, "
+        "while this run maps with the command 'true' (4 of 4 outputs): "
+    )
+    assert {p.name: p.stat().st_mtime_ns for p in out.iterdir()} == before  # nothing ran
+
+
+def test_a_function_returning_a_list_of_rows_fails_at_once_naming_it_and_what_it_may_return(
+    tmp_path: Path, env: dict[str, str]
+) -> None:
+    inputs = write_inputs(tmp_path / "in", shards=1)
+    result = run(["tarkit", "map", "--fn", "map_functions:rows_as_list", inputs, "-o",
+                  f"{tmp_path}/out/", "--retries", "2", "-q"], env=env)  # fmt: skip
+    assert result.returncode == 2
+    assert "retrying" not in result.stderr and "Traceback" not in result.stderr
+    assert result.stderr.splitlines()[-1] == (
+        f"tarkit map: error: 1 of 1 shards failed after 1 attempt: {tmp_path}/in/in-0.tar, "
+        "sample 's0-00': the function map_functions:rows_as_list returned (list, list); it may "
+        "return a sample dict, a list of them, None, or (samples, row) with row a dict (one "
+        "metadata row per input sample)"
+    )
+
+
+@pytest.mark.parametrize("kind", ["missing", "directory"])
+def test_a_missing_or_directory_input_fails_before_any_shard_is_mapped(
+    tmp_path: Path, env: dict[str, str], kind: str
+) -> None:
+    write_inputs(tmp_path / "in", shards=3)
+    bad = tmp_path / "in" / "in-1.tar"
+    bad.unlink()
+    if kind == "directory":
+        bad.mkdir()
+    inputs = str(tmp_path / "in" / "in-{0..2}.tar")
+    result = run(["tarkit", "map", "--fn", "map_functions:shout", inputs, "-o", f"{tmp_path}/out/"],
+                 env=env)  # fmt: skip
+    assert result.returncode == 2
+    what = "no such file (1 of 3 inputs does not exist)" if kind == "missing" else (
+        "is a directory, not a shard (name the files in it)"
+    )  # fmt: skip
+    assert result.stderr == f"tarkit map: error: {bad}: {what}\n"
+    assert not (tmp_path / "out").exists()
+    assert not (tmp_path / "marks" / "calls").exists()

@@ -129,6 +129,24 @@ def test_an_output_that_is_not_a_plain_file_fails_the_sample(
     assert failure.value.rejection.reason == problem
 
 
+def test_with_rows_a_metadata_file_gives_the_samples_row_and_tarproc_ignores_it(tmp: Path) -> None:
+    script = (
+        'if [ "$TARKIT_KEY" = s01 ]; then echo NaN; else printf \'{"k": "%s"}\' "$TARKIT_KEY"; '
+        "fi > tarkit.metadata.json"
+    )
+    assert as_dicts(run_map(numbered(3), script, tmp)) == as_dicts(numbered(3))
+
+    rejected: list[Rejection] = []
+    report = ProcReport()
+    mapped = map_command(numbered(3), Command(script, rows=True), on_error="skip",
+                         on_reject=rejected.append, report=report, tmpdir=str(tmp))  # fmt: skip
+    assert [s.key for s in mapped] == ["s00", "s02"]
+    assert report.rows == [{"k": "s00"}, {"k": "s02"}]
+    assert [r.line() for r in rejected] == [
+        "s01\tbad output\ta tarkit.metadata.json that does not hold a JSON object"
+    ]
+
+
 @pytest.mark.parametrize(
     "name, why",
     [

@@ -18,6 +18,7 @@ from map_functions import PER_SHARD, SHARDS, write_inputs
 
 from tarkit.errors import EngineError, UsageError
 from tarkit.processing.driver import MapError, MapProgress, map_shards
+from tarkit.processing.mappers import ShellCommand
 from tarkit.processing.records import record_path
 
 
@@ -326,15 +327,19 @@ def test_a_bad_input_shard_is_reported_with_its_position(tmp_path: Path) -> None
     assert (tmp_path / "out-0.tar").exists() and not (tmp_path / "out-1.tar").exists()
 
 
-def test_a_function_returning_something_else_than_samples_fails_naming_the_sample(
+def test_a_function_returning_something_else_than_samples_fails_at_once_naming_it(
     tmp_path: Path,
 ) -> None:
     inputs = write_inputs(tmp_path / "in", shards=1)
     with pytest.raises(MapError) as caught:
-        map_shards(fns.text_only, inputs, str(tmp_path / "o.tar"), retries=0)
+        map_shards(fns.text_only, inputs, str(tmp_path / "o.tar"), retries=2)
     failure = caught.value.failures[0]
-    assert failure.key == "s0-00"
-    assert failure.error.startswith("TypeError: the function returned a str, not a sample dict")
+    assert (failure.key, failure.attempts, failure.traceback) == ("s0-00", 1, "")
+    assert failure.error == (
+        "the function map_functions:text_only returned a str; it may return a sample dict, a "
+        "list of them, None, or (samples, row) with row a dict (one metadata row per input "
+        "sample)"
+    )
 
 
 def test_records_say_where_each_output_came_from(tmp_path: Path) -> None:
@@ -343,8 +348,29 @@ def test_records_say_where_each_output_came_from(tmp_path: Path) -> None:
     map_shards(fns.shout, inputs, [str(tmp_path / "o.tar")])
     record = json.loads(Path(record_path(str(tmp_path / "o.tar"))).read_text())
     assert record["input"] == str(tmp_path / "in" / "in-0.tar")
+    assert record["made_by"] == {"function": "map_functions:shout"}
     assert record["shard"]["url"] == "o.tar" and record["shard"]["samples"] == PER_SHARD
     assert len(record["metadata"]) == PER_SHARD
+
+
+def test_a_resume_with_other_command_options_is_refused_but_not_with_another_parallel(
+    tmp_path: Path,
+) -> None:
+    inputs = write_inputs(tmp_path / "in", shards=1)
+    out = str(tmp_path / "o.tar")
+    map_shards(ShellCommand("true", on_error="skip"), inputs, [out], workers=1)
+    with pytest.raises(UsageError) as refused:
+        map_shards(ShellCommand("true"), inputs, [out], workers=1)
+    assert str(refused.value).startswith(
+        f"{out}: made by the command 'true' with on_error 'skip', while this run has on_error "
+        "'fail' (1 of 1 outputs): "
+    )
+    # -p does not shape the outputs.
+    again = map_shards(ShellCommand("true", on_error="skip", parallel=2), inputs, [out], workers=1)
+    assert again.resumed == 1
+    # A record whose output is gone holds nothing that could mix.
+    Path(out).unlink()
+    assert map_shards(ShellCommand("true"), inputs, [out], workers=1).processed == 1
 
 
 @pytest.mark.parametrize(

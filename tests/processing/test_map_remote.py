@@ -73,7 +73,8 @@ def test_a_killed_map_to_s3_leaves_only_whole_objects_and_a_rerun_completes_the_
     map_shards(fns.shout, inputs, str(tmp_path / "local-{0..3}.tar"))
     local = [(tmp_path / f"local-{s}.tar").read_bytes() for s in range(4)]
     out = f"s3://{bucket}/out/out-{{0..3}}.tar"
-    env = dict(os.environ, **s3_env, PYTHONPATH=str(TESTS), TARKIT_TEST_DELAY="0.1",
+    path = os.pathsep.join([str(TESTS), str(TESTS.parent)])  # this checkout's tarkit too
+    env = dict(os.environ, **s3_env, PYTHONPATH=path, TARKIT_TEST_DELAY="0.1",
                TMPDIR=str(tmp_path))  # fmt: skip
     command = [tool("tarkit"), "map", "--fn", "map_functions:slow", inputs, "-o", out, "-j", "1",
                "--manifest", f"s3://{bucket}/out/manifest.json"]  # fmt: skip

@@ -11,7 +11,7 @@ from conftest import make_tar
 from tarkit.errors import CommandFailed, MapError, ShardFailure
 from tarkit.processing.commands import Rejection
 from tarkit.processing.driver import MapResult
-from tarkit.processing.mappers import SampleMapper, ShellCommand
+from tarkit.processing.mappers import SampleMapper, ShellCommand, made_by
 from tarkit.processing.shard_task import ShardTask, run_shard
 
 FIELDS = ("input", "output", "key", "error", "traceback", "attempts", "final")
@@ -30,8 +30,9 @@ def test_a_failing_function_names_its_sample_and_the_failure_survives_a_pickle_r
     tmp_path: Path,
 ) -> None:
     source = write_shard(tmp_path / "in.tar", [b"good", b"bad", b"good"])
-    task = ShardTask(0, source, str(tmp_path / "out.tar"), attempt=2)
-    result = run_shard(SampleMapper(fns.fail_on_bad), task)
+    mapper = SampleMapper(fns.fail_on_bad)
+    task = ShardTask(0, source, str(tmp_path / "out.tar"), made_by(mapper), attempt=2)
+    result = run_shard(mapper, task)
     failure = result.failure
     assert failure is not None
     assert fields_of(failure)[:4] == (source, task.output, "k1", "ValueError: cannot map k1")
@@ -47,7 +48,8 @@ def test_a_corrupt_local_input_is_a_final_failure_without_a_key_and_stays_final_
 ) -> None:
     source = tmp_path / "in.tar"
     source.write_bytes(make_tar([("k0.txt", b"x" * 2000)])[:1000])
-    result = run_shard(SampleMapper(fns.shout), ShardTask(0, str(source), str(tmp_path / "o.tar")))
+    mapper = SampleMapper(fns.shout)
+    result = run_shard(mapper, ShardTask(0, str(source), str(tmp_path / "o.tar"), made_by(mapper)))
     failure = pickle.loads(pickle.dumps(result)).failure
     assert (failure.key, failure.final, failure.traceback) == (None, True, "")
     assert failure.error.startswith(f"{source}: ")
@@ -57,7 +59,7 @@ def test_a_failed_command_becomes_the_shards_failure_naming_its_sample(tmp_path:
     source = write_shard(tmp_path / "in.tar", [b"a", b"b", b"c"])
     command = ShellCommand('[ "$TARKIT_KEY" = k2 ] && { echo broken >&2; exit 4; }; true',
                            parallel=2, quiet=True)  # fmt: skip
-    result = run_shard(command, ShardTask(0, source, str(tmp_path / "o.tar")))
+    result = run_shard(command, ShardTask(0, source, str(tmp_path / "o.tar"), made_by(command)))
     failure = pickle.loads(pickle.dumps(result)).failure
     assert (failure.key, failure.output) == ("k2", str(tmp_path / "o.tar"))
     assert str(failure) == f"{source}, sample 'k2': command exited with status 4: broken"
