@@ -7,30 +7,44 @@ reads the file as it grows: reading starts with the first bytes, not after the d
 and the download runs at network speed whatever that reader does. Other processes that
 want the same shard meanwhile wait on its lock file (``fcntl.flock``) and then read the
 finished file, so each shard is downloaded once per machine. A download goes to a
-temporary name and is renamed into place only when complete; a failed or abandoned one
-is removed.
+temporary name and is renamed into place only once it is known whole: its length is the
+one the server (``Content-Length``) or the manifest gave, its sha256 the manifest's when
+it has one, and without any length it must read as a complete archive (the strict tar
+reader, end-of-archive marker included). A download that is not whole is an error for
+its reader and is never kept; a failed or abandoned one is removed. A cached shard whose
+size differs from the manifest's is downloaded again.
 
-The size bound is hard: the bytes of every file in the directory (finished shards and
-downloads in progress, whose files grow by reservation) never exceed ``max_bytes``.
-Room is made by deleting the least recently used shards (by modification time, which
-every use of a shard refreshes). A shard larger than the whole cache is read without
-being cached. A process reading a shard that another evicts keeps reading it (the file
-is unlinked, not cut), so disk use can briefly exceed the bound by such open files.
+The cache touches only its own files, known by their names (a 32-digit hash, a dash,
+the base name; ``.part-PID`` while downloading; ``.lock``): anything else in the
+directory (a file, a subdirectory, a link) is neither counted, nor evicted, nor read,
+and a shard whose name is taken by such a thing is read from its URL without caching.
+
+The size bound is hard: the bytes of the cache's files (finished shards and downloads
+in progress, whose files grow by reservation) never exceed ``max_bytes``. Room is made
+by deleting the least recently used shards (by modification time, which every use of a
+shard refreshes). A shard larger than the whole cache is read without being cached. A
+process reading a shard that another evicts keeps reading it (the file is unlinked, not
+cut), so disk use can briefly exceed the bound by such open files.
 """
 
 from __future__ import annotations
 
+import errno
 import fcntl
 import hashlib
 import io
 import os
 import re
+import stat
 import threading
 import time
 import urllib.parse
 import weakref
 from typing import BinaryIO
 
+from ..errors import InputError, SourceError
+from ..format.compression import open_decompressed
+from ..format.tar import read_members
 from ..sizes import parse_size
 from .filesystems import StorageOptions
 from .retrying import RetryPolicy
@@ -39,6 +53,11 @@ from .sources import PIPE_BUFFER, Source, open_source
 _DIRECTORY_LOCK = ".lock"
 _PART = ".part-"
 _UNSAFE = re.compile(r"[^A-Za-z0-9._-]+")
+_OWN = re.compile(r"[0-9a-f]{32}-[A-Za-z0-9._-]*")  # cache_name(), and its .part- files
+
+
+class _Occupied(Exception):
+    """Something the cache did not make holds the name of a shard's file or lock."""
 
 
 def cache_name(url: str) -> str:
@@ -75,46 +94,59 @@ class ShardCache:
         url: str,
         storage_options: StorageOptions | None = None,
         policy: RetryPolicy | None = None,
+        size: int | None = None,
+        sha256: str | None = None,
     ) -> Source | Download:
         """Open a shard: the cached file, or a download that caches as it is read.
 
-        The download reconnects as any remote read does (``policy``; see
-        :mod:`tarkit.storage.retrying`). Blocks while another process downloads the same
-        shard. Raises :class:`~tarkit.errors.SourceError` when the URL cannot be opened.
+        ``size`` and ``sha256`` are the manifest's for the shard, when it has them: a
+        download is kept only if it matches them. The download reconnects as any remote
+        read does (``policy``; see :mod:`tarkit.storage.retrying`). Blocks while another
+        process downloads the same shard. Raises :class:`~tarkit.errors.SourceError` when
+        the URL cannot be opened; a download that is not whole raises from its reads or
+        :meth:`Download.close` (``SourceError``, or ``InputError``: a cut archive, or
+        :attr:`~tarkit.errors.InputError.MISMATCH` with the manifest).
         """
         path = self.path_for(url)
-        source = _open_cached(url, path)
-        if source is not None:
-            return source
-        lock = os.open(path + ".lock", os.O_CREAT | os.O_RDWR, 0o644)
+        try:
+            source = _open_cached(url, path, size)
+            if source is not None:
+                return source
+            lock = _open_lock(path + ".lock")
+        except _Occupied:
+            return open_source(url, storage_options, policy)  # read it without caching
         try:
             fcntl.flock(lock, fcntl.LOCK_EX)
-            source = _open_cached(url, path)
+            source = _open_cached(url, path, size)
             if source is not None:
                 os.close(lock)
                 return source
             remote = open_source(url, storage_options, policy)
-        except BaseException:
+        except BaseException as exc:
             os.close(lock)  # closing the descriptor releases the lock
+            if isinstance(exc, _Occupied):
+                return open_source(url, storage_options, policy)
             raise
-        return Download(self, url, path, remote, lock)
+        return Download(self, url, path, remote, lock, size, sha256)
 
     def usage(self) -> int:
         """Bytes held: finished shards plus the room reserved by downloads in progress."""
         return sum(size for _, _, size in self._entries())
 
     def _entries(self) -> list[tuple[str, int, int]]:
-        """(name, modification time, size) of every file that counts against the bound."""
+        """(name, modification time, size) of the cache's own shards and downloads: the
+        files that count against the bound, and the only ones it may delete."""
         entries = []
         with os.scandir(self.directory) as scan:
             for entry in scan:
-                if entry.name.endswith(".lock"):
+                if entry.name.endswith(".lock") or not _OWN.fullmatch(entry.name):
                     continue
                 try:
-                    stat = entry.stat(follow_symlinks=False)
+                    status = entry.stat(follow_symlinks=False)
                 except FileNotFoundError:
                     continue
-                entries.append((entry.name, stat.st_mtime_ns, stat.st_size))
+                if stat.S_ISREG(status.st_mode):
+                    entries.append((entry.name, status.st_mtime_ns, status.st_size))
         return entries
 
     def reserve(self, download: Download, size: int, wanted: int | None = None) -> bool:
@@ -176,8 +208,15 @@ class ShardCache:
                 os.close(lock)
 
 
-def _open_cached(url: str, path: str) -> Source | None:
+def _open_cached(url: str, path: str, size: int | None) -> Source | None:
+    """The cached shard at ``path``; None when there is none, or one of another size
+    than the manifest's ``size``. Raises :class:`_Occupied` when something else is there."""
     try:
+        status = os.stat(path, follow_symlinks=False)
+        if not stat.S_ISREG(status.st_mode):
+            raise _Occupied(path)
+        if size is not None and status.st_size != size:
+            return None  # another version of the shard: download it again
         stream = open(path, "rb", buffering=PIPE_BUFFER)  # noqa: SIM115
     except FileNotFoundError:
         return None
@@ -186,6 +225,17 @@ def _open_cached(url: str, path: str) -> Source | None:
     except OSError:
         pass
     return Source(url, stream)
+
+
+def _open_lock(path: str) -> int:
+    try:
+        return os.open(path, os.O_CREAT | os.O_RDWR | os.O_NOFOLLOW, 0o644)
+    except (IsADirectoryError, NotADirectoryError):
+        raise _Occupied(path) from None
+    except OSError as exc:
+        if exc.errno == errno.ELOOP:  # a symbolic link
+            raise _Occupied(path) from None
+        raise
 
 
 def _touch(fd: int) -> None:
@@ -206,12 +256,24 @@ class Download:
     has no room for the shard, the reader takes the rest straight from the URL.
     """
 
-    def __init__(self, cache: ShardCache, url: str, path: str, remote: Source, lock: int) -> None:
+    def __init__(
+        self,
+        cache: ShardCache,
+        url: str,
+        path: str,
+        remote: Source,
+        lock: int,
+        size: int | None = None,
+        sha256: str | None = None,
+    ) -> None:
         self.name = url
         self.cache = cache
         self.path = path
         self.remote = remote
         self.lock = lock
+        self.size = size  # the manifest's, if any
+        self.sha256 = sha256.lower() if sha256 else None
+        self.hash = hashlib.sha256() if self.sha256 else None
         self.part = f"{path}{_PART}{os.getpid()}"
         self.fd = os.open(self.part, os.O_CREAT | os.O_TRUNC | os.O_WRONLY, 0o644)
         self.read_fd = os.open(self.part, os.O_RDONLY)
@@ -234,24 +296,37 @@ class Download:
     def _download(self) -> None:
         state, error = _FAILED, None
         try:
+            told = self.remote.expected_size
+            if told is not None and self.size is not None and told != self.size:
+                raise self._mismatch(f"the shard is {told} bytes, the manifest says {self.size}")
             while not self.stopping:
                 data = self._read_remote(1 << 20)
                 if not data:
                     break
                 end = self.written + len(data)
+                if self.size is not None and end > self.size:
+                    raise self._mismatch(
+                        f"the shard has more bytes than the {self.size} the manifest says"
+                    )
                 if end > self.reserved and not self._grow(end):
                     self.pending = data  # no room: the reader goes on from the URL itself
                     state = _DIRECT
                     return
                 os.pwrite(self.fd, data, self.written)
+                if self.hash is not None:
+                    self.hash.update(data)
                 with self.condition:
                     self.written = end
                     self.condition.notify_all()
             if not self.stopping:
                 self.remote.close()
                 os.ftruncate(self.fd, self.written)
+                self._check_whole()
                 _touch(self.fd)
-                os.replace(self.part, self.path)
+                try:
+                    os.replace(self.part, self.path)
+                except OSError:  # something not the cache's own holds the name: not kept
+                    _remove(self.part)
                 state = _DONE
         except BaseException as exc:
             error = exc
@@ -268,6 +343,28 @@ class Download:
             with self.condition:
                 self.state, self.error = state, error
                 self.condition.notify_all()
+
+    def _check_whole(self) -> None:
+        """Raise unless the downloaded file is the whole shard (see the module docstring)."""
+        told, got = self.remote.expected_size, self.written
+        if told is not None and got != told:
+            raise SourceError(f"{self.name}: the download ended after {got} of {told} bytes")
+        if self.size is not None and got != self.size:
+            raise self._mismatch(
+                f"the download ended after {got} bytes, the manifest says {self.size}"
+            )
+        if self.hash is not None and self.hash.hexdigest() != self.sha256:
+            raise self._mismatch(
+                f"the downloaded shard's sha256 is {self.hash.hexdigest()}, "
+                f"the manifest says {self.sha256}"
+            )
+        if told is None and self.size is None:  # nobody said how long: the archive must end
+            with open(self.part, "rb") as file:
+                for _ in read_members(open_decompressed(file, self.name), self.name):
+                    pass
+
+    def _mismatch(self, what: str) -> InputError:
+        return InputError(what, source=self.name, reason=InputError.MISMATCH)
 
     def _close_fd(self, fd: int) -> None:
         self.open_fds.discard(fd)
