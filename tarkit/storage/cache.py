@@ -7,12 +7,10 @@ reads the file as it grows: reading starts with the first bytes, not after the d
 and the download runs at network speed whatever that reader does. Other processes that
 want the same shard meanwhile wait on its lock file (``fcntl.flock``) and then read the
 finished file, so each shard is downloaded once per machine. A download goes to a
-temporary name and is renamed into place only once it is known whole: its length is the
-one the server (``Content-Length``) or the manifest gave, its sha256 the manifest's when
-it has one, and without any length it must read as a complete archive (the strict tar
-reader, end-of-archive marker included). A download that is not whole is an error for
-its reader and is never kept; a failed or abandoned one is removed. A cached shard whose
-size differs from the manifest's is downloaded again.
+temporary name and is renamed into place only once it is known whole (its length, the
+manifest's sha256, else the archive's end: :mod:`~tarkit.storage.downloads`); one that is
+not whole is an error for its reader and is never kept, and a failed or abandoned one is
+removed. A cached shard whose size differs from the manifest's is downloaded again.
 
 The cache touches only its own files, known by their names (a 32-digit hash, a dash,
 the base name; ``.part-PID`` while downloading; ``.lock``): anything else in the
@@ -32,26 +30,18 @@ from __future__ import annotations
 import errno
 import fcntl
 import hashlib
-import io
 import os
 import re
 import stat
-import threading
-import time
 import urllib.parse
-import weakref
-from typing import BinaryIO
 
-from ..errors import InputError, SourceError
-from ..format.compression import open_decompressed
-from ..format.tar import read_members
 from ..sizes import parse_size
+from .downloads import PART, Download, mark_used
 from .filesystems import StorageOptions
 from .retrying import RetryPolicy
 from .sources import PIPE_BUFFER, Source, open_source
 
 _DIRECTORY_LOCK = ".lock"
-_PART = ".part-"
 _UNSAFE = re.compile(r"[^A-Za-z0-9._-]+")
 _OWN = re.compile(r"[0-9a-f]{32}-[A-Za-z0-9._-]*")  # cache_name(), and its .part- files
 
@@ -109,12 +99,24 @@ class ShardCache:
         """
         path = self.path_for(url)
         try:
-            source = _open_cached(url, path, size)
-            if source is not None:
-                return source
-            lock = _open_lock(path + ".lock")
-        except _Occupied:
-            return open_source(url, storage_options, policy)  # read it without caching
+            return self._open(url, path, storage_options, policy, size, sha256)
+        except _Occupied:  # by something the cache did not make: read past the cache
+            return open_source(url, storage_options, policy)
+
+    def _open(
+        self,
+        url: str,
+        path: str,
+        storage_options: StorageOptions | None,
+        policy: RetryPolicy | None,
+        size: int | None,
+        sha256: str | None,
+    ) -> Source | Download:
+        source = _open_cached(url, path, size)
+        if source is not None:
+            return source
+        lock = _open_lock(path + ".lock")
+        remote = None
         try:
             fcntl.flock(lock, fcntl.LOCK_EX)
             source = _open_cached(url, path, size)
@@ -122,12 +124,12 @@ class ShardCache:
                 os.close(lock)
                 return source
             remote = open_source(url, storage_options, policy)
-        except BaseException as exc:
+            return Download(self, url, path, remote, lock, size, sha256)
+        except BaseException:
             os.close(lock)  # closing the descriptor releases the lock
-            if isinstance(exc, _Occupied):
-                return open_source(url, storage_options, policy)
+            if remote is not None:
+                remote.close(early=True)
             raise
-        return Download(self, url, path, remote, lock, size, sha256)
 
     def usage(self) -> int:
         """Bytes held: finished shards plus the room reserved by downloads in progress."""
@@ -164,10 +166,10 @@ class ShardCache:
             extra = size - download.reserved
             used = sum(entry[2] for entry in entries)
             finished = sorted(
-                (mtime, name, length) for name, mtime, length in entries if _PART not in name
+                (mtime, name, length) for name, mtime, length in entries if PART not in name
             )
             for name, _, length in entries:
-                if _PART in name and used + extra > self.max_bytes and self._stale(name):
+                if PART in name and used + extra > self.max_bytes and self._stale(name):
                     used -= length
             for _, name, length in finished:
                 if used + extra <= self.max_bytes:
@@ -188,7 +190,7 @@ class ShardCache:
 
     def _stale(self, part: str) -> bool:
         """Remove a download left behind by a dead process (its shard lock is free)."""
-        lock_path = os.path.join(self.directory, part.split(_PART)[0] + ".lock")
+        lock_path = os.path.join(self.directory, part.split(PART)[0] + ".lock")
         try:
             lock = os.open(lock_path, os.O_RDWR)
         except FileNotFoundError:
@@ -221,7 +223,7 @@ def _open_cached(url: str, path: str, size: int | None) -> Source | None:
     except FileNotFoundError:
         return None
     try:
-        _touch(stream.fileno())  # a use: this shard is now the most recently used
+        mark_used(stream.fileno())  # a use: this shard is now the most recently used
     except OSError:
         pass
     return Source(url, stream)
@@ -236,243 +238,3 @@ def _open_lock(path: str) -> int:
         if exc.errno == errno.ELOOP:  # a symbolic link
             raise _Occupied(path) from None
         raise
-
-
-def _touch(fd: int) -> None:
-    # Explicit nanoseconds: the kernel's own timestamps are as coarse as a clock tick.
-    now = time.time_ns()
-    os.utime(fd, ns=(now, now))
-
-
-class Download:
-    """A shard downloaded into the cache by a background thread while it is being read.
-
-    The thread reads the URL at network speed whatever the reader does, and holds the
-    shard's lock until the file is published or given up, so a process waiting for the
-    shard never waits on another process's consumer (two DDP ranks on one machine that
-    share a shard cannot deadlock). Same protocol as :class:`~tarkit.storage.sources.Source`: read
-    ``stream``, then :meth:`close`. Closing early lets the download finish in the
-    background; leaving a ``with`` block with an exception abandons it. When the cache
-    has no room for the shard, the reader takes the rest straight from the URL.
-    """
-
-    def __init__(
-        self,
-        cache: ShardCache,
-        url: str,
-        path: str,
-        remote: Source,
-        lock: int,
-        size: int | None = None,
-        sha256: str | None = None,
-    ) -> None:
-        self.name = url
-        self.cache = cache
-        self.path = path
-        self.remote = remote
-        self.lock = lock
-        self.size = size  # the manifest's, if any
-        self.sha256 = sha256.lower() if sha256 else None
-        self.hash = hashlib.sha256() if self.sha256 else None
-        self.part = f"{path}{_PART}{os.getpid()}"
-        self.fd = os.open(self.part, os.O_CREAT | os.O_TRUNC | os.O_WRONLY, 0o644)
-        self.read_fd = os.open(self.part, os.O_RDONLY)
-        self.open_fds = {self.fd, self.read_fd, lock}
-        self.written = 0
-        self.reserved = 0
-        self.position = 0
-        self.state = _DOWNLOADING
-        self.error: BaseException | None = None
-        self.pending = b""
-        self.stopping = False
-        self.closed = False
-        self.condition = threading.Condition()
-        self._read_remote = getattr(remote.stream, "read1", None) or remote.stream.read
-        self.stream: BinaryIO = _Tee(self)  # type: ignore[assignment]
-        _ACTIVE.add(self)
-        self.thread = threading.Thread(target=self._download, name=f"download {url}", daemon=True)
-        self.thread.start()
-
-    def _download(self) -> None:
-        state, error = _FAILED, None
-        try:
-            told = self.remote.expected_size
-            if told is not None and self.size is not None and told != self.size:
-                raise self._mismatch(f"the shard is {told} bytes, the manifest says {self.size}")
-            while not self.stopping:
-                data = self._read_remote(1 << 20)
-                if not data:
-                    break
-                end = self.written + len(data)
-                if self.size is not None and end > self.size:
-                    raise self._mismatch(
-                        f"the shard has more bytes than the {self.size} the manifest says"
-                    )
-                if end > self.reserved and not self._grow(end):
-                    self.pending = data  # no room: the reader goes on from the URL itself
-                    state = _DIRECT
-                    return
-                os.pwrite(self.fd, data, self.written)
-                if self.hash is not None:
-                    self.hash.update(data)
-                with self.condition:
-                    self.written = end
-                    self.condition.notify_all()
-            if not self.stopping:
-                self.remote.close()
-                os.ftruncate(self.fd, self.written)
-                self._check_whole()
-                _touch(self.fd)
-                try:
-                    os.replace(self.part, self.path)
-                except OSError:  # something not the cache's own holds the name: not kept
-                    _remove(self.part)
-                state = _DONE
-        except BaseException as exc:
-            error = exc
-        finally:
-            if state != _DONE:
-                _remove(self.part)
-            if state == _FAILED:
-                try:
-                    self.remote.close(early=True)
-                except Exception:
-                    pass
-            self._close_fd(self.fd)
-            self._close_fd(self.lock)  # lets waiting processes in
-            with self.condition:
-                self.state, self.error = state, error
-                self.condition.notify_all()
-
-    def _check_whole(self) -> None:
-        """Raise unless the downloaded file is the whole shard (see the module docstring)."""
-        told, got = self.remote.expected_size, self.written
-        if told is not None and got != told:
-            raise SourceError(f"{self.name}: the download ended after {got} of {told} bytes")
-        if self.size is not None and got != self.size:
-            raise self._mismatch(
-                f"the download ended after {got} bytes, the manifest says {self.size}"
-            )
-        if self.hash is not None and self.hash.hexdigest() != self.sha256:
-            raise self._mismatch(
-                f"the downloaded shard's sha256 is {self.hash.hexdigest()}, "
-                f"the manifest says {self.sha256}"
-            )
-        if told is None and self.size is None:  # nobody said how long: the archive must end
-            with open(self.part, "rb") as file:
-                for _ in read_members(open_decompressed(file, self.name), self.name):
-                    pass
-
-    def _mismatch(self, what: str) -> InputError:
-        return InputError(what, source=self.name, reason=InputError.MISMATCH)
-
-    def _close_fd(self, fd: int) -> None:
-        self.open_fds.discard(fd)
-        os.close(fd)
-
-    def _grow(self, end: int) -> bool:
-        if self.cache.max_bytes is None:
-            return True
-        step = min(8 << 20, max(self.cache.max_bytes // 16, 1 << 16))
-        return self.cache.reserve(self, end, end + step)
-
-    def read1(self, n: int = -1) -> bytes:
-        n = n if n and n > 0 else 1 << 20
-        with self.condition:
-            while self.position >= self.written and self.state == _DOWNLOADING:
-                self.condition.wait()
-            available = self.written - self.position
-            state = self.state
-        if available > 0:
-            data = os.pread(self.read_fd, min(n, available), self.position)
-            self.position += len(data)
-            return data
-        if state == _DONE:
-            return b""
-        if state == _DIRECT:
-            if self.pending:
-                data, self.pending = self.pending, b""
-                return data
-            return self._read_remote(n)
-        raise self.error or EOFError("download stopped")
-
-    def close(self, early: bool = False) -> None:
-        """Stop reading; without ``early``, wait for the download and check it ended well."""
-        if self.closed:
-            return
-        self.closed = True
-        self._close_fd(self.read_fd)
-        if not early:
-            self.thread.join()
-        if self.state == _DIRECT:
-            self.remote.close(early=early)
-        elif not early and self.state == _FAILED and self.error is not None:
-            raise self.error
-
-    def abandon(self, wait: float = 10) -> None:
-        """Stop downloading: the partial file is removed and another process may try."""
-        self.stopping = True
-        if not self.closed:
-            self.closed = True
-            self._close_fd(self.read_fd)
-            if self.state == _DIRECT:
-                self.remote.close(early=True)
-        self.thread.join(wait)
-
-    def __enter__(self) -> Download:
-        return self
-
-    def __exit__(self, exc_type: object, exc: object, tb: object) -> None:
-        if exc_type is None:
-            self.close()
-        else:
-            self.abandon()
-
-
-_DOWNLOADING, _DONE, _DIRECT, _FAILED = "downloading", "done", "direct", "failed"
-_ACTIVE: weakref.WeakSet[Download] = weakref.WeakSet()
-
-
-def _remove(path: str) -> None:
-    try:
-        os.unlink(path)
-    except FileNotFoundError:
-        pass
-
-
-def _forget_downloads_after_fork() -> None:
-    # A forked child has no download threads: drop its copies of their descriptors
-    # (the parent's copies keep the shard locks).
-    for download in list(_ACTIVE):
-        for fd in list(download.open_fds):
-            try:
-                os.close(fd)
-            except OSError:
-                pass
-        download.open_fds.clear()
-    _ACTIVE.clear()
-
-
-if hasattr(os, "register_at_fork"):
-    os.register_at_fork(after_in_child=_forget_downloads_after_fork)
-
-
-class _Tee(io.RawIOBase):
-    def __init__(self, download: Download) -> None:
-        self._download = download
-
-    def readable(self) -> bool:
-        return True
-
-    def read1(self, n: int = -1) -> bytes:  # type: ignore[override]
-        return self._download.read1(n)
-
-    def read(self, n: int | None = -1) -> bytes:  # type: ignore[override]
-        if n is not None and n >= 0:
-            return self.read1(n)
-        return b"".join(iter(lambda: self.read1(1 << 20), b""))
-
-    def readinto(self, b) -> int:  # type: ignore[no-untyped-def, override]
-        data = self.read1(len(b))
-        b[: len(data)] = data
-        return len(data)
