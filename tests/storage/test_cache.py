@@ -1,4 +1,5 @@
-"""The shard cache: one download per machine, a hard LRU size bound, reading while downloading."""
+"""The shard cache: one download per machine, a hard LRU size bound over its own files only,
+reading while downloading, and a download kept only when it is whole."""
 
 from __future__ import annotations
 
