@@ -1,7 +1,9 @@
 """The one HTTP server of the test suite: files on 127.0.0.1, with network faults on demand.
 
-``files`` maps a path to bytes. Every answer carries ``Content-Length``, an ``ETag`` (a
-hash of the content) and ``Last-Modified`` (``validators = False`` leaves both out);
+``files`` maps a path to bytes. Every answer carries ``Content-Length`` (``lengths = False``
+leaves it out: the body then ends where the connection closes, and a cut body looks
+whole), an ``ETag`` (a hash of the content) and ``Last-Modified`` (``validators = False``
+leaves both out);
 ``Range: bytes=N-`` is honoured (``honour_ranges = False``: the whole file, with 200, as
 some servers do) unless an ``If-Range`` no longer matches, which gets the whole file with
 200, as RFC 9110 says (``honour_if_range = False`` ignores ``If-Range``).
@@ -17,7 +19,11 @@ Faults strike the next requests of a path, one each, in order
 - ``stall(n, seconds)``: send ``n`` bytes, then nothing for ``seconds`` (``stop()`` ends it);
 - ``status(code, retry_after)``: answer ``code`` (with ``Retry-After`` when given), no body;
 - ``replace(n, data)``: send ``n`` bytes, then give the path the content ``data`` and
-  close the connection (the file changed while being read).
+  close the connection (the file changed while being read);
+- ``trickle(n, every)``: send ``n`` bytes, then the rest 2 bytes at a time, one pair
+  every ``every`` seconds (a slow-loris body; ``stop()`` ends it);
+- ``slow_headers(every)``: send the status line and headers a byte at a time, one every
+  ``every`` seconds, then the body.
 
 ``cut[path] = n``: no answer ever goes past byte ``n`` of the file (the connection closes
 there, every time). ``gates[path] = (n, event)``: send ``n`` bytes, then wait for the event
@@ -29,6 +35,7 @@ from __future__ import annotations
 
 import email.utils
 import hashlib
+import http
 import http.server
 import re
 import socket
@@ -40,7 +47,7 @@ from dataclasses import dataclass
 
 @dataclass(frozen=True)
 class Fault:
-    kind: str  # drop, reset, stall, status, replace
+    kind: str  # drop, reset, stall, status, replace, trickle, slow_headers
     after: int = 0
     seconds: float = 0.0
     code: int = 0
@@ -68,6 +75,14 @@ def replace(after: int, data: bytes) -> Fault:
     return Fault("replace", after, data=data)
 
 
+def trickle(after: int, every: float = 0.05) -> Fault:
+    return Fault("trickle", after, seconds=every)
+
+
+def slow_headers(every: float = 0.05) -> Fault:
+    return Fault("slow_headers", 1 << 62, seconds=every)
+
+
 class ShardServer:
     def __init__(self) -> None:
         self.files: dict[str, bytes] = {}
@@ -81,6 +96,7 @@ class ShardServer:
         self.honour_ranges = True
         self.honour_if_range = True
         self.validators = True
+        self.lengths = True
         self.stopping = threading.Event()
         self._versions: Counter[str] = Counter()
         self._etags: dict[str, tuple[bytes, str]] = {}
@@ -153,6 +169,7 @@ class ShardServer:
         match = re.fullmatch(r"bytes=(\d+)-", handler.headers.get("Range", ""))
         if_range = handler.headers.get("If-Range")
         fresh = if_range is None or not self.honour_if_range or if_range in (etag, modified)
+        head: list[tuple[str, str]] = []
         if match and self.honour_ranges and fresh:
             start = int(match.group(1))
             if start >= len(data):
@@ -162,16 +179,20 @@ class ShardServer:
                 handler.end_headers()
                 return
             self.ranges.append((path, start))
-            handler.send_response(206)
-            handler.send_header("Content-Range", f"bytes {start}-{len(data) - 1}/{len(data)}")
+            code = 206
+            head.append(("Content-Range", f"bytes {start}-{len(data) - 1}/{len(data)}"))
         else:
-            handler.send_response(200)
+            code = 200
         body = memoryview(data)[start:]  # no copy: the benchmark serves hundreds of MB
-        handler.send_header("Content-Length", str(len(body)))
+        if self.lengths:
+            head.append(("Content-Length", str(len(body))))
+        else:
+            head.append(("Connection", "close"))
+            handler.close_connection = True
         if self.validators:
-            handler.send_header("ETag", etag)
-            handler.send_header("Last-Modified", modified)
-        handler.end_headers()
+            head += [("ETag", etag), ("Last-Modified", modified)]
+        if not self._send_head(handler, code, head, fault):
+            return
         limit = len(body)
         if path in self.cut:
             limit = max(0, self.cut[path] - start)
@@ -181,7 +202,16 @@ class ShardServer:
             limit = min(limit, fault.after)
         gate = self.gates.get(path)
         try:
-            if gate is not None and gate[0] < limit:
+            if fault is not None and fault.kind == "trickle":
+                handler.close_connection = True
+                handler.wfile.write(body[: fault.after])
+                for at in range(fault.after, len(body), 2):
+                    handler.wfile.flush()
+                    if self.stopping.wait(fault.seconds):
+                        break
+                    handler.wfile.write(body[at : at + 2])
+                limit = len(body)
+            elif gate is not None and gate[0] < limit:
                 handler.wfile.write(body[: gate[0]])
                 handler.wfile.flush()
                 gate[1].wait(20)
@@ -205,6 +235,35 @@ class ShardServer:
                 socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0)
             )
             handler.connection.close()
+
+    def _send_head(
+        self,
+        handler: http.server.BaseHTTPRequestHandler,
+        code: int,
+        head: list[tuple[str, str]],
+        fault: Fault | None,
+    ) -> bool:
+        """Send the status line and headers, a byte at a time under ``slow_headers``;
+        False when the client went away or the server stopped first."""
+        if fault is None or fault.kind != "slow_headers":
+            handler.send_response(code)
+            for name, value in head:
+                handler.send_header(name, value)
+            handler.end_headers()
+            return True
+        lines = [f"HTTP/1.1 {code} {http.HTTPStatus(code).phrase}"]
+        lines += [f"{name}: {value}" for name, value in head]
+        text = ("\r\n".join(lines) + "\r\n\r\n").encode("latin-1")
+        try:
+            for at in range(len(text)):
+                if self.stopping.wait(fault.seconds):
+                    return False
+                handler.wfile.write(text[at : at + 1])
+                handler.wfile.flush()
+        except (BrokenPipeError, ConnectionResetError):
+            handler.close_connection = True
+            return False
+        return True
 
     def stop(self) -> None:
         self.stopping.set()

@@ -80,9 +80,10 @@ class ShardDataset(IterableDataset):
     ``rank``/``world_size`` override the detected ones.
 
     Remote shards (and manifests) are read with ``storage_options`` (fsspec's), and a read
-    that drops or stalls reconnects at the byte it reached: at most ``retries``
-    reconnections in a row, ``timeout`` seconds to connect and between bytes (None:
-    ``TARKIT_RETRIES``/``TARKIT_TIMEOUT`` in the workers, else 5 and 30 s; docs/remote.md).
+    that drops, stalls or trickles reconnects at the byte it reached: at most ``retries``
+    reconnections in a row, ``timeout`` seconds to connect, for an HTTP answer's headers
+    and per 64 KiB of its body (None: ``TARKIT_RETRIES``/``TARKIT_TIMEOUT`` in the
+    workers, else 5 and 30 s; docs/remote.md).
     Reconnections are counted in ``skipped.reconnections``, with one warning per epoch.
     """
 

@@ -87,7 +87,7 @@ class PieceReader:
         where = location(url)
         local_path = where.path if where.is_file else None
         try:
-            source, stream = self._open(url, offset)
+            source, stream = self._open(url, offset, info)
             with source:
                 members: Iterator[Any] = read_members(stream, url)
                 if expected is None and self.handler == "skip":
@@ -135,15 +135,18 @@ class PieceReader:
             lost = expected - delivered if expected is not None else watch.lost(exc)
             self.skip(row, shard_reason(exc), lost, self.shard_base + piece.shard, str(exc))
 
-    def _open(self, url: str, offset: int) -> tuple[Any, BinaryIO]:
-        """Open a shard; the returned tar stream starts at byte ``offset`` of the tar."""
+    def _open(self, url: str, offset: int, info: ShardInfo | None) -> tuple[Any, BinaryIO]:
+        """Open a shard; the returned tar stream starts at byte ``offset`` of the tar.
+        Through the cache, a download is kept only if it matches ``info``'s size and
+        sha256."""
         where = location(url)
         options = self.storage_options
         policy = (
             retry_policy(self.retries, self.timeout, self.reconnected) if where.remote else None
         )
         if self.cache is not None and where.remote:
-            source = self.cache.open(url, options, policy)
+            size, sha256 = (info.bytes, info.sha256) if info is not None else (None, None)
+            source = self.cache.open(url, options, policy, size, sha256)
         elif offset and where.kind == HTTP and not compression_for(url):
             source = open_source_at(url, offset, options, policy)
             return source, source.stream

@@ -6,9 +6,10 @@
 :mod:`~tarkit.storage.listing` lists, moves and removes the files already there,
 :mod:`~tarkit.storage.filesystems` is the one fsspec opener,
 :mod:`~tarkit.storage.manifests` reads and writes manifests,
-:mod:`~tarkit.storage.cache` caches remote shards on local disk, and
-:mod:`~tarkit.storage.retrying` (with :mod:`~tarkit.storage.http`) makes remote reads
-reconnect at the byte reached.
+:mod:`~tarkit.storage.cache` caches remote shards on local disk (filled by
+:mod:`~tarkit.storage.downloads`), and :mod:`~tarkit.storage.retrying` (with
+:mod:`~tarkit.storage.http` and :mod:`~tarkit.storage.timed_http`) makes remote reads
+reconnect at the byte reached and bounds how long they wait.
 """
 
 from .filesystems import ObjectInfo, StorageOptions, filesystem, object_info

@@ -7,38 +7,47 @@ reads the file as it grows: reading starts with the first bytes, not after the d
 and the download runs at network speed whatever that reader does. Other processes that
 want the same shard meanwhile wait on its lock file (``fcntl.flock``) and then read the
 finished file, so each shard is downloaded once per machine. A download goes to a
-temporary name and is renamed into place only when complete; a failed or abandoned one
-is removed.
+temporary name and is renamed into place only once it is known whole (its length, the
+manifest's sha256, else the archive's end: :mod:`~tarkit.storage.downloads`); one that is
+not whole is an error for its reader and is never kept, and a failed or abandoned one is
+removed. A cached shard whose size differs from the manifest's is downloaded again.
 
-The size bound is hard: the bytes of every file in the directory (finished shards and
-downloads in progress, whose files grow by reservation) never exceed ``max_bytes``.
-Room is made by deleting the least recently used shards (by modification time, which
-every use of a shard refreshes). A shard larger than the whole cache is read without
-being cached. A process reading a shard that another evicts keeps reading it (the file
-is unlinked, not cut), so disk use can briefly exceed the bound by such open files.
+The cache touches only its own files, known by their names (a 32-digit hash, a dash,
+the base name; ``.part-PID`` while downloading; ``.lock``): anything else in the
+directory (a file, a subdirectory, a link) is neither counted, nor evicted, nor read,
+and a shard whose name is taken by such a thing is read from its URL without caching.
+
+The size bound is hard: the bytes of the cache's files (finished shards and downloads
+in progress, whose files grow by reservation) never exceed ``max_bytes``. Room is made
+by deleting the least recently used shards (by modification time, which every use of a
+shard refreshes). A shard larger than the whole cache is read without being cached. A
+process reading a shard that another evicts keeps reading it (the file is unlinked, not
+cut), so disk use can briefly exceed the bound by such open files.
 """
 
 from __future__ import annotations
 
+import errno
 import fcntl
 import hashlib
-import io
 import os
 import re
-import threading
-import time
+import stat
 import urllib.parse
-import weakref
-from typing import BinaryIO
 
 from ..sizes import parse_size
+from .downloads import PART, Download, mark_used
 from .filesystems import StorageOptions
 from .retrying import RetryPolicy
 from .sources import PIPE_BUFFER, Source, open_source
 
 _DIRECTORY_LOCK = ".lock"
-_PART = ".part-"
 _UNSAFE = re.compile(r"[^A-Za-z0-9._-]+")
+_OWN = re.compile(r"[0-9a-f]{32}-[A-Za-z0-9._-]*")  # cache_name(), and its .part- files
+
+
+class _Occupied(Exception):
+    """Something the cache did not make holds the name of a shard's file or lock."""
 
 
 def cache_name(url: str) -> str:
@@ -75,46 +84,71 @@ class ShardCache:
         url: str,
         storage_options: StorageOptions | None = None,
         policy: RetryPolicy | None = None,
+        size: int | None = None,
+        sha256: str | None = None,
     ) -> Source | Download:
         """Open a shard: the cached file, or a download that caches as it is read.
 
-        The download reconnects as any remote read does (``policy``; see
-        :mod:`tarkit.storage.retrying`). Blocks while another process downloads the same
-        shard. Raises :class:`~tarkit.errors.SourceError` when the URL cannot be opened.
+        ``size`` and ``sha256`` are the manifest's for the shard, when it has them: a
+        download is kept only if it matches them. The download reconnects as any remote
+        read does (``policy``; see :mod:`tarkit.storage.retrying`). Blocks while another
+        process downloads the same shard. Raises :class:`~tarkit.errors.SourceError` when
+        the URL cannot be opened; a download that is not whole raises from its reads or
+        :meth:`Download.close` (``SourceError``, or ``InputError``: a cut archive, or
+        :attr:`~tarkit.errors.InputError.MISMATCH` with the manifest).
         """
         path = self.path_for(url)
-        source = _open_cached(url, path)
+        try:
+            return self._open(url, path, storage_options, policy, size, sha256)
+        except _Occupied:  # by something the cache did not make: read past the cache
+            return open_source(url, storage_options, policy)
+
+    def _open(
+        self,
+        url: str,
+        path: str,
+        storage_options: StorageOptions | None,
+        policy: RetryPolicy | None,
+        size: int | None,
+        sha256: str | None,
+    ) -> Source | Download:
+        source = _open_cached(url, path, size)
         if source is not None:
             return source
-        lock = os.open(path + ".lock", os.O_CREAT | os.O_RDWR, 0o644)
+        lock = _open_lock(path + ".lock")
+        remote = None
         try:
             fcntl.flock(lock, fcntl.LOCK_EX)
-            source = _open_cached(url, path)
+            source = _open_cached(url, path, size)
             if source is not None:
                 os.close(lock)
                 return source
             remote = open_source(url, storage_options, policy)
+            return Download(self, url, path, remote, lock, size, sha256)
         except BaseException:
             os.close(lock)  # closing the descriptor releases the lock
+            if remote is not None:
+                remote.close(early=True)
             raise
-        return Download(self, url, path, remote, lock)
 
     def usage(self) -> int:
         """Bytes held: finished shards plus the room reserved by downloads in progress."""
         return sum(size for _, _, size in self._entries())
 
     def _entries(self) -> list[tuple[str, int, int]]:
-        """(name, modification time, size) of every file that counts against the bound."""
+        """(name, modification time, size) of the cache's own shards and downloads: the
+        files that count against the bound, and the only ones it may delete."""
         entries = []
         with os.scandir(self.directory) as scan:
             for entry in scan:
-                if entry.name.endswith(".lock"):
+                if entry.name.endswith(".lock") or not _OWN.fullmatch(entry.name):
                     continue
                 try:
-                    stat = entry.stat(follow_symlinks=False)
+                    status = entry.stat(follow_symlinks=False)
                 except FileNotFoundError:
                     continue
-                entries.append((entry.name, stat.st_mtime_ns, stat.st_size))
+                if stat.S_ISREG(status.st_mode):
+                    entries.append((entry.name, status.st_mtime_ns, status.st_size))
         return entries
 
     def reserve(self, download: Download, size: int, wanted: int | None = None) -> bool:
@@ -132,10 +166,10 @@ class ShardCache:
             extra = size - download.reserved
             used = sum(entry[2] for entry in entries)
             finished = sorted(
-                (mtime, name, length) for name, mtime, length in entries if _PART not in name
+                (mtime, name, length) for name, mtime, length in entries if PART not in name
             )
             for name, _, length in entries:
-                if _PART in name and used + extra > self.max_bytes and self._stale(name):
+                if PART in name and used + extra > self.max_bytes and self._stale(name):
                     used -= length
             for _, name, length in finished:
                 if used + extra <= self.max_bytes:
@@ -156,7 +190,7 @@ class ShardCache:
 
     def _stale(self, part: str) -> bool:
         """Remove a download left behind by a dead process (its shard lock is free)."""
-        lock_path = os.path.join(self.directory, part.split(_PART)[0] + ".lock")
+        lock_path = os.path.join(self.directory, part.split(PART)[0] + ".lock")
         try:
             lock = os.open(lock_path, os.O_RDWR)
         except FileNotFoundError:
@@ -176,206 +210,31 @@ class ShardCache:
                 os.close(lock)
 
 
-def _open_cached(url: str, path: str) -> Source | None:
+def _open_cached(url: str, path: str, size: int | None) -> Source | None:
+    """The cached shard at ``path``; None when there is none, or one of another size
+    than the manifest's ``size``. Raises :class:`_Occupied` when something else is there."""
     try:
+        status = os.stat(path, follow_symlinks=False)
+        if not stat.S_ISREG(status.st_mode):
+            raise _Occupied(path)
+        if size is not None and status.st_size != size:
+            return None  # another version of the shard: download it again
         stream = open(path, "rb", buffering=PIPE_BUFFER)  # noqa: SIM115
     except FileNotFoundError:
         return None
     try:
-        _touch(stream.fileno())  # a use: this shard is now the most recently used
+        mark_used(stream.fileno())  # a use: this shard is now the most recently used
     except OSError:
         pass
     return Source(url, stream)
 
 
-def _touch(fd: int) -> None:
-    # Explicit nanoseconds: the kernel's own timestamps are as coarse as a clock tick.
-    now = time.time_ns()
-    os.utime(fd, ns=(now, now))
-
-
-class Download:
-    """A shard downloaded into the cache by a background thread while it is being read.
-
-    The thread reads the URL at network speed whatever the reader does, and holds the
-    shard's lock until the file is published or given up, so a process waiting for the
-    shard never waits on another process's consumer (two DDP ranks on one machine that
-    share a shard cannot deadlock). Same protocol as :class:`~tarkit.storage.sources.Source`: read
-    ``stream``, then :meth:`close`. Closing early lets the download finish in the
-    background; leaving a ``with`` block with an exception abandons it. When the cache
-    has no room for the shard, the reader takes the rest straight from the URL.
-    """
-
-    def __init__(self, cache: ShardCache, url: str, path: str, remote: Source, lock: int) -> None:
-        self.name = url
-        self.cache = cache
-        self.path = path
-        self.remote = remote
-        self.lock = lock
-        self.part = f"{path}{_PART}{os.getpid()}"
-        self.fd = os.open(self.part, os.O_CREAT | os.O_TRUNC | os.O_WRONLY, 0o644)
-        self.read_fd = os.open(self.part, os.O_RDONLY)
-        self.open_fds = {self.fd, self.read_fd, lock}
-        self.written = 0
-        self.reserved = 0
-        self.position = 0
-        self.state = _DOWNLOADING
-        self.error: BaseException | None = None
-        self.pending = b""
-        self.stopping = False
-        self.closed = False
-        self.condition = threading.Condition()
-        self._read_remote = getattr(remote.stream, "read1", None) or remote.stream.read
-        self.stream: BinaryIO = _Tee(self)  # type: ignore[assignment]
-        _ACTIVE.add(self)
-        self.thread = threading.Thread(target=self._download, name=f"download {url}", daemon=True)
-        self.thread.start()
-
-    def _download(self) -> None:
-        state, error = _FAILED, None
-        try:
-            while not self.stopping:
-                data = self._read_remote(1 << 20)
-                if not data:
-                    break
-                end = self.written + len(data)
-                if end > self.reserved and not self._grow(end):
-                    self.pending = data  # no room: the reader goes on from the URL itself
-                    state = _DIRECT
-                    return
-                os.pwrite(self.fd, data, self.written)
-                with self.condition:
-                    self.written = end
-                    self.condition.notify_all()
-            if not self.stopping:
-                self.remote.close()
-                os.ftruncate(self.fd, self.written)
-                _touch(self.fd)
-                os.replace(self.part, self.path)
-                state = _DONE
-        except BaseException as exc:
-            error = exc
-        finally:
-            if state != _DONE:
-                _remove(self.part)
-            if state == _FAILED:
-                try:
-                    self.remote.close(early=True)
-                except Exception:
-                    pass
-            self._close_fd(self.fd)
-            self._close_fd(self.lock)  # lets waiting processes in
-            with self.condition:
-                self.state, self.error = state, error
-                self.condition.notify_all()
-
-    def _close_fd(self, fd: int) -> None:
-        self.open_fds.discard(fd)
-        os.close(fd)
-
-    def _grow(self, end: int) -> bool:
-        if self.cache.max_bytes is None:
-            return True
-        step = min(8 << 20, max(self.cache.max_bytes // 16, 1 << 16))
-        return self.cache.reserve(self, end, end + step)
-
-    def read1(self, n: int = -1) -> bytes:
-        n = n if n and n > 0 else 1 << 20
-        with self.condition:
-            while self.position >= self.written and self.state == _DOWNLOADING:
-                self.condition.wait()
-            available = self.written - self.position
-            state = self.state
-        if available > 0:
-            data = os.pread(self.read_fd, min(n, available), self.position)
-            self.position += len(data)
-            return data
-        if state == _DONE:
-            return b""
-        if state == _DIRECT:
-            if self.pending:
-                data, self.pending = self.pending, b""
-                return data
-            return self._read_remote(n)
-        raise self.error or EOFError("download stopped")
-
-    def close(self, early: bool = False) -> None:
-        """Stop reading; without ``early``, wait for the download and check it ended well."""
-        if self.closed:
-            return
-        self.closed = True
-        self._close_fd(self.read_fd)
-        if not early:
-            self.thread.join()
-        if self.state == _DIRECT:
-            self.remote.close(early=early)
-        elif not early and self.state == _FAILED and self.error is not None:
-            raise self.error
-
-    def abandon(self, wait: float = 10) -> None:
-        """Stop downloading: the partial file is removed and another process may try."""
-        self.stopping = True
-        if not self.closed:
-            self.closed = True
-            self._close_fd(self.read_fd)
-            if self.state == _DIRECT:
-                self.remote.close(early=True)
-        self.thread.join(wait)
-
-    def __enter__(self) -> Download:
-        return self
-
-    def __exit__(self, exc_type: object, exc: object, tb: object) -> None:
-        if exc_type is None:
-            self.close()
-        else:
-            self.abandon()
-
-
-_DOWNLOADING, _DONE, _DIRECT, _FAILED = "downloading", "done", "direct", "failed"
-_ACTIVE: weakref.WeakSet[Download] = weakref.WeakSet()
-
-
-def _remove(path: str) -> None:
+def _open_lock(path: str) -> int:
     try:
-        os.unlink(path)
-    except FileNotFoundError:
-        pass
-
-
-def _forget_downloads_after_fork() -> None:
-    # A forked child has no download threads: drop its copies of their descriptors
-    # (the parent's copies keep the shard locks).
-    for download in list(_ACTIVE):
-        for fd in list(download.open_fds):
-            try:
-                os.close(fd)
-            except OSError:
-                pass
-        download.open_fds.clear()
-    _ACTIVE.clear()
-
-
-if hasattr(os, "register_at_fork"):
-    os.register_at_fork(after_in_child=_forget_downloads_after_fork)
-
-
-class _Tee(io.RawIOBase):
-    def __init__(self, download: Download) -> None:
-        self._download = download
-
-    def readable(self) -> bool:
-        return True
-
-    def read1(self, n: int = -1) -> bytes:  # type: ignore[override]
-        return self._download.read1(n)
-
-    def read(self, n: int | None = -1) -> bytes:  # type: ignore[override]
-        if n is not None and n >= 0:
-            return self.read1(n)
-        return b"".join(iter(lambda: self.read1(1 << 20), b""))
-
-    def readinto(self, b) -> int:  # type: ignore[no-untyped-def, override]
-        data = self.read1(len(b))
-        b[: len(data)] = data
-        return len(data)
+        return os.open(path, os.O_CREAT | os.O_RDWR | os.O_NOFOLLOW, 0o644)
+    except (IsADirectoryError, NotADirectoryError):
+        raise _Occupied(path) from None
+    except OSError as exc:
+        if exc.errno == errno.ELOOP:  # a symbolic link
+            raise _Occupied(path) from None
+        raise

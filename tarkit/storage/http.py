@@ -1,7 +1,8 @@
 """HTTP(S) objects for :class:`~tarkit.storage.retrying.ResumingStream`.
 
-:class:`HttpObject` connects with ``urllib`` (its ``timeout`` bounds the connect and every
-wait for data). A reconnection asks for ``Range: bytes=N-`` with ``If-Range`` set to the
+:class:`HttpObject` connects with ``urllib`` within a
+:class:`~tarkit.storage.retrying.WaitBudget` of ``timeout`` (:mod:`.timed_http`): the
+connection, the answer's headers, and the body at its pace. A reconnection asks for ``Range: bytes=N-`` with ``If-Range`` set to the
 validator learnt on the first connection (a strong ETag, else Last-Modified), and checks
 the answer:
 
@@ -14,7 +15,7 @@ the answer:
   honoured); ``404``/``410`` on a reconnection: the object changed (it is gone); other
   statuses are errors.
 
-A refused or reset connection, a timeout, and a body that ends before its length are
+A refused or reset connection, a budget run out, and a body that ends before its length are
 worth another try; a host that does not exist, a certificate that does not verify and
 a URL urllib cannot use are not.
 
@@ -29,7 +30,7 @@ import time
 from typing import Any
 
 from ..errors import SourceError
-from .retrying import Interrupted, changed
+from .retrying import Interrupted, WaitBudget, changed
 
 RETRY_STATUSES = frozenset({408, 429, 500, 502, 503, 504})
 _CONTENT_RANGE = re.compile(r"bytes\s+(\d+)-(\d+)/(\d+|\*)")
@@ -68,6 +69,8 @@ class HttpObject:
         import urllib.error
         import urllib.request
 
+        from .timed_http import open_url
+
         headers = {}
         if offset:
             headers["Range"] = f"bytes={offset}-"
@@ -75,18 +78,19 @@ class HttpObject:
             if if_range is not None:
                 headers["If-Range"] = if_range
         request = urllib.request.Request(self.name, headers=headers)
+        budget = WaitBudget(timeout)
         try:
-            response = urllib.request.urlopen(request, timeout=timeout)  # noqa: S310
+            response = open_url(request, budget)
         except urllib.error.HTTPError as exc:
             exc.close()
             if exc.code == 416 and not self._known and _total(exc.headers) == offset:
                 self._known, self.size = True, offset  # asked for the bytes from the end
-                return _HttpConnection(None, timeout)
+                return _HttpConnection(None, budget)
             raise self._status_error(exc.code, str(exc.reason), exc.headers, offset) from None
         except (urllib.error.URLError, OSError, http.client.HTTPException) as exc:
-            raise self._connect_error(exc, timeout) from None
+            raise self._connect_error(exc, budget) from None
         try:
-            return self._accept(response, offset, timeout)
+            return self._accept(response, offset, budget)
         except BaseException:
             response.close()
             raise
@@ -96,7 +100,7 @@ class HttpObject:
             return self.etag  # If-Range needs a strong validator
         return self.modified
 
-    def _accept(self, response: Any, offset: int, timeout: float) -> _HttpConnection:
+    def _accept(self, response: Any, offset: int, budget: WaitBudget) -> _HttpConnection:
         headers = response.headers
         length = _number(headers.get("Content-Length"))
         if response.status == 206:
@@ -113,7 +117,7 @@ class HttpObject:
         else:
             raise SourceError(f"{self.name}: HTTP {response.status} {response.reason}")
         self._check(headers.get("ETag"), headers.get("Last-Modified"), total)
-        connection = _HttpConnection(response, timeout)
+        connection = _HttpConnection(response, budget)
         while skip:  # the server ignored the range: read past the bytes already delivered
             data = connection.read(min(skip, 1 << 20))
             if not data:
@@ -146,14 +150,14 @@ class HttpObject:
         missing = SourceError.MISSING if code in (404, 410) else None
         return SourceError(f"{self.name}: HTTP {code} {reason}", reason=missing)
 
-    def _connect_error(self, exc: Exception, timeout: float) -> Exception:
+    def _connect_error(self, exc: Exception, budget: WaitBudget) -> Exception:
         import http.client
         import socket
         import ssl
 
         reason = getattr(exc, "reason", exc)  # a URLError wraps the cause
         if isinstance(reason, TimeoutError):
-            return Interrupted(f"no answer within {timeout:g} s")
+            return Interrupted(budget.cause(), slow=True)
         final = isinstance(reason, ssl.SSLCertVerificationError) or (
             isinstance(reason, socket.gaierror) and reason.errno == socket.EAI_NONAME
         )
@@ -165,9 +169,9 @@ class HttpObject:
 class _HttpConnection:
     """An HTTP response body read by chunks; failures become :class:`Interrupted`."""
 
-    def __init__(self, response: Any, timeout: float) -> None:
+    def __init__(self, response: Any, budget: WaitBudget) -> None:
         self._response = response
-        self._timeout = timeout
+        self._budget = budget
 
     def read(self, size: int) -> bytes:
         import http.client
@@ -177,7 +181,7 @@ class _HttpConnection:
         try:
             return bytes(self._response.read1(size))
         except TimeoutError:
-            raise Interrupted(f"no data for {self._timeout:g} s") from None
+            raise Interrupted(self._budget.cause(), slow=True) from None
         except ConnectionResetError:
             raise Interrupted("connection reset") from None
         except http.client.IncompleteRead:

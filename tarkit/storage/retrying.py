@@ -2,21 +2,25 @@
 mix versions.
 
 A remote input (``http(s)://``, ``s3://`` and any fsspec URL) is read through a
-:class:`ResumingStream`: when its connection drops, is reset, stalls for ``timeout``
-seconds, ends short of the object's length, or the server answers 408, 429 or 5xx, the
+:class:`ResumingStream`: when its connection drops, is reset, is too slow (``timeout``),
+ends short of the object's length, or the server answers 408, 429 or 5xx, the
 stream reconnects at the exact byte it had reached (an HTTP ``Range``, an fsspec seek),
 so the bytes it delivers are those of an uninterrupted read. The rules
 (:class:`RetryPolicy`, see docs/remote.md):
 
-- at most ``retries`` reconnections in a row without a byte received (default 5,
+- at most ``retries`` reconnections in a row without progress (default 5,
   ``TARKIT_RETRIES``); once bytes arrive the count starts again, so a long read that
-  drops every few hundred megabytes still finishes;
+  drops every few hundred megabytes still finishes (after a connection that was too
+  slow, it takes 64 KiB: a trickle is no progress);
 - a connection that dropped after delivering bytes is reopened at once; a reconnection
   that fails waits ``0.5 s × 2^(n-1)`` (at most 30 s), times a random factor between
   0.5 and 1 (jitter, so that many readers do not come back together); a
   ``Retry-After`` header is honoured up to 60 s;
-- ``timeout`` (default 30 s, ``TARKIT_TIMEOUT``) bounds connecting and every wait for
-  data: a stalled server is a reconnection, then an error, never a hang;
+- ``timeout`` (T, default 30 s, ``TARKIT_TIMEOUT``) bounds every wait: connecting, and
+  over HTTP(S) the whole answer's status and headers and each 64 KiB of a body
+  (:class:`WaitBudget`), so a server that stalls, or trickles its headers or its body,
+  is a reconnection, then an error, never a hang (fsspec back ends apply it per wait,
+  see ``filesystems.py``);
 - the object's validator (ETag, else Last-Modified, and its length) is remembered on the
   first connection and checked on every reconnection: an object that changed is a
   :class:`~tarkit.errors.SourceError` with reason ``CHANGED``, never a shard spliced
@@ -50,6 +54,7 @@ DEFAULT_TIMEOUT = 30.0
 RETRIES_ENV = "TARKIT_RETRIES"
 TIMEOUT_ENV = "TARKIT_TIMEOUT"
 CHUNK = 1 << 20
+PACE = 64 << 10  # the bytes of a body each timeout's worth of waiting must bring
 
 
 @dataclass(frozen=True)
@@ -92,7 +97,8 @@ class RetryPolicy:
     """How a remote read reconnects and how long it waits (see the module docstring).
 
     ``retries``: reconnections in a row without a byte received; ``timeout``: seconds to
-    connect and between two bytes; ``backoff``/``max_backoff``: the first wait after a
+    connect, to receive an answer's headers and each 64 KiB of its body
+    (:class:`WaitBudget`); ``backoff``/``max_backoff``: the first wait after a
     failed reconnection and the cap of the doubling; ``max_retry_after``: the longest
     ``Retry-After`` obeyed; ``on_reconnect``: who is told of each reconnection.
     """
@@ -167,13 +173,72 @@ def _from_env(name: str, default: float, kind: type) -> float:
 
 
 class Interrupted(Exception):
-    """A connection failed in a way worth another try: ``cause`` in words, and the
-    server's ``Retry-After`` in seconds when it gave one."""
+    """A connection failed in a way worth another try: ``cause`` in words, the server's
+    ``Retry-After`` in seconds when it gave one, and ``slow`` when the connection used up
+    its :class:`WaitBudget` (then only 64 KiB received, not any byte, counts as progress:
+    a trickle never resets the count of reconnections)."""
 
-    def __init__(self, cause: str, retry_after: float | None = None) -> None:
+    def __init__(self, cause: str, retry_after: float | None = None, slow: bool = False) -> None:
         super().__init__(cause)
         self.cause = cause
         self.retry_after = retry_after
+        self.slow = slow
+
+
+class WaitBudget:
+    """How long one connection may keep its reader waiting, ``timeout`` seconds (T) at a time.
+
+    First the answer: its status and headers must all arrive within T of waiting
+    (redirects included). Then the body: it starts with T of waiting, each byte received
+    adds T per 64 KiB, and what is left never exceeds T. So a body that stops sending
+    fails after T, one that sends fewer than 64 KiB per T (a trickle) runs out soon after,
+    and no body is ever cut that keeps up 64 KiB per T (2.2 KB/s at the default 30 s).
+    Only time spent waiting for the network counts (:meth:`waited`), never the reader's
+    own pauses between reads.
+
+    >>> budget = WaitBudget(2.0)
+    >>> budget.answered(); budget.waited(1.5, 0); budget.left()
+    0.5
+    >>> budget.waited(0.1, 32 << 10); round(budget.left(), 3)
+    1.4
+    >>> budget.waited(1.5, 10); budget.left() <= 0, budget.cause()
+    (True, 'body too slow: under 64 KiB per 2 s')
+    """
+
+    def __init__(self, timeout: float) -> None:
+        self.timeout = timeout
+        self._left = timeout
+        self._answered = False
+        self._received = 0  # bytes of the answer before the body, or of the body
+        self._stalled = True  # nothing came since the budget was last full
+
+    def left(self) -> float:
+        """Seconds the connection may still keep its reader waiting (0 or less: none)."""
+        return self._left
+
+    def answered(self) -> None:
+        """The status and headers are in: the body's budget starts, full."""
+        self._answered, self._left, self._received, self._stalled = True, self.timeout, 0, True
+
+    def waited(self, seconds: float, received: int) -> None:
+        """Charge a wait of ``seconds`` that brought ``received`` bytes."""
+        self._left -= seconds
+        if received:
+            self._received += received
+            if self._answered:
+                earned = self._left + self.timeout * received / PACE
+                self._left = min(self.timeout, earned)
+                self._stalled = earned >= self.timeout
+
+    def cause(self) -> str:
+        """What was too slow, in words, once the budget has run out."""
+        if not self._answered:
+            if not self._received:
+                return f"no answer within {self.timeout:g} s"
+            return f"headers too slow: the answer was not complete within {self.timeout:g} s"
+        if self._stalled:
+            return f"no data for {self.timeout:g} s"
+        return f"body too slow: under {PACE >> 10} KiB per {self.timeout:g} s"
 
 
 def changed(url: str, how: str) -> SourceError:
@@ -233,8 +298,8 @@ class ResumingStream(io.RawIOBase):
         self.position = start
         self.reconnections = 0
         self._connection: Connection | None = None
-        self._failures = 0  # failures in a row without a byte received
-        self._progress = False  # bytes received since the last failure
+        self._failures = 0  # failures in a row without progress
+        self._received = 0  # bytes received since the last failure
         self._connect()
 
     def readable(self) -> bool:
@@ -276,7 +341,7 @@ class ResumingStream(io.RawIOBase):
                 continue
             if data:
                 self.position += len(data)
-                self._failures, self._progress = 0, True
+                self._received += len(data)
                 return data
             expected = self.connector.size
             if expected is not None and self.position < expected:
@@ -314,7 +379,9 @@ class ResumingStream(io.RawIOBase):
     def _failed(self, failure: Interrupted) -> None:
         """Give up (SourceError), or report the reconnection and wait before it."""
         self._drop()
-        progressed, self._progress = self._progress, False
+        progressed = self._received >= (PACE if failure.slow else 1)
+        self._received = 0
+        self._failures = 0 if progressed else self._failures
         self._failures += 1
         policy = self.policy
         if self._failures > policy.retries:

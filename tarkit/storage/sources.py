@@ -60,6 +60,8 @@ class Source:
     """An opened input: ``stream`` gives its raw bytes; :meth:`close` checks how it ended.
 
     ``close(early=True)`` tells it the reader stopped before the end on purpose.
+    ``expected_size`` is the input's length when its server or store told it (a remote
+    input: the stream then ends exactly there, or raises), else None.
     """
 
     def __init__(self, name: str, stream: BinaryIO, process: subprocess.Popen | None = None,
@@ -254,7 +256,8 @@ def _open_remote(
         connector = HttpObject(spec)
     else:
         connector = FsspecObject(spec, storage_options, policy.timeout)
-    return Source(spec, ResumingStream(connector, policy, start))  # type: ignore[arg-type]
+    stream = ResumingStream(connector, policy, start)
+    return Source(spec, stream, expected_size=connector.size)  # type: ignore[arg-type]
 
 
 def read_bytes(spec: str, storage_options: StorageOptions | None = None) -> bytes | None:

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 from conftest import make_tar, run
-from shard_server import ShardServer, drop, replace, reset, stall, status
+from shard_server import ShardServer, drop, replace, reset, slow_headers, stall, status, trickle
 
 from tarkit.format.samples import group_samples
 from tarkit.format.tar import read_members
@@ -127,6 +127,27 @@ def test_a_server_that_stops_sending_is_an_error_within_the_timeout(
     assert result.stderr.splitlines()[-1] == (
         f"tarcat: error: {url}: no data for 1 s (gave up after 1 reconnection)"
     )
+
+
+# Each trickle would end in about 3 s without the budget (150 header bytes, one per 20 ms;
+# the last 300 bytes of the body, two per 20 ms), so the test fails rather than hangs.
+@pytest.mark.parametrize(
+    ("fault", "cause"),
+    [
+        (slow_headers(0.02), "headers too slow: the answer was not complete within 0.5 s"),
+        (trickle(SIZE - 300, 0.02), "body too slow: under 64 KiB per 0.5 s"),
+    ],
+    ids=["headers", "body"],
+)
+def test_a_server_that_trickles_is_an_error_naming_what_was_too_slow(
+    http_server: ShardServer, url: str, fault, cause
+) -> None:
+    http_server.fail("/a.tar", fault)
+    started = time.monotonic()
+    result = tarcat(url, {"TARKIT_TIMEOUT": "0.5", "TARKIT_RETRIES": "0"})
+    assert time.monotonic() - started < 2.5
+    assert (result.returncode, result.stderr) == (2, f"tarcat: error: {url}: {cause}\n")
+    assert result.stdout == b"" if fault.kind == "slow_headers" else whole_samples(result.stdout)
 
 
 def test_a_malformed_setting_is_a_usage_error(url: str) -> None:

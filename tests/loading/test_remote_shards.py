@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+import time
 import warnings
 from collections import Counter
 
 import pytest
 from conftest import make_tar
-from shard_server import ShardServer, drop, replace, reset, stall, status
+from shard_server import ShardServer, drop, replace, reset, slow_headers, stall, status, trickle
 from torch.utils.data import DataLoader
 
 from tarkit.errors import SourceError
@@ -138,3 +139,39 @@ def test_tarkit_loader_takes_its_settings_from_the_environment(
     got = Counter(key for batch in loader for key in batch["__key__"])
     assert got == EVERY_KEY
     assert loader.skipped.reconnections == expected
+
+
+def test_a_download_cut_without_a_length_is_not_cached_and_the_next_epoch_reads_whole(
+    http_server: ShardServer, urls: list[str], tmp_path
+) -> None:
+    http_server.lengths = False  # a cut body then looks whole to HTTP
+    http_server.fail("/d/s-0.tar", drop(len(shard(0)) * 6 // 10))
+    dataset = ShardDataset(urls[:1], cache_dir=str(tmp_path / "cache"), handler="skip")
+    with pytest.warns(UserWarning, match="input ends"):
+        first = keys(dataset, workers=0)
+    assert sum(first.values()) < PER_SHARD and dataset.skipped.total_shards == 1
+    assert keys(dataset, workers=0) == Counter(k for k in EVERY_KEY if k.startswith("s0-"))
+    assert not dataset.skipped
+    cached = [p.read_bytes() for p in (tmp_path / "cache").glob("*.tar")]
+    assert cached == [shard(0)]
+
+
+# Each trickle would end in about 3 s without the budget, so the test fails, not hangs.
+@pytest.mark.parametrize(
+    ("fault", "cause"),
+    [
+        (slow_headers(0.02), "headers too slow: the answer was not complete within 0.5 s"),
+        (trickle(len(shard(0)) - 300, 0.02), "body too slow: under 64 KiB per 0.5 s"),
+    ],
+    ids=["headers", "body"],
+)
+def test_a_trickling_server_is_a_clear_error_after_the_timeout(
+    http_server: ShardServer, urls: list[str], fault, cause
+) -> None:
+    http_server.fail("/d/s-0.tar", fault)
+    dataset = ShardDataset(urls[:1], timeout=0.5, retries=0)
+    started = time.monotonic()
+    with pytest.raises(SourceError) as info:
+        keys(dataset, workers=0)
+    assert time.monotonic() - started < 2.5
+    assert str(info.value) == f"{urls[0]}: {cause}"

@@ -1,7 +1,9 @@
-"""The shard cache: one download per machine, a hard LRU size bound, reading while downloading."""
+"""The shard cache: one download per machine, a hard LRU size bound over its own files only,
+reading while downloading, and a download kept only when it is whole."""
 
 from __future__ import annotations
 
+import hashlib
 import multiprocessing
 import os
 import threading
@@ -9,9 +11,10 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from shard_server import ShardServer
+from conftest import make_tar
+from shard_server import ShardServer, drop
 
-from tarkit.errors import SourceError
+from tarkit.errors import InputError, SourceError, TruncatedError
 from tarkit.storage.cache import ShardCache, cache_name
 
 
@@ -199,3 +202,100 @@ def test_many_processes_download_a_shard_once(tmp_path, server):
         child.join(30)
     assert results == [payload(10, 400_000)] * 4
     assert server.hits["/shared.tar"] == 1
+
+
+SHARD = make_tar((f"s{i:03d}.bin", bytes([i]) * 5000) for i in range(20))
+
+
+def test_a_download_cut_where_the_server_gave_no_length_is_an_error_and_is_not_kept(
+    tmp_path, server
+):
+    # Without Content-Length a closed connection looks like the end of the body: only the
+    # archive's own end tells the download is whole.
+    server.lengths = False
+    server.files["/s.tar"] = SHARD
+    server.fail("/s.tar", drop(len(SHARD) * 6 // 10))
+    cache = ShardCache(str(tmp_path))
+    url = f"{server.url}/s.tar"
+    with pytest.raises(TruncatedError, match=r"/s\.tar: input ends "):
+        read_all(cache, url)
+    assert files_in(tmp_path) == []
+    assert read_all(cache, url) == SHARD  # the next epoch: whole, and now cached
+    assert Path(cache.path_for(url)).read_bytes() == SHARD
+
+
+@pytest.mark.parametrize(
+    ("size", "sha256", "message"),
+    [
+        (len(SHARD), "0" * 64, "the downloaded shard's sha256 is "),
+        (len(SHARD) + 512, None, f"the shard is {len(SHARD)} bytes, the manifest says "),
+    ],
+    ids=["sha256", "bytes"],
+)
+def test_a_download_unlike_the_manifest_is_refused_and_not_kept(
+    tmp_path, server, size, sha256, message
+):
+    server.files["/s.tar"] = SHARD
+    cache = ShardCache(str(tmp_path))
+    url = f"{server.url}/s.tar"
+    with (
+        pytest.raises(InputError, match=message) as info,
+        cache.open(url, size=size, sha256=sha256) as source,
+    ):
+        source.stream.read()
+    assert info.value.reason == InputError.MISMATCH and info.value.source == url
+    assert files_in(tmp_path) == []
+    right = hashlib.sha256(SHARD).hexdigest()
+    with cache.open(url, size=len(SHARD), sha256=right) as source:
+        assert source.stream.read() == SHARD
+    assert Path(cache.path_for(url)).read_bytes() == SHARD
+
+
+def test_a_cut_download_is_refused_by_the_manifest_length_too(tmp_path, server):
+    server.lengths = False
+    server.files["/s.tar"] = SHARD
+    server.fail("/s.tar", drop(len(SHARD) - 1024))
+    cache = ShardCache(str(tmp_path))
+    url = f"{server.url}/s.tar"
+    with pytest.raises(InputError, match=f"ended after {len(SHARD) - 1024} bytes, the manifest"):
+        with cache.open(url, size=len(SHARD)) as source:
+            source.stream.read()
+    assert files_in(tmp_path) == []
+
+
+def test_a_cached_shard_of_another_size_than_the_manifest_is_downloaded_again(tmp_path, server):
+    server.files["/s.tar"] = SHARD
+    cache = ShardCache(str(tmp_path))
+    url = f"{server.url}/s.tar"
+    Path(cache.path_for(url)).write_bytes(SHARD[: len(SHARD) // 2])  # an old cut download
+    with cache.open(url, size=len(SHARD)) as source:
+        assert source.stream.read() == SHARD
+    assert Path(cache.path_for(url)).read_bytes() == SHARD and server.hits["/s.tar"] == 1
+
+
+def test_eviction_leaves_files_and_directories_it_did_not_make(tmp_path, server):
+    notes = tmp_path / "my-notes.txt"
+    notes.write_bytes(b"n" * 100_000)
+    (tmp_path / "sub").mkdir()
+    (tmp_path / "sub" / "kept.txt").write_bytes(b"k" * 100_000)
+    (tmp_path / ("0" * 32 + "-dir")).mkdir()  # a directory with a name like the cache's
+    cache = ShardCache(str(tmp_path), max_bytes="200K")
+    for i in range(4):
+        server.files[f"/s{i}.tar"] = payload(i)
+        assert read_all(cache, f"{server.url}/s{i}.tar") == payload(i)
+        assert cache.usage() <= 200_000
+    assert notes.read_bytes() == b"n" * 100_000
+    assert (tmp_path / "sub" / "kept.txt").read_bytes() == b"k" * 100_000
+    assert (tmp_path / ("0" * 32 + "-dir")).is_dir()
+    assert os.path.exists(cache.path_for(f"{server.url}/s3.tar"))  # the cache still caches
+
+
+@pytest.mark.parametrize("where", ["", ".lock"], ids=["shard", "lock"])
+def test_a_directory_where_a_cache_file_would_go_is_read_past_not_an_error(tmp_path, server, where):
+    server.files["/s.tar"] = payload(12)
+    cache = ShardCache(str(tmp_path), max_bytes="1M")
+    url = f"{server.url}/s.tar"
+    os.mkdir(cache.path_for(url) + where)
+    assert read_all(cache, url) == payload(12)
+    assert read_all(cache, url) == payload(12)
+    assert os.path.isdir(cache.path_for(url) + where)

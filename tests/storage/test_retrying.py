@@ -8,7 +8,7 @@ import socket
 import time
 
 import pytest
-from shard_server import ShardServer, drop, replace, reset, stall, status
+from shard_server import ShardServer, drop, replace, reset, slow_headers, stall, status, trickle
 
 from tarkit.errors import SourceError, UsageError
 from tarkit.storage import (
@@ -71,6 +71,60 @@ def test_a_stall_is_cut_by_the_timeout_and_resumed(served) -> None:
     assert read(url, events, timeout=0.5) == DATA
     assert time.monotonic() - started < 5
     assert [(e.offset, e.cause) for e in events] == [(1_200_000, "no data for 0.5 s")]
+
+
+# Trickles that a reader without a budget would finish in about 3 s: 150 header bytes at
+# one per 20 ms, or the last 300 bytes of the body at two per 20 ms (then the rest of it,
+# after a reconnection).
+@pytest.mark.parametrize(
+    ("faults", "cause"),
+    [
+        (
+            [slow_headers(0.02), slow_headers(0.02)],
+            "headers too slow: the answer was not complete within 0.5 s",
+        ),
+        (
+            [trickle(len(DATA) - 300, 0.02), trickle(0, 0.02)],
+            "body too slow: under 64 KiB per 0.5 s",
+        ),
+    ],
+    ids=["headers", "body"],
+)
+def test_a_server_that_trickles_its_answer_is_cut_after_the_timeout(served, faults, cause) -> None:
+    server, url = served
+    server.fail("/x.tar", *faults)
+    events: list[Reconnection] = []
+    started = time.monotonic()
+    with pytest.raises(SourceError) as info:
+        read(url, events, timeout=0.5, retries=1)
+    assert time.monotonic() - started < 2.5
+    assert str(info.value) == f"{url}: {cause} (gave up after 1 reconnection)"
+    assert [e.cause for e in events] == [cause]
+
+
+def test_a_trickled_body_resumes_at_the_byte_reached_and_a_trickle_is_no_progress(
+    served,
+) -> None:
+    server, _ = served
+    server.files["/small.tar"] = DATA[:100_300]  # the trickle would end in 3 s unbudgeted
+    server.fail("/small.tar", trickle(100_000, 0.02), trickle(0, 0.02))
+    events: list[Reconnection] = []
+    assert read(f"{server.url}/small.tar", events, timeout=0.3) == DATA[:100_300]
+    # The first trickle came after 100 kB (progress: reconnect at once); the second
+    # brought a few bytes only, so its reconnection counts as the second in a row.
+    assert [(e.attempt, e.delay == 0) for e in events] == [(1, True), (2, False)]
+    assert events[0].offset >= 100_000 and events[1].offset > events[0].offset
+    assert server.ranges[0] == ("/small.tar", events[0].offset)
+
+
+def test_pauses_of_the_reader_between_reads_do_not_count_against_the_timeout(served) -> None:
+    server, url = served
+    events: list[Reconnection] = []
+    with open_source(url, policy=policy(events, timeout=0.2)) as source:
+        first = source.stream.read(1000)
+        time.sleep(0.4)  # a training step, say: the server is not slow
+        rest = source.stream.read()
+    assert first + rest == DATA and events == []
 
 
 @pytest.mark.parametrize("code", [500, 503, 429])
