@@ -35,6 +35,7 @@ from ..sizes import parse_size
 from .filesystems import StorageOptions
 from .retrying import RetryPolicy
 from .sources import PIPE_BUFFER, Source, open_source
+from .write_failures import write_failure
 
 _DIRECTORY_LOCK = ".lock"
 _PART = ".part-"
@@ -243,7 +244,7 @@ class Download:
                     self.pending = data  # no room: the reader goes on from the URL itself
                     state = _DIRECT
                     return
-                os.pwrite(self.fd, data, self.written)
+                self._store(data)
                 with self.condition:
                     self.written = end
                     self.condition.notify_all()
@@ -268,6 +269,16 @@ class Download:
             with self.condition:
                 self.state, self.error = state, error
                 self.condition.notify_all()
+
+    def _store(self, data: bytes) -> None:
+        """Write ``data`` at the end of the download; a full disk names the cache's."""
+        view, offset = memoryview(data), self.written
+        try:
+            while view:  # a write may be short on a disk that is filling up
+                done = os.pwrite(self.fd, view, offset)
+                view, offset = view[done:], offset + done
+        except OSError as exc:
+            raise write_failure(self.name, exc, self.cache.directory, "cannot cache") from None
 
     def _close_fd(self, fd: int) -> None:
         self.open_fds.discard(fd)

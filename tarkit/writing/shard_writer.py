@@ -335,7 +335,7 @@ class ShardWriter:
         try:
             self._file.write(data)  # type: ignore[union-attr]
         except OSError as exc:
-            raise OutputError(f"{self._file.spec}: write failed: {exc.strerror}") from None  # type: ignore[union-attr]
+            raise self._file.failure(exc) from None  # type: ignore[union-attr]
 
     def write_raw(self, raw: bytes) -> None:
         """Write one sample given as the complete raw blocks of its members."""
@@ -355,7 +355,7 @@ class ShardWriter:
         try:
             return self._file.measure()
         except OSError as exc:
-            raise OutputError(f"{self._file.spec}: write failed: {exc.strerror}") from None
+            raise self._file.failure(exc) from None
 
     def _open(self) -> None:
         if self.maxshards is not None and len(self.shards) >= self.maxshards:
@@ -382,10 +382,10 @@ class ShardWriter:
         self._settle()  # the shard before this one, published meanwhile
         try:
             shard.write(END_OF_ARCHIVE)
-        except OSError as exc:
+        except (OSError, OutputError) as exc:
             shard.abort()
             self._file = None
-            raise OutputError(f"{shard.spec}: write failed: {exc.strerror}") from None
+            raise shard.failure(exc) from None
         count = self._cut.count
         try:
             # One sample alone may be larger than maxsize; more than one over it is a bug.

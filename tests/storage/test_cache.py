@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import multiprocessing
 import os
+import re
 import threading
 from collections.abc import Iterator
 from pathlib import Path
@@ -11,7 +12,7 @@ from pathlib import Path
 import pytest
 from shard_server import ShardServer
 
-from tarkit.errors import SourceError
+from tarkit.errors import OutputError, SourceError
 from tarkit.storage.cache import ShardCache, cache_name
 
 
@@ -199,3 +200,15 @@ def test_many_processes_download_a_shard_once(tmp_path, server):
         child.join(30)
     assert results == [payload(10, 400_000)] * 4
     assert server.hits["/shared.tar"] == 1
+
+
+def test_a_full_cache_disk_is_an_output_error_naming_its_file_system(small_disk, server):
+    server.files["/big.tar"] = payload(5, 600_000)
+    url = f"{server.url}/big.tar"
+    with pytest.raises(OutputError) as info:
+        read_all(ShardCache(str(small_disk)), url)
+    assert re.fullmatch(
+        rf"{url}: cannot cache: no space left on the file system of "
+        rf"{re.escape(str(small_disk))} \([\d.]+ \w+ free\)", str(info.value)
+    ), info.value  # fmt: skip
+    assert files_in(small_disk) == []
