@@ -285,9 +285,15 @@ class ShardWriter:
         """Write one sample: a :class:`Sample` byte for byte, or a dict with ``__key__``.
 
         Raises :class:`~tarkit.errors.SampleError` for a dict that cannot be encoded or a
-        sample with the key of the one before, and :class:`OutputError` when a shard
-        cannot be written.
+        sample with the key of the one before, :class:`OutputError` when a shard cannot
+        be written, and :class:`UsageError` for anything but one sample (a list of them:
+        :meth:`write_all`).
         """
+        if type(sample) is not dict and not isinstance(sample, (Sample, Mapping)):
+            raise UsageError(
+                f"a sample is a dict with '__key__' (or a Sample), not a {type(sample).__name__}: "
+                "ShardWriter.write takes one sample, write_all an iterable of them"
+            )
         raw = self._encoder.encode(sample)
         if raw is None:
             return
