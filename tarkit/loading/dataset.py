@@ -118,7 +118,6 @@ class ShardDataset(IterableDataset):
             raise UsageError(f"handler must be 'raise' or 'skip', not {handler!r}")
         if batch_size is not None and batch_size < 1:
             raise UsageError("batch_size must be at least 1")
-        shuffle = buffer_size(shuffle)  # malformed: fails here
         retry_policy(retries, timeout, base=RetryPolicy())  # malformed settings fail here
         self.mixture: Mixture | None = None
         if isinstance(urls, Mapping):
@@ -138,7 +137,7 @@ class ShardDataset(IterableDataset):
             raise UsageError(
                 "equal_batches needs a manifest with sample counts (tarindex -o manifest.json)"
             )
-        self.shuffle = shuffle
+        self.shuffle = buffer_size(shuffle)
         self.seed = seed
         self.decode = decode
         self.to_tuple = to_tuple
@@ -233,9 +232,8 @@ class ShardDataset(IterableDataset):
         return self.length(1)
 
     def length(self, workers: int, epoch: int | None = None) -> int:
-        """What this rank yields in ``epoch`` (default: :attr:`epoch`) with ``workers``
-        DataLoader workers (see ``len()``); TypeError without sample counts. Only a
-        mixture's epochs differ in length."""
+        """What this rank yields in ``epoch`` (default: :attr:`epoch`; a mixture's epochs
+        differ in length) with ``workers`` DataLoader workers; TypeError without counts."""
         rank, world = self.rank_and_world()
         if self.mixture is not None:
             topology = self.topology(workers)
