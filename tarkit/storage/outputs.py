@@ -158,13 +158,13 @@ class StagedFile:
                 raise OutputError(f"{spec}: cannot create its directory: {exc.strerror}") from None
         import tempfile
 
+        # An upload is staged in $TMPDIR: a full one must not read as the store's fault.
+        staging = "cannot stage the upload" if self.remote else None
         try:
             fd, self.temp_path = tempfile.mkstemp(prefix=prefix, suffix=".tmp", dir=directory)
         except OSError as exc:
-            raise write_failure(spec, exc, directory, "cannot create") from None
-        # An upload is staged in $TMPDIR: a full one must not read as the store's fault.
-        action = "cannot stage the upload" if self.remote else "write failed"
-        self.raw = _CountingFile(fd, hashing, spec, directory, action)
+            raise write_failure(spec, exc, directory, staging or "cannot create") from None
+        self.raw = _CountingFile(fd, hashing, spec, directory, staging or "write failed")
         self.buffered = io.BufferedWriter(self.raw, buffer_size=BUFFER)
         self.compression = compression_for(compressed_as or spec)
         self.stream: BinaryIO = open_compressor(self.buffered, self.compression)  # type: ignore[arg-type]
