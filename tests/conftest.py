@@ -213,3 +213,22 @@ def assert_gone(pid: int) -> None:
             return
         time.sleep(0.05)
     raise AssertionError(f"process {pid} still runs")
+
+
+@pytest.fixture
+def small_disk(tmp_path: Path) -> Iterable[Path]:
+    """A file system of 512 KiB (a tmpfs) mounted at ``tmp_path/small``: a disk that a
+    test fills in a moment, while the one holding ``tmp_path`` has room. Skipped, with
+    the reason, where mounting is refused (not root, or no CAP_SYS_ADMIN)."""
+    path = tmp_path / "small"
+    path.mkdir()
+    mounted = subprocess.run(
+        ["mount", "-t", "tmpfs", "-o", "size=512k,mode=1777", "tmpfs", str(path)],
+        capture_output=True, text=True, timeout=30,
+    )  # fmt: skip
+    if mounted.returncode != 0:
+        pytest.skip(f"cannot mount a small tmpfs: {mounted.stderr.strip() or 'mount failed'}")
+    try:
+        yield path
+    finally:
+        subprocess.run(["umount", "-l", str(path)], capture_output=True, timeout=30)

@@ -11,6 +11,7 @@ only for a bug, or with ``TARKIT_DEBUG=1``.
 
 from __future__ import annotations
 
+import errno
 import os
 import re
 import signal
@@ -20,7 +21,7 @@ from typing import TYPE_CHECKING, NoReturn
 
 from ..errors import TarkitError
 from ..format.samples import SkipLog
-from ..storage import report_reconnections
+from ..storage import report_reconnections, write_failure
 from .declare import Typer
 
 if TYPE_CHECKING:
@@ -175,8 +176,7 @@ def run(tool: str, body: Callable[[], int | None]) -> NoReturn:
             import traceback
 
             traceback.print_exc()
-        where = f"{exc.filename}: " if exc.filename else ""
-        sys.stderr.write(f"{tool}: error: {one_line(f'{where}{exc.strerror or exc}')}\n")
+        sys.stderr.write(f"{tool}: error: {one_line(_os_error_message(exc))}\n")
         status = EXIT_ERROR
     sys.stderr.flush()
     # Skip interpreter teardown flushes that could hit a closed pipe again.
@@ -188,6 +188,16 @@ def run(tool: str, body: Callable[[], int | None]) -> NoReturn:
     if status == EXIT_PIPE:
         os._exit(status)
     sys.exit(status)
+
+
+def _os_error_message(exc: OSError) -> str:
+    """An OSError that no layer turned into tarkit's own: its file and the system's words,
+    or, for a full file system met writing a file, which one (``write_failure``)."""
+    if exc.filename and exc.errno in (errno.ENOSPC, errno.EDQUOT, errno.EFBIG):
+        name = os.fsdecode(exc.filename)
+        return str(write_failure(name, exc, os.path.dirname(os.path.abspath(name))))
+    where = f"{exc.filename}: " if exc.filename else ""
+    return f"{where}{exc.strerror or exc}"
 
 
 def plain_typer() -> None:

@@ -62,7 +62,8 @@ def shard(
             "--layout",
             help="How to read a directory SOURCE. auto: ImageFolder when every file is an "
             "image in a class directory, a tree when no class directory holds an image or "
-            "the other files belong to the images' samples, else an error (exit 2). "
+            "the other files belong to the images' samples, else an error (exit 2), as is a "
+            "directory of splits (train/ and val/ holding class directories). "
             "imagefolder skips files that are not images in a class directory (exit 1).",
         ),
     ] = Layout.auto,  # fmt: skip

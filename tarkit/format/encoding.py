@@ -247,7 +247,7 @@ def encode_sample(
     """
     if "__key__" not in sample:
         raise SampleError(
-            f"a sample dict needs a '__key__' entry (it has {sorted(sample)[:5]})",
+            f"a sample dict needs a '__key__' entry (it has {sorted(map(str, sample))[:5]})",
             source="sample",
         )
     key = check_key(sample["__key__"])

@@ -36,6 +36,7 @@ from .reading import PieceReader
 from .resume import Derive, check_worker_state, resume_point, rotation
 from .runs import INITIAL, WorkerRun
 from .shards import resolve_shards
+from .shuffle import buffer_size
 from .skips import COUNTER_ROWS, WARNED_IDLE, SharedState, SkipCounts
 from .state import LoaderState
 from .transforms import Transforms
@@ -66,7 +67,8 @@ class ShardDataset(IterableDataset):
     ``manifest.json`` beside the shards is used when it lists exactly those shards;
     ``manifest=False`` reads without any.
 
-    ``shuffle``: shuffle buffer size; any value above 0 also shuffles the shard order.
+    ``shuffle``: shuffle buffer size (``True``: 1,000 samples, webdataset's default; 0 or
+    ``False``: no shuffle); any value above 0 also shuffles the shard order.
     Orders are a function of ``(seed, epoch, rank, worker)`` only. ``decode``,
     ``to_tuple`` and ``map`` are passed to webdataset's stages of those names, in that
     order; ``batch_size`` makes the dataset yield batches made by ``collate`` (torch's
@@ -93,7 +95,7 @@ class ShardDataset(IterableDataset):
         *,
         weights: Mapping[str, float] | None = None,
         epoch_samples: int | None = None,
-        shuffle: int = 0,
+        shuffle: int | bool = 0,
         seed: int = 0,
         decode: Any = None,
         to_tuple: str | Sequence[str] | None = None,
@@ -117,8 +119,6 @@ class ShardDataset(IterableDataset):
             raise UsageError(f"handler must be 'raise' or 'skip', not {handler!r}")
         if batch_size is not None and batch_size < 1:
             raise UsageError("batch_size must be at least 1")
-        if shuffle < 0:
-            raise UsageError("shuffle must be a buffer size of 0 or more")
         retry_policy(retries, timeout, base=RetryPolicy())  # malformed settings fail here
         self.mixture: Mixture | None = None
         if isinstance(urls, Mapping):
@@ -138,7 +138,7 @@ class ShardDataset(IterableDataset):
             raise UsageError(
                 "equal_batches needs a manifest with sample counts (tarindex -o manifest.json)"
             )
-        self.shuffle = int(shuffle)
+        self.shuffle = buffer_size(shuffle)
         self.seed = seed
         self.decode = decode
         self.to_tuple = to_tuple
@@ -232,13 +232,13 @@ class ShardDataset(IterableDataset):
             )
         return self.length(1)
 
-    def length(self, workers: int) -> int:
-        """What this rank yields per epoch with ``workers`` DataLoader workers (see
-        ``len()``); TypeError without sample counts."""
+    def length(self, workers: int, epoch: int | None = None) -> int:
+        """What this rank yields in ``epoch`` (default: :attr:`epoch`; a mixture's epochs
+        differ in length) with ``workers`` DataLoader workers; TypeError without counts."""
         rank, world = self.rank_and_world()
         if self.mixture is not None:
             topology = self.topology(workers)
-            plan = self.mixture.plan(self.epoch, [])
+            plan = self.mixture.plan(self.epoch if epoch is None else epoch, [])
             lengths = [plan.length(topology, rank, w) for w in range(topology.workers)]
             size = self.batch_size or 1
             return sum(-(-n // size) for n in lengths)

@@ -33,6 +33,7 @@ class ShardLoader(DataLoader):
         # Bundles make a worker's first delivery wait for several batches: not under a timeout.
         dataset.bundle = 1 if self.timeout else BUNDLE
         self._pass: _Pass | None = None
+        self._batches: weakref.ref[_Batches] | None = None  # the pass's iterator, while alive
         self._loaded: LoaderState | None = None  # resumed by the next pass
 
     def set_epoch(self, epoch: int) -> None:
@@ -55,11 +56,24 @@ class ShardLoader(DataLoader):
             # forgotten with it, when its workers are gone.
             pools = _POOLS[iterator] = set()
             weakref.finalize(iterator, forget, pools)
-        return _Batches(Interleaved(iterator, workers), self._pass, self, pools)
+        batches = _Batches(Interleaved(iterator, workers), self._pass, self, pools)
+        self._batches = weakref.ref(batches)
+        return batches
 
     def __len__(self) -> int:
-        """Batches per epoch on this rank (see :meth:`ShardDataset.length`)."""
-        return self.dataset.length(max(self.num_workers, 1))
+        """Batches per epoch on this rank (see :meth:`ShardDataset.length`): of the pass
+        under way, else of the next pass — what a progress bar or a learning-rate
+        schedule asks for before iterating (a mixture's epochs differ in length)."""
+        return self.dataset.length(max(self.num_workers, 1), self._epoch_of_len())
+
+    def _epoch_of_len(self) -> int:
+        """The epoch ``len()`` describes: the pass under way (its iterator alive and not
+        exhausted), else the next pass (a loaded state's, after :meth:`load_state_dict`)."""
+        current = self._pass
+        alive = self._batches is not None and self._batches() is not None
+        if current is not None and alive and not current.finished:
+            return current.epoch if current.epoch is not None else current.pending
+        return self.dataset._clock.next_epoch
 
     def state_dict(self) -> dict[str, Any]:
         """Where the loader stands: the epoch, and how far each worker of this rank got.

@@ -18,12 +18,41 @@ Replay(read=5, buffer=[0, 4])
 
 from __future__ import annotations
 
+import operator
 import random
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import TypeVar
 
+from ..errors import UsageError
+
 T = TypeVar("T")
+DEFAULT_SIZE = 1000  # what shuffle=True means: webdataset's shuffle(bufsize=1000)
+
+
+def buffer_size(shuffle: int | bool) -> int:
+    """The buffer ``shuffle=`` asks for: ``True`` is :data:`DEFAULT_SIZE` (as
+    DataLoader's ``shuffle=True`` habit means "shuffle", and webdataset's default buffer
+    holds 1,000 samples), ``False`` or 0 none, a number that many samples.
+
+    >>> buffer_size(True), buffer_size(False), buffer_size(5000)
+    (1000, 0, 5000)
+    >>> buffer_size(-1)
+    Traceback (most recent call last):
+    ...
+    tarkit.errors.UsageError: shuffle must be True, False or a buffer size of 0 or more (got -1)
+    """
+    if shuffle is True:
+        return DEFAULT_SIZE
+    try:
+        size = operator.index(shuffle)
+    except TypeError:
+        size = -1
+    if size < 0:
+        raise UsageError(
+            f"shuffle must be True, False or a buffer size of 0 or more (got {shuffle!r})"
+        )
+    return size
 
 
 def shuffled(

@@ -42,15 +42,17 @@ import os
 import signal
 import stat
 import tempfile
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any, Union
 
-from ..engines.ledger import remove_tree
+from ..engines.ledger import remove_tree, write_file
 from ..errors import InputError, UsageError
 from ..format.samples import Sample
 from ..format.tar import FILE, Member, encode_member
 from ..sizes import ON_ERROR as ON_ERROR  # the policy check every layer shares
 from ..sizes import check_on_error as check_on_error
+from ..storage import write_failure
 
 STDERR_TAIL_BYTES = 4096
 STDERR_TAIL_LINES = 3
@@ -213,8 +215,31 @@ def check_fields(sample: Sample) -> None:
 
 
 def make_root(tmpdir: str | None = None) -> str:
-    """Create a private (mode 0700) directory for samples' directories; returns its path."""
-    return tempfile.mkdtemp(prefix="tarproc-", dir=tmpdir)
+    """Create a private (mode 0700) directory for samples' directories; returns its path.
+
+    Raises :class:`~tarkit.errors.OutputError` naming the file system when it cannot.
+    """
+    where = tmpdir or tempfile.gettempdir()
+    try:
+        return tempfile.mkdtemp(prefix="tarproc-", dir=where)
+    except OSError as exc:
+        name = os.path.join(where, "tarproc-*")
+        raise write_failure(name, exc, where, "cannot create the samples' directory") from None
+
+
+def write_fields(directory: str, fields: Iterable[tuple[str, FieldData]], sample: str) -> None:
+    """Write each (field, bytes) pair as the file ``sample.<field>`` of ``directory``.
+
+    Raises :class:`~tarkit.errors.OutputError` naming ``sample`` and the file system
+    (a full ``$TMPDIR``: :func:`~tarkit.storage.write_failure`) when it cannot.
+    """
+    try:
+        for field_name, data in fields:
+            write_file(os.path.join(directory, "sample." + field_name), data)
+    except OSError as exc:
+        raise write_failure(
+            sample, exc, directory, "cannot write its files for the command"
+        ) from None
 
 
 class Workspace:
@@ -231,15 +256,18 @@ class Workspace:
         self.directory = directory
         self.paths = (directory + ".stdout", directory + ".stderr")
         self.fds: tuple[int, int] = (-1, -1)
-        os.mkdir(directory, 0o700)
         fds: list[int] = []
         try:
+            os.mkdir(directory, 0o700)
             for path in self.paths:
                 # Append mode: once a log is emptied, the command's writes start at 0.
                 fds.append(os.open(path, _LOG_FLAGS, 0o600))
-        except BaseException:
+        except BaseException as exc:
             for fd in fds:
                 os.close(fd)
+            if isinstance(exc, OSError):
+                parent = os.path.dirname(directory)
+                raise write_failure(directory, exc, parent, "cannot create") from None
             raise
         self.fds = (fds[0], fds[1])
 

@@ -29,7 +29,6 @@ from ..engines.ledger import (
     ledger_directory,
     recording_line,
     remove_tree,
-    write_file,
 )
 from ..errors import CommandFailed, TarkitError
 from ..format.samples import Sample
@@ -49,6 +48,7 @@ from .commands import (
     exit_status,
     make_root,
     output_sample,
+    write_fields,
 )
 
 # Samples handed to the pool per worker: enough to keep every worker busy while the
@@ -87,8 +87,8 @@ class _Job:
         self.reaped = False
         self.code = 0
         try:
-            for field_name, data in fields:
-                write_file(os.path.join(self.directory, "sample." + field_name), data)
+            where = f"sample {key!r}" if sample is None else f"{sample.source}: sample {key!r}"
+            write_fields(self.directory, fields, where)
             env["TARKIT_KEY"] = key
             # A Ctrl-C or SIGTERM between the start and the registration would leave
             # a command nobody kills: hold them back for that moment.
@@ -223,8 +223,8 @@ def run_sample(
     ``fields`` are (field, bytes) pairs whose names passed
     :func:`~tarkit.processing.commands.check_fields`. Returns the output samples (key,
     sorted (field, bytes) pairs), or a ``Rejection`` when the command failed: never
-    raises for a failure of the command; raises OSError when the directory cannot be
-    written.
+    raises for a failure of the command; raises :class:`~tarkit.errors.OutputError` when
+    the directory cannot be written (naming the file system when it is full).
     Everything is removed before returning unless ``command.keep_dirs``; an exception
     (KeyboardInterrupt included) kills the command first. Usable in any process.
     """

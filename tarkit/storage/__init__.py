@@ -2,7 +2,8 @@
 
 :mod:`~tarkit.storage.locations` tells the kinds apart (stdio, file, ``pipe:``,
 ``http(s)://``, fsspec URLs), :mod:`~tarkit.storage.sources` opens inputs,
-:mod:`~tarkit.storage.outputs` publishes outputs atomically,
+:mod:`~tarkit.storage.outputs` publishes outputs atomically (and
+:mod:`~tarkit.storage.write_failures` says what a failed write names),
 :mod:`~tarkit.storage.listing` lists, moves and removes the files already there,
 :mod:`~tarkit.storage.filesystems` is the one fsspec opener,
 :mod:`~tarkit.storage.manifests` reads and writes manifests,
@@ -50,6 +51,7 @@ from .sources import (
     skip_bytes,
     stored_matches,
 )
+from .write_failures import descriptor_failure, write_failure
 
 __all__ = [
     "FILE",
@@ -69,6 +71,7 @@ __all__ = [
     "StorageOptions",
     "check_local_files",
     "describe_exit",
+    "descriptor_failure",
     "display_name",
     "expand_inputs",
     "files_below",
@@ -97,4 +100,5 @@ __all__ = [
     "stdout_stream",
     "stored_matches",
     "temp_place",
+    "write_failure",
 ]

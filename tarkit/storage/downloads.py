@@ -23,6 +23,7 @@ from ..errors import InputError, SourceError
 from ..format.compression import open_decompressed
 from ..format.tar import read_members
 from .sources import Source
+from .write_failures import write_failure
 
 if TYPE_CHECKING:
     from .cache import ShardCache
@@ -105,7 +106,7 @@ class Download:
                     self.pending = data  # no room: the reader goes on from the URL itself
                     state = _DIRECT
                     return
-                os.pwrite(self.fd, data, self.written)
+                self._store(data)
                 if self.hash is not None:
                     self.hash.update(data)
                 with self.condition:
@@ -158,6 +159,16 @@ class Download:
 
     def _mismatch(self, what: str) -> InputError:
         return InputError(what, source=self.name, reason=InputError.MISMATCH)
+
+    def _store(self, data: bytes) -> None:
+        """Write ``data`` at the end of the download; a full disk names the cache's."""
+        view, offset = memoryview(data), self.written
+        try:
+            while view:  # a write may be short on a disk that is filling up
+                done = os.pwrite(self.fd, view, offset)
+                view, offset = view[done:], offset + done
+        except OSError as exc:
+            raise write_failure(self.name, exc, self.cache.directory, "cannot cache") from None
 
     def _close_fd(self, fd: int) -> None:
         self.open_fds.discard(fd)

@@ -20,6 +20,10 @@ A run killed with SIGKILL can leave a temporary file; :func:`remove_stale_temp` 
 those of one output (writers call it when they resume). :class:`Sink` is the output of a
 command: stdout, a device or FIFO written in place, or a :class:`StagedFile`.
 
+A write that fails raises the OutputError of
+:func:`~tarkit.storage.write_failures.write_failure`, which names the file system that
+is full (``$TMPDIR`` when an upload is staged there).
+
 >>> import os, tempfile
 >>> path = os.path.join(tempfile.mkdtemp(), "hello.txt")
 >>> publish(path, b"hello")
@@ -41,6 +45,7 @@ from ..format.compression import compression_for, measure, open_compressor
 from .filesystems import ObjectInfo, StorageOptions, abort_uploads, filesystem, object_info
 from .locations import FILE, FSSPEC, STDIO, location
 from .sources import PIPE_BUFFER, enlarge_pipe
+from .write_failures import descriptor_failure, write_failure
 
 BUFFER = 1 << 20
 
@@ -83,10 +88,17 @@ def remove_stale_temp(spec: str, storage_options: StorageOptions | None = None) 
 
 
 class _CountingFile(io.RawIOBase):
-    """A raw file that counts every byte written to it and, if ``hashing``, hashes them."""
+    """A raw file that counts every byte written to it and, if ``hashing``, hashes them.
 
-    def __init__(self, fd: int, hashing: bool) -> None:
+    A write that fails raises :func:`write_failure`'s OutputError for ``spec``: here is
+    where the bytes of every output reach the disk, in ``directory``.
+    """
+
+    def __init__(self, fd: int, hashing: bool, spec: str, directory: str, action: str) -> None:
         self.file = open(fd, "wb", buffering=0)  # noqa: SIM115
+        self.spec = spec
+        self.directory = directory
+        self.action = action
         self.sha256 = None
         if hashing:
             import hashlib
@@ -100,9 +112,12 @@ class _CountingFile(io.RawIOBase):
     def write(self, data) -> int:  # type: ignore[no-untyped-def, override]
         if self.sha256 is not None:
             self.sha256.update(data)
-        written = self.file.write(data)
-        while written < len(data):  # a raw write may be short
-            written += self.file.write(memoryview(data)[written:])
+        try:
+            written = self.file.write(data)
+            while written < len(data):  # a raw write may be short
+                written += self.file.write(memoryview(data)[written:])
+        except OSError as exc:
+            raise write_failure(self.spec, exc, self.directory, self.action) from None
         self.size += len(data)
         return len(data)
 
@@ -143,11 +158,13 @@ class StagedFile:
                 raise OutputError(f"{spec}: cannot create its directory: {exc.strerror}") from None
         import tempfile
 
+        # An upload is staged in $TMPDIR: a full one must not read as the store's fault.
+        staging = "cannot stage the upload" if self.remote else None
         try:
             fd, self.temp_path = tempfile.mkstemp(prefix=prefix, suffix=".tmp", dir=directory)
         except OSError as exc:
-            raise OutputError(f"{spec}: cannot create: {exc.strerror}") from None
-        self.raw = _CountingFile(fd, hashing)
+            raise write_failure(spec, exc, directory, staging or "cannot create") from None
+        self.raw = _CountingFile(fd, hashing, spec, directory, staging or "write failed")
         self.buffered = io.BufferedWriter(self.raw, buffer_size=BUFFER)
         self.compression = compression_for(compressed_as or spec)
         self.stream: BinaryIO = open_compressor(self.buffered, self.compression)  # type: ignore[arg-type]
@@ -181,9 +198,9 @@ class StagedFile:
             if self.stream is not self.buffered:
                 self.stream.close()
             self.buffered.flush()
-        except OSError as exc:
+        except (OSError, OutputError) as exc:
             self.abort()
-            raise OutputError(f"{self.spec}: write failed: {exc.strerror}") from None
+            raise self.failure(exc) from None
         if limit is not None and self.raw.size > limit:
             self.abort()
             raise OutputError(
@@ -203,7 +220,7 @@ class StagedFile:
             os.chmod(self.temp_path, self._mode)
         except OSError as exc:
             self.abort()
-            raise OutputError(f"{self.spec}: write failed: {exc.strerror}") from None
+            raise self.failure(exc) from None
 
     def publish(self) -> None:
         """Put the finished file under its final name: rename it, or upload it whole."""
@@ -241,6 +258,13 @@ class StagedFile:
         result = self.finish(limit)
         self.publish()
         return result
+
+    def failure(self, exc: OSError | OutputError) -> OutputError:
+        """The error to raise for ``exc``, met writing this file (:func:`write_failure`;
+        an OutputError as it is)."""
+        if isinstance(exc, OutputError):
+            return exc
+        return write_failure(self.spec, exc, self.raw.directory, self.raw.action)
 
     def info(self) -> ObjectInfo | None:
         """What the store says of the published object (None for a local file)."""
@@ -303,7 +327,7 @@ def publish(spec: str, data: bytes, storage_options: StorageOptions | None = Non
         try:
             staged.write(data)
         except OSError as exc:
-            raise OutputError(f"{spec}: write failed: {exc.strerror}") from None
+            raise staged.failure(exc) from None
         staged.commit()
 
 
@@ -345,6 +369,15 @@ class Sink:
             # A command's output goes into an existing directory, as with `>`.
             self.staged = StagedFile(self.spec, storage_options, parents=False)
             self.stream = self.staged.stream
+
+    def failure(self, exc: OSError | OutputError) -> OutputError:
+        """The error to raise for ``exc``, met writing this output (:func:`write_failure`)."""
+        if self.staged is not None:
+            return self.staged.failure(exc)
+        if isinstance(exc, OutputError):
+            return exc
+        return descriptor_failure("<stdout>" if self.spec == "-" else self.spec,
+                                  self._file.fileno(), exc)  # fmt: skip
 
     def commit(self) -> None:
         """Finish the output: publish a file, flush stdout or a device."""

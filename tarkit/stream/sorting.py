@@ -44,7 +44,7 @@ from ..errors import OutputError, SampleError, UsageError
 from ..format.compression import open_decompressed
 from ..format.samples import QUIET_SKIPS, Sample, SkipLog, skip_member, skip_reason, split_name
 from ..format.tar import FILE, Member, read_members
-from ..storage import expand_inputs, open_source
+from ..storage import expand_inputs, open_source, write_failure
 
 DEFAULT_MEMORY = 256 << 20
 MIN_MEMORY = 1 << 20
@@ -371,7 +371,8 @@ class _Sorter:
         try:
             self._write_records(path, items)
         except OSError as exc:
-            raise OutputError(f"{path}: cannot write a sorted run: {exc.strerror}") from None
+            where = self.tempdir or tempfile.gettempdir()
+            raise write_failure(f"{path} (a sorted run)", exc, where) from None
         return path
 
     def _write_records(self, path: str, items: Iterable[Item]) -> None:

@@ -18,11 +18,11 @@ from contextlib import contextmanager
 from time import monotonic
 from typing import BinaryIO, TypeVar
 
-from ..errors import OutputError, UsageError
+from ..errors import UsageError
 from ..format.compression import open_decompressed
 from ..format.samples import Sample, SkipLog, group_samples, same_key_error
 from ..format.tar import TarWriter, read_members
-from ..storage import Sink, Source, StorageOptions, expand_inputs, open_source
+from ..storage import Sink, Source, StorageOptions, descriptor_failure, expand_inputs, open_source
 
 T = TypeVar("T")
 WRITE_CHUNK = 1 << 20
@@ -329,13 +329,16 @@ class _Pending:
 
 
 class output_errors:
-    """Turn an OSError while writing (full disk, quota) into an OutputError naming the sink.
+    """Turn an OSError while writing stdout or a device (full disk, quota) into an
+    OutputError naming the sink (:func:`~tarkit.storage.write_failure`).
 
-    ``sink`` is a :class:`Sink` or the spec of an output (``-`` is stdout).
+    ``sink`` is a :class:`Sink` or ``-`` (stdout). A file sink names its own failures
+    (:class:`~tarkit.storage.StagedFile`), so an OSError that reaches here past one is
+    not the sink's and is not blamed on it.
     """
 
     def __init__(self, sink: Sink | str) -> None:
-        self.spec = sink if isinstance(sink, str) else sink.spec
+        self.sink = sink
 
     def __enter__(self) -> None:
         return None
@@ -344,5 +347,7 @@ class output_errors:
                  tb: object) -> None:  # fmt: skip
         if isinstance(exc, OSError) and not isinstance(exc, BrokenPipeError):
             if exc.errno in (errno.ENOSPC, errno.EDQUOT, errno.EFBIG, errno.EIO, errno.EROFS):
-                name = "<stdout>" if self.spec == "-" else self.spec
-                raise OutputError(f"{name}: write failed: {exc.strerror}") from None
+                if isinstance(self.sink, str):
+                    raise descriptor_failure("<stdout>", 1, exc) from None
+                if self.sink.staged is None:
+                    raise self.sink.failure(exc) from None

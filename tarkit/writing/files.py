@@ -52,6 +52,9 @@ NO_FIELD_FILE = "file without a field (no dot in the file name)"
 METADATA_FILE = "file below a webdataset metadata directory (__name__), which readers skip"
 NOT_AN_IMAGE = "stray file (not an image in a class directory)"
 IMAGE_EXTENSIONS = frozenset(IMAGE_FORMATS)
+# Top-level directories with these names (any case), in this order, that hold class
+# directories of images are a dataset's splits, not its classes.
+SPLIT_NAMES = ("train", "training", "val", "valid", "validation", "dev", "test", "testing")
 
 
 def tree_files(
@@ -331,9 +334,16 @@ def detect_layout(root: str, storage_options: StorageOptions | None = None) -> s
     ``cat/1.json``). Anything else — class directories of images with a stray file such
     as ``cat/Thumbs.db`` or a top-level ``labels.csv`` — could be either, and raises
     :class:`InputError` naming the first stray file: ``--layout`` decides.
+
+    A root that holds splits (:func:`split_directories`: ``train/cat/…``, ``val/cat/…``)
+    raises :class:`InputError` saying to shard each split on its own: read as ImageFolder,
+    its splits would be two classes, and as a tree one set of shards mixing them.
     """
     files = sorted(tree_files(root, storage_options=storage_options))
     images = [f for f in files if _in_a_class(f)]
+    splits = split_directories(images)
+    if splits:
+        raise _splits_error(root, splits)
     if not images:
         return "tree"
     others = [f for f in files if not _in_a_class(f)]
@@ -348,5 +358,35 @@ def detect_layout(root: str, storage_options: StorageOptions | None = None) -> s
         f"ambiguous layout: class directories of images, but {strays[0]} is not an image "
         f"in a class directory{more}: --layout imagefolder skips such files, --layout tree "
         "shards every file grouped by key",
+        source=root,
+    )
+
+
+def split_directories(images: Iterable[str]) -> list[str]:
+    """The top-level directories that look like a dataset's splits, train first: named
+    like one (:data:`SPLIT_NAMES`) and holding images in class directories below them.
+
+    >>> split_directories(["val/dog/2.jpg", "train/cat/1.jpg", "test/3.jpg", "cat/4.jpg"])
+    ['train', 'val']
+    """
+    found = set()
+    for path in images:
+        top, _, rest = path.partition("/")
+        if top.lower() in SPLIT_NAMES and "/" in rest:
+            found.add(top)
+    return sorted(found, key=lambda name: (SPLIT_NAMES.index(name.lower()), name))
+
+
+def _splits_error(root: str, splits: list[str]) -> InputError:
+    """The refusal of a root that holds splits, with the command that shards one."""
+    names = [f"{name}/" for name in splits]
+    named = names[0] if len(names) == 1 else f"{', '.join(names[:-1])} and {names[-1]}"
+    verb = "looks" if len(names) == 1 else "look"
+    first = splits[0]
+    return InputError(
+        f"{named} {verb} like a dataset's splits, not its classes (they hold class "
+        f"directories of images): shard each split on its own, as in tarkit shard "
+        f"{root.rstrip('/')}/{first} -o '{first}-%06d.tar' (--layout imagefolder takes them "
+        "as classes)",
         source=root,
     )

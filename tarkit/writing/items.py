@@ -57,6 +57,29 @@ def default_sample(
     )
 
 
+def returned_sample(result: Any, index: int) -> Mapping[str, Any]:
+    """The sample dict ``to_sample`` returned for item ``index``: the one place that says
+    what ``to_sample`` may return (one dict per item; several samples per item would be
+    allowed here).
+
+    Raises :class:`~tarkit.errors.SampleError` naming the item for anything else: a list
+    of dicts, a tuple, None.
+
+    >>> returned_sample([{"__key__": "a", "txt": "x"}], 4)
+    Traceback (most recent call last):
+    ...
+    tarkit.errors.SampleError: dataset: item 4: to_sample returned a list, not a sample dict: it must return one dict of fields (with '__key__') per item
+    """
+    if isinstance(result, Mapping):
+        return result
+    what = "None" if result is None else f"a {type(result).__name__}"
+    raise SampleError(
+        f"item {index}: to_sample returned {what}, not a sample dict: it must return one "
+        "dict of fields (with '__key__') per item",
+        source="dataset",
+    )
+
+
 def _is_int(value: object) -> bool:
     import numbers
 
@@ -141,7 +164,7 @@ class ItemEncoder:
     def encode(self, index: int, item: Any) -> bytes | ItemFailure:
         try:
             if self.to_sample is not None:
-                sample = self.to_sample(item, index)
+                sample = returned_sample(self.to_sample(item, index), index)
             else:
                 sample = default_sample(item, index, image_ext=self.image_ext,
                                         fields=self.fields)  # fmt: skip

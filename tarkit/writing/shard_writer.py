@@ -285,9 +285,15 @@ class ShardWriter:
         """Write one sample: a :class:`Sample` byte for byte, or a dict with ``__key__``.
 
         Raises :class:`~tarkit.errors.SampleError` for a dict that cannot be encoded or a
-        sample with the key of the one before, and :class:`OutputError` when a shard
-        cannot be written.
+        sample with the key of the one before, :class:`OutputError` when a shard cannot
+        be written, and :class:`UsageError` for anything but one sample (a list of them:
+        :meth:`write_all`).
         """
+        if type(sample) is not dict and not isinstance(sample, (Sample, Mapping)):
+            raise UsageError(
+                f"a sample is a dict with '__key__' (or a Sample), not a {type(sample).__name__}: "
+                "ShardWriter.write takes one sample, write_all an iterable of them"
+            )
         raw = self._encoder.encode(sample)
         if raw is None:
             return
@@ -335,7 +341,7 @@ class ShardWriter:
         try:
             self._file.write(data)  # type: ignore[union-attr]
         except OSError as exc:
-            raise OutputError(f"{self._file.spec}: write failed: {exc.strerror}") from None  # type: ignore[union-attr]
+            raise self._file.failure(exc) from None  # type: ignore[union-attr]
 
     def write_raw(self, raw: bytes) -> None:
         """Write one sample given as the complete raw blocks of its members."""
@@ -355,7 +361,7 @@ class ShardWriter:
         try:
             return self._file.measure()
         except OSError as exc:
-            raise OutputError(f"{self._file.spec}: write failed: {exc.strerror}") from None
+            raise self._file.failure(exc) from None
 
     def _open(self) -> None:
         if self.maxshards is not None and len(self.shards) >= self.maxshards:
@@ -382,10 +388,10 @@ class ShardWriter:
         self._settle()  # the shard before this one, published meanwhile
         try:
             shard.write(END_OF_ARCHIVE)
-        except OSError as exc:
+        except (OSError, OutputError) as exc:
             shard.abort()
             self._file = None
-            raise OutputError(f"{shard.spec}: write failed: {exc.strerror}") from None
+            raise shard.failure(exc) from None
         count = self._cut.count
         try:
             # One sample alone may be larger than maxsize; more than one over it is a bug.

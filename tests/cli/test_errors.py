@@ -356,6 +356,43 @@ def test_full_disk_is_exit_2_with_a_message(tmp_path: Path) -> None:
     assert one_error_line(result.stderr, "/dev/full") == "write failed: No space left on device"
 
 
+FULL_OUTPUTS = {  # (output redirection, the name in the message, its directory)
+    "file": ("-o {disk}/out.tar", "{disk}/out.tar", "{disk}"),
+    "stdout to a file": ("> {disk}/out.tar", "<stdout>", "{disk}"),
+    "below the mount point": ("-o {disk}/sub/out.tar", "{disk}/sub/out.tar",
+                              "{disk}/sub (mounted at {disk},"),
+}  # fmt: skip
+
+
+@pytest.mark.parametrize("case", sorted(FULL_OUTPUTS))
+def test_a_full_file_system_is_named_with_the_space_left_on_it(
+    tmp_path: Path, small_disk: Path, case: str
+) -> None:
+    (tmp_path / "in.tar").write_bytes(make_tar((f"{i:03d}.bin", bytes(20_000)) for i in range(40)))
+    (small_disk / "sub").mkdir()
+    output, name, directory = (s.format(disk=small_disk) for s in FULL_OUTPUTS[case])
+    result = run_shell(f"tarcat in.tar {output}", cwd=tmp_path)
+    assert result.returncode == 2
+    message = one_error_line(result.stderr, name)
+    place = directory if directory.endswith(",") else f"{directory} ("
+    assert re.fullmatch(
+        rf"write failed: no space left on the file system of {re.escape(place)} ?[\d.]+ (B|KiB) free\)",
+        message,
+    ), message
+    if output.startswith("-o"):  # (the shell made the file stdout goes to)
+        assert [p.name for p in small_disk.rglob("*") if p.is_file()] == []
+
+
+def test_a_file_size_limit_is_named_as_ulimit(tmp_path: Path) -> None:
+    # Python ignores SIGXFSZ, so a write past `ulimit -f` fails with EFBIG.
+    (tmp_path / "in.tar").write_bytes(make_tar((f"{i:03d}.bin", bytes(20_000)) for i in range(40)))
+    result = run_shell("ulimit -f 100 && tarcat in.tar -o out.tar", cwd=tmp_path)
+    assert result.returncode == 2
+    message = one_error_line(result.stderr, "out.tar")
+    assert message == "write failed: file size limit reached (100.0 KiB, ulimit -f)"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["in.tar"]
+
+
 def test_output_file_is_atomic_on_an_input_error(tmp_path: Path) -> None:
     (tmp_path / "case.tar").write_bytes(CASES["cut inside member data"].data)
     (tmp_path / "old.tar").write_bytes(b"old")

@@ -4,6 +4,7 @@ objects only when complete, --post per finished shard, nothing left of a killed 
 from __future__ import annotations
 
 import os
+import re
 import signal
 import subprocess
 import time
@@ -157,3 +158,19 @@ def test_a_large_upload_is_one_object_when_complete_and_none_when_interrupted(
     fs.invalidate_cache()
     assert not fs.exists(f"{bucket}/cut.tar")
     assert not fs.call_s3("list_multipart_uploads", Bucket=bucket).get("Uploads")
+
+
+def test_a_full_tmpdir_staging_an_upload_is_named_not_the_bucket(
+    tmp_path: Path, small_disk: Path, bucket: str, fs, s3_env: dict[str, str]
+) -> None:
+    # The object is staged whole in $TMPDIR before the upload: that disk fills, not S3.
+    (tmp_path / "in.tar").write_bytes(make_tar([("a.bin", bytes(600_000))]))
+    env = dict(os.environ, **s3_env, TMPDIR=str(small_disk))
+    result = run(["tarcat", "in.tar", "-o", f"s3://{bucket}/out.tar"], cwd=tmp_path, env=env)
+    assert result.returncode == 2
+    assert re.fullmatch(
+        rf"tarcat: error: s3://{bucket}/out.tar: cannot stage the upload: no space left on "
+        rf"the file system of \$TMPDIR \({re.escape(str(small_disk))}, [\d.]+ \w+ free\)\n",
+        result.stderr,
+    ), result.stderr
+    assert fs.ls(bucket) == [] and list(small_disk.iterdir()) == []

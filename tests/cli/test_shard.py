@@ -172,6 +172,29 @@ def test_a_stray_file_among_class_directories_is_an_ambiguous_layout_error(
     assert not out.exists()
 
 
+def test_split_directories_holding_class_directories_are_refused_with_the_fix(
+    tmp_path: Path,
+) -> None:
+    data = tmp_path / "data"
+    for split in ("val", "train"):
+        for label in ("cat", "dog"):
+            (data / split / label).mkdir(parents=True)
+            (data / split / label / "a.jpg").write_bytes(image_bytes((9, 9, 9)))
+    result = run(["tarkit", "shard", "data/", "-o", "out/s-%06d.tar"], cwd=tmp_path)
+    assert result.returncode == 2
+    assert result.stderr == (
+        "tarkit shard: error: data/: train/ and val/ look like a dataset's splits, not its "
+        "classes (they hold class directories of images): shard each split on its own, as in "
+        "tarkit shard data/train -o 'train-%06d.tar' (--layout imagefolder takes them as "
+        "classes)\n"
+    )
+    assert not (tmp_path / "out").exists()
+    result = run(["tarkit", "shard", "data/train", "-o", "out/train-%06d.tar"], cwd=tmp_path)
+    assert result.returncode == 0, result.stderr
+    assert json.loads((tmp_path / "out" / "classes.json").read_text()) == ["cat", "dog"]
+    assert sorted(k for k, _ in all_samples(tmp_path / "out")) == ["cat/a", "dog/a"]
+
+
 def test_layout_imagefolder_skips_stray_files_counts_them_and_exits_1(
     tmp_path: Path, image_folder: Path
 ) -> None:

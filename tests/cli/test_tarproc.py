@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import io
 import os
+import re
 import shlex
 import shutil
 import signal
@@ -518,3 +519,18 @@ def test_truncated_input_exits_2_after_the_samples_before_it(
     )
     assert [key for key, _ in samples_before_error(result.stdout)] == ["s00", "s01", "s02", "s03"]
     assert all(fields["x"] == b"x\n" for _, fields in samples_before_error(result.stdout))
+
+
+def test_a_full_tmpdir_is_named_not_the_output(tmp_path: Path, small_disk: Path) -> None:
+    # The samples' files go to $TMPDIR, which fills; the output's disk has room.
+    (tmp_path / "in.tar").write_bytes(make_tar([("s0.bin", bytes(600_000))]))
+    result = run(["tarproc", "-c", "cp sample.bin sample.out", "in.tar", "-o", "out.tar"],
+                 cwd=tmp_path, env=dict(os.environ, TMPDIR=str(small_disk)))  # fmt: skip
+    assert result.returncode == 2
+    assert re.fullmatch(
+        "tarproc: error: in.tar: sample 's0': cannot write its files for the command: no space "
+        rf"left on the file system of \$TMPDIR \({re.escape(str(small_disk))}, [\d.]+ \w+ free\)\n",
+        result.stderr,
+    ), result.stderr
+    assert not (tmp_path / "out.tar").exists()
+    assert [p.name for p in small_disk.iterdir()] == []

@@ -6,6 +6,7 @@ from __future__ import annotations
 import io
 import os
 import random
+import re
 import signal
 import subprocess
 import sys
@@ -276,3 +277,20 @@ def test_output_pipe_closed_early_is_quiet_and_removes_the_runs(tmp_path: Path) 
     )
     assert result.stdout == b"141\n" and result.stderr == ""
     assert list(temp.iterdir()) == []
+
+
+def test_a_full_temporary_directory_is_named_with_its_file_system(
+    tmp_path: Path, small_disk: Path
+) -> None:
+    archive = tmp_path / "in.tar"
+    archive.write_bytes(make_tar((f"k{i:03d}.bin", bytes(5000)) for i in range(300)))
+    result = run(["tarsort", "-r", "--memory", "1M", str(archive), "-o", "out.tar"],
+                 cwd=tmp_path, env=dict(os.environ, TMPDIR=str(small_disk)))  # fmt: skip
+    assert result.returncode == 2
+    disk = re.escape(str(small_disk))
+    assert re.fullmatch(
+        rf"tarsort: error: {disk}/tarsort-\w+/run-\d+ \(a sorted run\): write failed: no space "
+        rf"left on the file system of \$TMPDIR \({disk}, [\d.]+ \w+ free\)\n",
+        result.stderr,
+    ), result.stderr
+    assert list(small_disk.iterdir()) == [] and not (tmp_path / "out.tar").exists()

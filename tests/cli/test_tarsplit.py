@@ -6,6 +6,7 @@ import hashlib
 import json
 import os
 import random
+import re
 import subprocess
 from pathlib import Path
 
@@ -455,3 +456,20 @@ def test_overwrite_and_resume_together_are_a_usage_error(tmp_path: Path) -> None
                  input=archive_of(2))  # fmt: skip
     assert result.returncode == 2
     assert result.stderr == "tarsplit: error: --overwrite and --resume exclude each other\n"
+
+
+def test_a_full_disk_names_its_file_system_and_keeps_only_complete_shards(
+    tmp_path: Path, small_disk: Path
+) -> None:
+    source = tmp_path / "in.tar"
+    source.write_bytes(make_tar((f"s{i:02d}.bin", bytes(100_000)) for i in range(12)))
+    result = run(["tarsplit", "-c", "3", str(source), "-o", f"{small_disk}/s-%02d.tar"])
+    assert result.returncode == 2
+    shards = shards_in(small_disk)
+    assert re.fullmatch(
+        rf"tarsplit: error: {small_disk}/s-{len(shards):02d}.tar: write failed: no space left "
+        rf"on the file system of {re.escape(str(small_disk))} \([\d.]+ \w+ free\)\n",
+        result.stderr,
+    ), result.stderr
+    assert all(len(samples_of(p.read_bytes())) == 3 for p in shards)
+    assert [p.name for p in small_disk.iterdir() if p.name.startswith(".")] == []

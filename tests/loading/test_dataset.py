@@ -546,6 +546,20 @@ def test_set_epoch_reaches_the_workers(shards, persistent):
     assert keys_of(DataLoader(fresh, batch_size=None, num_workers=2)) == epochs[2]
 
 
+def test_shuffle_true_is_a_buffer_of_1000_samples_and_false_keeps_the_order(tmp_path):
+    paths, _ = make_shards(tmp_path, [400, 400, 400])
+
+    def order(shuffle: object) -> list[str]:
+        return keys_of(ShardDataset(paths, shuffle=shuffle, seed=1))
+
+    assert ShardDataset(paths, shuffle=True).shuffle == 1000
+    assert order(True) == order(1000) != order(1)  # not the 1-sample buffer int(True) was
+    assert order(False) == sorted(all_keys([400, 400, 400]))
+    for bad in (-1, 0.5, "yes"):
+        with pytest.raises(UsageError, match=r"shuffle must be True, False or a buffer size"):
+            ShardDataset(paths, shuffle=bad)
+
+
 def test_dataset_pickles_with_its_epoch(shards):
     paths, _, _ = shards
     dataset = ShardDataset(paths, shuffle=4)

@@ -54,16 +54,40 @@ def test_every_aligned_block_of_a_workers_stream_holds_each_share_to_within_one(
 def test_until_the_first_runs_out_every_sample_comes_at_most_once(sources):
     for workers in (0, 2):
         loader = mixed(sources, workers)
+        batches = len(loader)  # asked before the pass, as a progress bar does
         got = keys(loader)
         counts = Counter(got)
         assert max(counts.values()) == 1
-        assert len(got) == len(loader) * 10
+        assert len(got) == batches * 10
         per_source = Counter(k[0] for k in got)
         # The web source (5,200 samples at 70 %) runs out first: nearly all of it came.
         assert per_source["w"] > 5100 and per_source["c"] < 800
         assert loader.dataset.source_counts == {
             "web": per_source["w"], "books": per_source["b"], "code": per_source["c"]
         }  # fmt: skip
+
+
+@pytest.mark.parametrize("workers", [0, 2])
+def test_len_is_the_pass_under_way_else_the_next_one_whose_length_differs(tmp_path, workers):
+    small = {"a": make_shards(tmp_path / "a", [30, 25], prefix="a")[1],
+             "b": make_shards(tmp_path / "b", [12], prefix="b")[1]}  # fmt: skip
+    loader = tarkit.loader(small, batch_size=4, num_workers=workers, weights={"a": 0.6, "b": 0.4},
+                           shuffle=10, seed=1, decode=[], persistent_workers=workers > 0)  # fmt: skip
+    counts = []
+    for _ in range(3):
+        announced = len(loader)  # before the pass, as a progress bar or LR schedule asks
+        count = 0
+        for _ in loader:
+            count += 1
+            assert len(loader) == announced
+        assert count == announced
+        counts.append(count)
+    for _ in loader:
+        break  # a pass given up: the next one reads the epoch after it
+    announced = len(loader)
+    counts.append(sum(1 for _ in loader))
+    assert counts[-1] == announced
+    assert len(set(counts)) > 1  # the epochs differ in length, or this proves nothing
 
 
 def test_a_resampled_epoch_has_its_size_and_each_pass_over_a_source_is_exact_once(sources):

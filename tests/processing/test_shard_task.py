@@ -3,9 +3,12 @@
 from __future__ import annotations
 
 import pickle
+import re
+import tempfile
 from pathlib import Path
 
 import map_functions as fns
+import pytest
 from conftest import make_tar
 
 from tarkit.errors import CommandFailed, MapError, ShardFailure
@@ -77,3 +80,28 @@ def test_command_failed_and_map_error_pickle_with_their_message() -> None:
         == str(error)
         == "1 of 2 shards failed after 3 attempts: in.tar, sample 'k': boom"
     )
+
+
+def test_a_full_disk_fails_the_shard_naming_the_file_system_that_filled(
+    tmp_path: Path, small_disk: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    source = write_shard(tmp_path / "in.tar", [b"a" * 600_000])
+    output = str(small_disk / "o.tar")
+    failure = run_shard(SampleMapper(fns.shout), ShardTask(0, source, output)).failure
+    assert failure is not None and failure.traceback == ""
+    assert re.fullmatch(
+        rf"{output}: write failed: no space left on the file system of "
+        rf"{re.escape(str(small_disk))} \([\d.]+ \w+ free\)", failure.error
+    ), failure.error  # fmt: skip
+    # The command's workspace is in $TMPDIR, which fills; the output's disk has room.
+    monkeypatch.setenv("TMPDIR", str(small_disk))
+    monkeypatch.setattr(tempfile, "tempdir", None)
+    command = ShellCommand("cp sample.txt sample.out", parallel=1, quiet=True)
+    failure = run_shard(command, ShardTask(0, source, str(tmp_path / "o.tar"))).failure
+    assert failure is not None and failure.traceback == ""
+    assert re.fullmatch(
+        rf"{source}: sample 'k0': cannot write its files for the command: no space left on "
+        rf"the file system of \$TMPDIR \({re.escape(str(small_disk))}, [\d.]+ \w+ free\)",
+        failure.error,
+    ), failure.error
+    assert list(small_disk.iterdir()) == [] and not (tmp_path / "o.tar").exists()

@@ -6,6 +6,7 @@ from __future__ import annotations
 import hashlib
 import multiprocessing
 import os
+import re
 import threading
 from collections.abc import Iterator
 from pathlib import Path
@@ -14,7 +15,7 @@ import pytest
 from conftest import make_tar
 from shard_server import ShardServer, drop
 
-from tarkit.errors import InputError, SourceError, TruncatedError
+from tarkit.errors import InputError, OutputError, SourceError, TruncatedError
 from tarkit.storage.cache import ShardCache, cache_name
 
 
@@ -299,3 +300,15 @@ def test_a_directory_where_a_cache_file_would_go_is_read_past_not_an_error(tmp_p
     assert read_all(cache, url) == payload(12)
     assert read_all(cache, url) == payload(12)
     assert os.path.isdir(cache.path_for(url) + where)
+
+
+def test_a_full_cache_disk_is_an_output_error_naming_its_file_system(small_disk, server):
+    server.files["/big.tar"] = payload(5, 600_000)
+    url = f"{server.url}/big.tar"
+    with pytest.raises(OutputError) as info:
+        read_all(ShardCache(str(small_disk)), url)
+    assert re.fullmatch(
+        rf"{url}: cannot cache: no space left on the file system of "
+        rf"{re.escape(str(small_disk))} \([\d.]+ \w+ free\)", str(info.value)
+    ), info.value  # fmt: skip
+    assert files_in(small_disk) == []

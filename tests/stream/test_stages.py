@@ -215,11 +215,21 @@ def test_write_samples_allows_a_key_again_after_other_keys(tmp_path: Path) -> No
 
 
 @pytest.mark.parametrize("code", [errno.ENOSPC, errno.EDQUOT, errno.EIO])
-def test_disk_errors_while_writing_become_output_errors(tmp_path: Path, code: int) -> None:
-    sink = Sink(str(tmp_path / "out.tar"))
+def test_disk_errors_while_writing_a_device_become_output_errors(code: int) -> None:
+    sink = Sink("/dev/null")  # a device has no file system to name
     with pytest.raises(OutputError) as info, output_errors(sink):
         raise OSError(code, "disk trouble")
-    assert str(info.value) == f"{tmp_path / 'out.tar'}: write failed: disk trouble"
+    assert str(info.value) == "/dev/null: write failed: disk trouble"
+    sink.abort()
+
+
+def test_an_error_that_is_not_a_file_sinks_own_is_not_blamed_on_it(tmp_path: Path) -> None:
+    # A file sink names its own write errors (StagedFile): an OSError from elsewhere in
+    # the pipeline (a full $TMPDIR) must not read as the output's.
+    sink = Sink(str(tmp_path / "out.tar"))
+    with pytest.raises(OSError) as info, output_errors(sink):
+        raise OSError(errno.ENOSPC, "No space left on device")
+    assert type(info.value) is OSError
     sink.abort()
 
 

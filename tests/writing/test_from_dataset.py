@@ -111,6 +111,19 @@ def test_an_item_that_fails_names_its_index_and_keeps_complete_shards(
     assert sorted(p.name for p in tmp_path.iterdir()) == ["s-0.tar", "s-1.tar"]
 
 
+def test_to_sample_returning_a_list_is_an_error_naming_the_item(tmp_path: Path) -> None:
+    def to_sample(item: int, index: int) -> list[dict[str, object]]:
+        return [{"__key__": f"{index}a", "txt": "a"}, {"__key__": f"{index}b", "txt": "b"}]
+
+    with pytest.raises(SampleError) as caught:
+        shard_dataset(range(3), str(tmp_path / "s-%d.tar"), to_sample=to_sample)
+    assert str(caught.value) == (
+        "dataset: item 0: to_sample returned a list, not a sample dict: it must return one "
+        "dict of fields (with '__key__') per item"
+    )
+    assert list(tmp_path.iterdir()) == []
+
+
 def test_a_tarkit_error_in_a_worker_arrives_intact(tmp_path: Path) -> None:
     items = [{"__key__": "good", "txt": "x"}, {"__key__": "bad", "jpg": 3.5}]
     with pytest.raises(SampleError) as caught:

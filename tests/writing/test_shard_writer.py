@@ -412,6 +412,22 @@ def test_a_bad_sample_dict_is_an_error_naming_key_and_field(tmp_path: Path) -> N
     assert list(tmp_path.iterdir()) == []
 
 
+def test_write_takes_one_sample_and_a_list_of_them_is_a_usage_error_naming_write_all(
+    tmp_path: Path,
+) -> None:
+    samples = [{"__key__": "a", "txt": "x"}, {"__key__": "b", "txt": "y"}]
+    for call in (lambda w: w.write(samples), lambda w: w.write_all([samples])):
+        with pytest.raises(UsageError) as caught, ShardWriter(str(tmp_path / "s-%d.tar")) as w:
+            call(w)
+        assert str(caught.value) == (
+            "a sample is a dict with '__key__' (or a Sample), not a list: ShardWriter.write "
+            "takes one sample, write_all an iterable of them"
+        )
+    assert list(tmp_path.iterdir()) == []
+    with ShardWriter(str(tmp_path / "s-%d.tar")) as writer:
+        assert writer.write_all(samples) == 2
+
+
 def test_a_value_the_encoder_fails_on_is_a_sample_error_and_no_shard_appears(
     tmp_path: Path,
 ) -> None:
