@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
+import shutil
 import signal
 import subprocess
 import tempfile
@@ -22,7 +24,9 @@ def env(tmp_path: Path) -> dict[str, str]:
     """The environment for `tarkit map`: map_functions importable, marks in tmp_path."""
     marks = tmp_path / "marks"
     marks.mkdir()
-    return dict(os.environ, PYTHONPATH=str(TESTS), TARKIT_TEST_MARKS=str(marks))
+    # The checkout under test before whatever else is installed (a worktree's PYTHONPATH).
+    path = os.pathsep.join(p for p in [str(TESTS), os.environ.get("PYTHONPATH", "")] if p)
+    return dict(os.environ, PYTHONPATH=path, TARKIT_TEST_MARKS=str(marks))
 
 
 def outputs(directory: Path, shards: int = SHARDS) -> list[Path]:
@@ -325,6 +329,44 @@ def test_a_worker_killed_mid_command_loses_its_command_and_directory_not_its_sha
     assert_gone(command_pid)
     assert list(tmpdir.iterdir()) == []  # no tarproc-* nor anything else
     tmpdir.rmdir()
+
+
+def test_a_driver_killed_mid_command_takes_its_workers_and_their_commands_along(
+    tmp_path: Path, env: dict[str, str]
+) -> None:
+    # kill -9 of the driver alone (the OOM killer's way): its workers notice, kill their
+    # commands (and what those left in a session of their own) and exit, within seconds.
+    inputs = write_inputs(tmp_path / "in")
+    tmpdir = Path(tempfile.mkdtemp(prefix="tk-", dir="/tmp"))  # short: see the test above
+    env["TMPDIR"] = str(tmpdir)
+    marks = tmp_path / "marks"
+    command = (
+        f"setsid sleep 60 & echo $$ $PPID $! > {marks}/$TARKIT_KEY.tmp && "
+        f"mv {marks}/$TARKIT_KEY.tmp {marks}/$TARKIT_KEY.pids; sleep 60"
+    )
+    process = subprocess.Popen(
+        [str(BIN / "tarkit"), "map", "-c", command, inputs, "-o", f"{tmp_path}/out/", "-j", "2"],
+        env=env, stderr=subprocess.PIPE,
+    )  # fmt: skip
+    try:
+        deadline = time.monotonic() + 90  # a loaded machine starts workers slowly
+        while len(list(marks.glob("*.pids"))) < 2 and time.monotonic() < deadline:
+            time.sleep(0.02)
+        pids = [int(p) for f in marks.glob("*.pids") for p in f.read_text().split()]
+        assert len(pids) == 6, process.stderr
+    finally:
+        process.kill()
+        process.wait(timeout=30)
+    try:
+        for pid in pids:  # two workers, their commands and the commands' own sessions
+            assert_gone(pid)
+    finally:
+        for pid in pids:
+            with contextlib.suppress(OSError):
+                os.kill(pid, signal.SIGKILL)
+    assert not list((tmp_path / "out").glob("*"))  # no partial output either
+    assert not [p for p in tmpdir.iterdir() if not p.name.startswith("pymp-")]
+    shutil.rmtree(tmpdir)
 
 
 def test_a_long_temporary_directory_is_no_obstacle(tmp_path: Path, env: dict[str, str]) -> None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import io
 import os
 import shlex
@@ -329,6 +330,64 @@ def test_timeout_fails_a_sample_that_runs_too_long(tmp_path: Path, env: dict[str
     assert (
         "sample 's02': command ran longer than 0.5 s (--timeout) and was killed" in failing.stderr
     )
+
+
+def test_what_a_timed_out_command_left_in_other_sessions_is_killed_and_misses_the_next_sample(
+    tmp_path: Path, env: dict[str, str]
+) -> None:
+    # s00 starts two processes that leave its session, one of them writing into its
+    # directory all the time, then hangs; s01 runs next, in the same slot (-p 1).
+    source = tmp_path / "in.tar"
+    source.write_bytes(archive_of(2))
+    pids = tmp_path / "pids"
+    script = (
+        'if [ "$TARKIT_KEY" = s00 ]; then '
+        "setsid bash -c 'while :; do echo leak > sample.leak; sleep 0.02; done' & "
+        f"echo $! >> {pids}; (setsid sleep 60 & echo $! >> {pids}); sleep 30; fi; sleep 0.3"
+    )
+    try:
+        result = run(["tarproc", "--timeout", "1", "--on-error", "skip", "-c", script,
+                      str(source)], env=env)  # fmt: skip
+        assert result.returncode == 1, result.stderr
+        assert "sample 's00' left out: command ran longer than 1 s" in result.stderr
+        assert samples_of(result.stdout) == [("s01", {"cls": b"cls 1\n", "txt": b"txt 1\n"})]
+        for pid in pids.read_text().split():
+            assert_gone(int(pid))
+    finally:
+        for pid in pids.read_text().split():
+            with contextlib.suppress(OSError):
+                os.kill(int(pid), signal.SIGKILL)
+
+
+def test_a_key_too_long_for_the_environment_is_an_input_error_of_its_sample(
+    tmp_path: Path, env: dict[str, str]
+) -> None:
+    # tarcat reads a key of 200 KB; TARKIT_KEY cannot hold it (one environment string
+    # is at most 128 KiB), so its sample fails as bad input, which --on-error governs.
+    long = "k" * 200_000
+    source = tmp_path / "in.tar"
+    source.write_bytes(make_tar([("a.txt", b"1"), (f"{long}.txt", b"2"), ("c.txt", b"3")]))
+    assert [key for key, _ in samples_of(run(["tarcat", str(source)]).stdout)] == ["a", long, "c"]
+    shown = f"'{long[:40]}…{long[:20]}' (200000 bytes)"
+    problem = "the key is too long for the command's environment (TARKIT_KEY holds at most"
+
+    fail = run(["tarproc", "-c", "true", str(source)], env=env)
+    assert fail.returncode == 2
+    assert fail.stderr.startswith(f"tarproc: error: {source}: sample {shown}: {problem} ")
+    assert fail.stderr.endswith(f" bytes) (byte 1024, member {long[:40]}…{long[:16]}.txt)\n")
+    assert len(fail.stderr.splitlines()) == 1
+    assert samples_before_error(fail.stdout) == [("a", {"txt": b"1"})]
+
+    skip = run(["tarproc", "-c", "true", "--on-error", "skip", str(source)], env=env)
+    assert skip.returncode == 1
+    assert [key for key, _ in samples_of(skip.stdout)] == ["a", "c"]
+    warning, summary = skip.stderr.splitlines()
+    assert warning.startswith(f"tarproc: warning: sample {shown} left out: {problem} ")
+    assert summary.startswith("tarproc: warning: 1 of 3 sample")
+
+    keep = run(["tarproc", "-c", "true", "--on-error", "keep", str(source)], env=env)
+    assert keep.returncode == 1
+    assert [key for key, _ in samples_of(keep.stdout)] == ["a", long, "c"]
 
 
 def test_a_command_killed_by_a_signal_is_a_failure(tmp_path: Path, env: dict[str, str]) -> None:

@@ -56,7 +56,7 @@ def test_sweeping_ledgers_spares_live_processes_and_clears_what_dead_ones_left(
 SPAWNING_CHILD = """
 import os, sys
 from tarkit.engines.ledger import ledger_directory, record_commands
-from tarkit.processing.supervisor import spawn
+from tarkit.processing.jobs import spawn
 record_commands(sys.argv[1])
 ledger = ledger_directory()
 if sys.argv[3] == "swept":
