@@ -63,6 +63,15 @@ def make_tar(members: Iterable[tuple[str, bytes]]) -> bytes:
     return out.getvalue()
 
 
+LONG_KEY = "k" * 200_000  # a valid key no command's environment can hold (128 KiB at most)
+LONG_KEY_PROBLEM = "the key is too long for the command's environment (TARKIT_KEY holds at most"
+
+
+def write_long_key_archive(path: Path) -> None:
+    """Samples ``a``, :data:`LONG_KEY` (its member at byte 1024) and ``c``, a txt each."""
+    path.write_bytes(make_tar([("a.txt", b"1"), (f"{LONG_KEY}.txt", b"2"), ("c.txt", b"3")]))
+
+
 def samples_of(archive: bytes) -> list[tuple[str, dict[str, bytes]]]:
     """(key, {field: data}) for every sample, as tarkit reads it."""
     from tarkit.format.samples import group_samples

@@ -41,13 +41,33 @@ _PR_SET_CHILD_SUBREAPER = 36
 _PR_GET_CHILD_SUBREAPER = 37
 
 
-def stat_fields(pid: int) -> list[str] | None:
-    """The fields of ``/proc/<pid>/stat`` after the name (state, ppid, pgrp, session…)."""
+def _read(path: str) -> bytes | None:
+    """The content of a file of /proc (None if it cannot be read: the process is gone).
+
+    Plain ``os.read`` calls: a command's end reads a few of these, and Python's file
+    objects would double the cost.
+    """
     try:
-        with open(f"/proc/{pid}/stat", "rb") as file:
-            text = file.read().decode("ascii", "replace")
+        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
     except OSError:
         return None
+    try:
+        chunks = []
+        while chunk := os.read(fd, 65536):
+            chunks.append(chunk)
+        return b"".join(chunks)
+    except OSError:
+        return None
+    finally:
+        os.close(fd)
+
+
+def stat_fields(pid: int) -> list[str] | None:
+    """The fields of ``/proc/<pid>/stat`` after the name (state, ppid, pgrp, session…)."""
+    data = _read(f"/proc/{pid}/stat")
+    if data is None:
+        return None
+    text = data.decode("ascii", "replace")
     return text.rsplit(")", 1)[-1].split()  # after the name, which may hold anything
 
 
@@ -179,9 +199,9 @@ def _children(pid: int) -> list[int]:
         return []
     children: list[int] = []
     for thread in threads:
-        with contextlib.suppress(OSError):  # a thread or the process that just ended
-            with open(f"/proc/{pid}/task/{thread}/children", "rb") as file:
-                children += [int(child) for child in file.read().split()]
+        listed = _read(f"/proc/{pid}/task/{thread}/children")  # None: the thread ended
+        if listed:
+            children += [int(child) for child in listed.split()]
     return children
 
 
@@ -210,11 +230,10 @@ def _pids() -> list[int]:
 
 def _mark(pid: int) -> bytes | None:
     """The value of the process's ``TARKIT_COMMAND`` (None: none, or unreadable)."""
-    try:
-        with open(f"/proc/{pid}/environ", "rb") as file:
-            environ = b"\0" + file.read()
-    except OSError:
+    environ = _read(f"/proc/{pid}/environ")
+    if environ is None:
         return None
+    environ = b"\0" + environ
     name = b"\0" + MARK.encode() + b"="
     start = environ.find(name)
     if start < 0:
@@ -276,6 +295,8 @@ def kill_marked(prefix: str, spare: Collection[int] = ()) -> tuple[int, int]:
         before = len(killer.killed)
         strangers = 0
         below = [child for child in _children(os.getpid()) if child not in spare]
+        if not below:
+            return len(killer.killed), 0  # the usual case: nothing adopted, nothing to reap
         while below:
             pid = below.pop()
             if killer.consider(pid) is None:

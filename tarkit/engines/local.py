@@ -121,6 +121,9 @@ def _watch_driver(
     """In a worker: once the driver is gone (its end of ``lifeline`` closed), end the
     worker as SIGTERM does; if it has not ended after :data:`DRIVER_GONE_GRACE` seconds
     (a task that ignores SystemExit), kill its commands and exit."""
+    # Signals for the worker go to its main thread alone, which holds them back while it
+    # starts a command (see tarkit.processing.jobs), and raises SystemExit there.
+    signal.pthread_sigmask(signal.SIG_BLOCK, (signal.SIGINT, signal.SIGTERM))
     try:
         lifeline.poll(None)  # nothing is ever sent: readable means the end was closed
     except (OSError, EOFError):

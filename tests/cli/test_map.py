@@ -13,7 +13,16 @@ from pathlib import Path
 
 import map_functions as fns
 import pytest
-from conftest import BIN, assert_gone, run, samples_of, webdataset_samples
+from conftest import (
+    BIN,
+    LONG_KEY,
+    LONG_KEY_PROBLEM,
+    assert_gone,
+    run,
+    samples_of,
+    webdataset_samples,
+    write_long_key_archive,
+)
 from map_functions import PER_SHARD, SHARDS, write_inputs
 
 TESTS = Path(__file__).resolve().parent.parent
@@ -284,6 +293,28 @@ def test_command_multi_splits_samples_into_parts(tmp_path: Path) -> None:
     assert samples[2][1] == {"txt": b"word1"}
 
 
+def test_command_on_a_key_too_long_for_the_environment_fails_or_skips_that_sample(
+    tmp_path: Path, env: dict[str, str]
+) -> None:
+    long, problem = LONG_KEY, LONG_KEY_PROBLEM
+    source = tmp_path / "in.tar"
+    write_long_key_archive(source)
+    fail = run(["tarkit", "map", "-c", "true", str(source), "-o", f"{tmp_path}/f/"], env=env)
+    assert fail.returncode == 2
+    last = fail.stderr.splitlines()[-1]
+    assert f"{source}: sample '{long[:40]}…{long[:20]}' (200000 bytes): {problem} " in last
+    assert last.endswith(f"(byte 1024, member {long[:40]}…{long[:16]}.txt)")
+    assert "retrying" not in fail.stderr  # a local input reads the same every time
+
+    rejects = tmp_path / "rejects.tsv"
+    skip = run(["tarkit", "map", "-c", "true", str(source), "-o", f"{tmp_path}/s/",
+                "--on-error", "skip", "--rejects", str(rejects)], env=env)  # fmt: skip
+    assert skip.returncode == 1, skip.stderr
+    assert [key for key, _ in samples_of((tmp_path / "s" / "in.tar").read_bytes())] == ["a", "c"]
+    (line,) = rejects.read_text().splitlines()
+    assert line.startswith(f"{long}\tbad key\t{problem} ")
+
+
 def test_rejects_go_with_skip_or_keep(tmp_path: Path) -> None:
     inputs = write_inputs(tmp_path / "in")
     result = run(["tarkit", "map", "-c", "true", inputs, "-o", f"{tmp_path}/o/", "--rejects",
@@ -301,11 +332,12 @@ def test_a_worker_killed_mid_command_loses_its_command_and_directory_not_its_sha
     tmpdir = Path(tempfile.mkdtemp(prefix="tk-", dir="/tmp"))
     env["TMPDIR"] = str(tmpdir)
     pids = tmp_path / "marks" / "pids"
-    # The first attempt at s1-02 records its own and its worker's process ids, then
-    # hangs; the test kills that worker from outside.
+    # The first attempt at s1-02 records its own and its worker's process ids and that of
+    # a process it starts in a session of its own, then hangs; the test kills that
+    # worker from outside.
     command = (
         'if [ "$TARKIT_KEY" = s1-02 ] && mkdir "$TARKIT_TEST_MARKS/once" 2>/dev/null; then '
-        f"echo $$ $PPID > {pids}.tmp && mv {pids}.tmp {pids}; sleep 30; fi; "
+        f"setsid sleep 30 & echo $$ $PPID $! > {pids}.tmp && mv {pids}.tmp {pids}; sleep 30; fi; "
         "tr a-z A-Z < sample.txt > sample.up.txt"
     )
     process = subprocess.Popen(
@@ -318,7 +350,7 @@ def test_a_worker_killed_mid_command_loses_its_command_and_directory_not_its_sha
     if not pids.exists():
         process.kill()
         raise AssertionError(f"s1-02 never ran: {process.communicate()[1].decode()}")
-    command_pid, worker_pid = map(int, pids.read_text().split())
+    command_pid, worker_pid, escaped_pid = map(int, pids.read_text().split())
     os.kill(worker_pid, signal.SIGKILL)
     _, stderr = process.communicate(timeout=30)
     assert process.returncode == 0, stderr
@@ -327,6 +359,7 @@ def test_a_worker_killed_mid_command_loses_its_command_and_directory_not_its_sha
     )
     assert keys_of(outputs(tmp_path / "out")) == ALL_KEYS
     assert_gone(command_pid)
+    assert_gone(escaped_pid)
     assert list(tmpdir.iterdir()) == []  # no tarproc-* nor anything else
     tmpdir.rmdir()
 

@@ -16,7 +16,18 @@ import wave
 from pathlib import Path
 
 import pytest
-from conftest import assert_gone, make_tar, run, run_shell, samples_of, tool, webdataset_samples
+from conftest import (
+    LONG_KEY,
+    LONG_KEY_PROBLEM,
+    assert_gone,
+    make_tar,
+    run,
+    run_shell,
+    samples_of,
+    tool,
+    webdataset_samples,
+    write_long_key_archive,
+)
 
 from tarkit.errors import InputError
 from tarkit.format.samples import group_samples
@@ -364,12 +375,11 @@ def test_a_key_too_long_for_the_environment_is_an_input_error_of_its_sample(
 ) -> None:
     # tarcat reads a key of 200 KB; TARKIT_KEY cannot hold it (one environment string
     # is at most 128 KiB), so its sample fails as bad input, which --on-error governs.
-    long = "k" * 200_000
+    long, problem = LONG_KEY, LONG_KEY_PROBLEM
     source = tmp_path / "in.tar"
-    source.write_bytes(make_tar([("a.txt", b"1"), (f"{long}.txt", b"2"), ("c.txt", b"3")]))
+    write_long_key_archive(source)
     assert [key for key, _ in samples_of(run(["tarcat", str(source)]).stdout)] == ["a", long, "c"]
     shown = f"'{long[:40]}…{long[:20]}' (200000 bytes)"
-    problem = "the key is too long for the command's environment (TARKIT_KEY holds at most"
 
     fail = run(["tarproc", "-c", "true", str(source)], env=env)
     assert fail.returncode == 2

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
+import signal
 import subprocess
 import sys
 import time
@@ -29,13 +31,17 @@ def test_sweeping_ledgers_spares_live_processes_and_clears_what_dead_ones_left(
 ) -> None:
     base, pid_file, source = tmp_path / "ledgers", tmp_path / "pid", tmp_path / "in.tar"
     source.write_bytes(make_tar([("a.txt", b"x")]))
-    command = f"echo $$ > {pid_file}.tmp && mv {pid_file}.tmp {pid_file}; sleep 30"
+    # The command also starts a process in a session of its own, which its group's
+    # kill cannot reach: the sweep finds it by its mark.
+    command = (
+        f"setsid sleep 30 & echo $$ $! > {pid_file}.tmp && mv {pid_file}.tmp {pid_file}; sleep 30"
+    )
     child = subprocess.Popen([sys.executable, "-c", LEDGER_CHILD, str(base), str(source), command])
     try:
         deadline = time.monotonic() + 30
         while not pid_file.exists() and time.monotonic() < deadline:
             time.sleep(0.02)
-        command_pid = int(pid_file.read_text())
+        command_pid, escaped_pid = map(int, pid_file.read_text().split())
         (ledger,) = base.iterdir()
         assert ledger.name.split("-")[1] == str(child.pid)
         start = Path(f"/proc/{command_pid}/stat").read_text().rsplit(")", 1)[1].split()[19]
@@ -48,8 +54,13 @@ def test_sweeping_ledgers_spares_live_processes_and_clears_what_dead_ones_left(
         child.kill()
         child.wait(timeout=10)
     assert Path(f"/proc/{command_pid}").exists()  # the command outlives its killed parent
-    assert sweep_ledgers(str(base)) == 1
-    assert_gone(command_pid)
+    try:
+        assert sweep_ledgers(str(base)) == 1
+        assert_gone(command_pid)
+        assert_gone(escaped_pid)
+    finally:
+        with contextlib.suppress(OSError):
+            os.kill(escaped_pid, signal.SIGKILL)
     assert not base.exists()
 
 
