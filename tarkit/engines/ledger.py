@@ -4,8 +4,9 @@ Every engine's worker process calls :func:`record_commands`. Every command that 
 code it runs starts (through the command supervisor of :mod:`tarkit.processing`) then
 records itself in the ledger before it does anything else (:func:`recording_line`); the
 supervisor forgets it once its group is killed (:func:`forget_command`); and
-:func:`sweep_ledgers` (the local engine's driver, each Ray task) kills the commands and
-removes the directories of workers that are gone. See :class:`_Ledger` for the layout.
+:func:`sweep_ledgers` (the local engine's driver, each Ray task) kills the commands, and
+what they left in sessions of their own (by their mark: :mod:`.leftovers`), and removes
+the directories of workers that are gone. See :class:`_Ledger` for the layout.
 The ledger's own files are made with :func:`write_file` and removed with
 :func:`remove_tree`, which the command workspaces use too.
 """
@@ -154,6 +155,8 @@ def kill_own_commands() -> None:
     as a sweep does once it is dead: for a process about to end without unwinding."""
     if _ledger.path is not None and _ledger.owner == os.getpid():
         _sweep(_ledger.path)
+        with contextlib.suppress(OSError):
+            os.rmdir(os.path.dirname(_ledger.path))  # only when empty
         _ledger.path = None
 
 

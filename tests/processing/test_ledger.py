@@ -136,3 +136,37 @@ def test_finished_commands_leave_no_record(tmp_path: Path) -> None:
         capture_output=True, text=True, timeout=60, check=True,
     )  # fmt: skip
     assert child.stdout.strip() == "[]"  # nor any of the commands' directories
+
+
+STUBBORN_WORKER = (
+    """
+import multiprocessing, signal, sys, threading
+from tarkit.engines import local
+local.DRIVER_GONE_GRACE = 0.3
+signal.signal(signal.SIGTERM, lambda *_: None)  # a task that will not stop
+lifeline, driver_end = multiprocessing.Pipe(duplex=False)
+threading.Thread(target=local._watch_driver, args=(lifeline, threading.Event())).start()
+driver_end.close()  # the driver is gone
+"""
+    + LEDGER_CHILD
+)
+
+
+def test_a_worker_that_ignores_its_drivers_end_kills_its_commands_and_exits_after_a_grace(
+    tmp_path: Path,
+) -> None:
+    base, pid_file, source = tmp_path / "ledgers", tmp_path / "pid", tmp_path / "in.tar"
+    source.write_bytes(make_tar([("a.txt", b"x")]))
+    command = (
+        f"setsid sleep 30 & echo $$ $! > {pid_file}.tmp && mv {pid_file}.tmp {pid_file}; sleep 30"
+    )
+    args = [sys.executable, "-c", STUBBORN_WORKER, str(base), str(source), command]
+    worker = subprocess.run(args, timeout=60)
+    assert worker.returncode == 128 + signal.SIGTERM
+    for pid in map(int, pid_file.read_text().split()):
+        try:
+            assert_gone(pid)
+        finally:
+            with contextlib.suppress(OSError):
+                os.kill(pid, signal.SIGKILL)
+    assert not base.exists()
