@@ -26,16 +26,22 @@ list(map_command(read_samples([sys.argv[2]]), Command(sys.argv[3])))
 """
 
 
+def command_leaving_a_session(source: Path, pid_file: Path) -> str:
+    """Write a one-sample input; a command that starts a process in a session of its own,
+    writes its own id and that process's into ``pid_file``, and hangs."""
+    source.write_bytes(make_tar([("a.txt", b"x")]))
+    return (
+        f"setsid sleep 30 & echo $$ $! > {pid_file}.tmp && mv {pid_file}.tmp {pid_file}; sleep 30"
+    )
+
+
 def test_sweeping_ledgers_spares_live_processes_and_clears_what_dead_ones_left(
     tmp_path: Path,
 ) -> None:
     base, pid_file, source = tmp_path / "ledgers", tmp_path / "pid", tmp_path / "in.tar"
-    source.write_bytes(make_tar([("a.txt", b"x")]))
-    # The command also starts a process in a session of its own, which its group's
-    # kill cannot reach: the sweep finds it by its mark.
-    command = (
-        f"setsid sleep 30 & echo $$ $! > {pid_file}.tmp && mv {pid_file}.tmp {pid_file}; sleep 30"
-    )
+    # The command's group kill cannot reach the process it starts in a session of its
+    # own: the sweep finds it by its mark.
+    command = command_leaving_a_session(source, pid_file)
     child = subprocess.Popen([sys.executable, "-c", LEDGER_CHILD, str(base), str(source), command])
     try:
         deadline = time.monotonic() + 30
@@ -140,13 +146,17 @@ def test_finished_commands_leave_no_record(tmp_path: Path) -> None:
 
 STUBBORN_WORKER = (
     """
-import multiprocessing, signal, sys, threading
+import multiprocessing, os, signal, sys, threading, time
 from tarkit.engines import local
 local.DRIVER_GONE_GRACE = 0.3
 signal.signal(signal.SIGTERM, lambda *_: None)  # a task that will not stop
 lifeline, driver_end = multiprocessing.Pipe(duplex=False)
 threading.Thread(target=local._watch_driver, args=(lifeline, threading.Event())).start()
-driver_end.close()  # the driver is gone
+def driver_dies():  # once the command runs
+    while not os.path.exists(sys.argv[4]):
+        time.sleep(0.01)
+    driver_end.close()
+threading.Thread(target=driver_dies, daemon=True).start()
 """
     + LEDGER_CHILD
 )
@@ -156,12 +166,9 @@ def test_a_worker_that_ignores_its_drivers_end_kills_its_commands_and_exits_afte
     tmp_path: Path,
 ) -> None:
     base, pid_file, source = tmp_path / "ledgers", tmp_path / "pid", tmp_path / "in.tar"
-    source.write_bytes(make_tar([("a.txt", b"x")]))
-    command = (
-        f"setsid sleep 30 & echo $$ $! > {pid_file}.tmp && mv {pid_file}.tmp {pid_file}; sleep 30"
-    )
-    args = [sys.executable, "-c", STUBBORN_WORKER, str(base), str(source), command]
-    worker = subprocess.run(args, timeout=60)
+    command = command_leaving_a_session(source, pid_file)
+    args = [STUBBORN_WORKER, str(base), str(source), command, str(pid_file)]
+    worker = subprocess.run([sys.executable, "-c", *args], timeout=60)
     assert worker.returncode == 128 + signal.SIGTERM
     for pid in map(int, pid_file.read_text().split()):
         try:
