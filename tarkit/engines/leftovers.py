@@ -114,6 +114,14 @@ def command_mark(run: int, index: int) -> str:
     return f"{run_mark(run)}{index}/"
 
 
+def marks_value(mark: str) -> str:
+    """What ``TARKIT_COMMAND`` holds for a command marked ``mark``: the marks this
+    process inherited (a tarproc run by a command) and ``mark``, space-separated, so that
+    the outer command's leftovers include the inner one's."""
+    inherited = os.environ.get(MARK)
+    return f"{inherited} {mark}" if inherited else mark
+
+
 # --- the kernel's process controls ------------------------------------------------------
 
 
@@ -229,7 +237,8 @@ def _pids() -> list[int]:
 
 
 def _mark(pid: int) -> bytes | None:
-    """The value of the process's ``TARKIT_COMMAND`` (None: none, or unreadable)."""
+    """The value of the process's ``TARKIT_COMMAND``: its marks, space-separated (None:
+    none, or unreadable)."""
     environ = _read(f"/proc/{pid}/environ")
     if environ is None:
         return None
@@ -265,7 +274,7 @@ class _Killer:
             mark = _mark(pid)  # read after the pidfd was opened: of the same process
             if mark is None:
                 return None
-            if not mark.startswith(self.prefix):
+            if not any(one.startswith(self.prefix) for one in mark.split()):
                 return False
             with contextlib.suppress(ProcessLookupError, PermissionError):
                 if pidfd >= 0:

@@ -24,7 +24,7 @@ import time
 from collections.abc import Iterable, Sequence
 
 from ..engines.ledger import forget_command, recording_line, write_file
-from ..engines.leftovers import MARK, kill_marked
+from ..engines.leftovers import MARK, kill_marked, marks_value
 from ..format.samples import Sample
 from .commands import (
     Command,
@@ -78,7 +78,7 @@ class Job:
             for field_name, data in fields:
                 write_file(os.path.join(self.directory, "sample." + field_name), data)
             env["TARKIT_KEY"] = key
-            env[MARK] = mark
+            env[MARK] = marks_value(mark)
             # A Ctrl-C or SIGTERM between the start and the registration would leave
             # a command nobody kills: hold them back for that moment.
             with _signals_held():

@@ -370,6 +370,29 @@ def test_what_a_timed_out_command_left_in_other_sessions_is_killed_and_misses_th
                 os.kill(int(pid), signal.SIGKILL)
 
 
+def test_a_tarproc_run_by_a_timed_out_command_loses_its_commands_and_what_they_left(
+    tmp_path: Path, env: dict[str, str]
+) -> None:
+    # The inner tarproc is killed with the outer command's group; its command (a session
+    # of its own) and what that left (another) carry both marks, and go too.
+    source = tmp_path / "in.tar"
+    source.write_bytes(archive_of(1))
+    pids = tmp_path / "pids"
+    inner = f"setsid sleep 30 & echo $$ $! > {pids}.tmp && mv {pids}.tmp {pids}; sleep 30"
+    outer = f"TMPDIR=$PWD {tool('tarproc')} -q -c {shlex.quote(inner)} {source} > /dev/null"
+    try:
+        result = run(["tarproc", "--timeout", "2", "--on-error", "skip", "-c", outer,
+                      str(source)], env=env)  # fmt: skip
+        assert result.returncode == 1, result.stderr
+        assert "sample 's00' left out: command ran longer than 2 s" in result.stderr
+        for pid in pids.read_text().split():
+            assert_gone(int(pid))
+    finally:
+        for pid in pids.read_text().split():
+            with contextlib.suppress(OSError):
+                os.kill(int(pid), signal.SIGKILL)
+
+
 def test_a_key_too_long_for_the_environment_is_an_input_error_of_its_sample(
     tmp_path: Path, env: dict[str, str]
 ) -> None:
