@@ -208,6 +208,23 @@ def sigkill_when(process: subprocess.Popen, ready: Callable[[], bool], timeout: 
         process.wait(timeout=30)
 
 
+def assert_all_gone(pids: Iterable[int]) -> None:
+    """:func:`assert_gone` for each process; should one still run, those still running are
+    killed before the assertion fails, so that a failing test leaves nothing behind."""
+    import signal
+
+    pids = list(pids)
+    try:
+        for pid in pids:
+            assert_gone(pid)
+    except AssertionError:
+        for pid in pids:
+            state = Path(f"/proc/{pid}/stat")
+            if state.exists() and state.read_text().rsplit(")", 1)[1].split()[0] not in "ZX":
+                os.kill(pid, signal.SIGKILL)
+        raise
+
+
 def assert_gone(pid: int) -> None:
     """Wait (at most 10 s) until process ``pid`` has exited; a zombie counts as gone."""
     import time

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import contextlib
 import os
 import shutil
 import signal
@@ -17,6 +16,7 @@ from conftest import (
     BIN,
     LONG_KEY,
     LONG_KEY_PROBLEM,
+    assert_all_gone,
     assert_gone,
     run,
     samples_of,
@@ -390,13 +390,7 @@ def test_a_driver_killed_mid_command_takes_its_workers_and_their_commands_along(
     finally:
         process.kill()
         process.wait(timeout=30)
-    try:
-        for pid in pids:  # two workers, their commands and the commands' own sessions
-            assert_gone(pid)
-    finally:
-        for pid in pids:
-            with contextlib.suppress(OSError):
-                os.kill(pid, signal.SIGKILL)
+    assert_all_gone(pids)  # two workers, their commands and the commands' own sessions
     assert not list((tmp_path / "out").glob("*"))  # no partial output either
     assert not [p for p in tmpdir.iterdir() if not p.name.startswith("pymp-")]
     shutil.rmtree(tmpdir)

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import contextlib
 import io
 import os
 import shlex
@@ -19,6 +18,7 @@ import pytest
 from conftest import (
     LONG_KEY,
     LONG_KEY_PROBLEM,
+    assert_all_gone,
     assert_gone,
     make_tar,
     run,
@@ -356,18 +356,12 @@ def test_what_a_timed_out_command_left_in_other_sessions_is_killed_and_misses_th
         "setsid bash -c 'while :; do echo leak > sample.leak; sleep 0.02; done' & "
         f"echo $! >> {pids}; (setsid sleep 60 & echo $! >> {pids}); sleep 30; fi; sleep 0.3"
     )
-    try:
-        result = run(["tarproc", "--timeout", "1", "--on-error", "skip", "-c", script,
-                      str(source)], env=env)  # fmt: skip
-        assert result.returncode == 1, result.stderr
-        assert "sample 's00' left out: command ran longer than 1 s" in result.stderr
-        assert samples_of(result.stdout) == [("s01", {"cls": b"cls 1\n", "txt": b"txt 1\n"})]
-        for pid in pids.read_text().split():
-            assert_gone(int(pid))
-    finally:
-        for pid in pids.read_text().split():
-            with contextlib.suppress(OSError):
-                os.kill(int(pid), signal.SIGKILL)
+    result = run(["tarproc", "--timeout", "1", "--on-error", "skip", "-c", script,
+                  str(source)], env=env)  # fmt: skip
+    assert_all_gone(map(int, pids.read_text().split()))
+    assert result.returncode == 1, result.stderr
+    assert "sample 's00' left out: command ran longer than 1 s" in result.stderr
+    assert samples_of(result.stdout) == [("s01", {"cls": b"cls 1\n", "txt": b"txt 1\n"})]
 
 
 def test_a_tarproc_run_by_a_timed_out_command_loses_its_commands_and_what_they_left(
@@ -380,17 +374,11 @@ def test_a_tarproc_run_by_a_timed_out_command_loses_its_commands_and_what_they_l
     pids = tmp_path / "pids"
     inner = f"setsid sleep 30 & echo $$ $! > {pids}.tmp && mv {pids}.tmp {pids}; sleep 30"
     outer = f"TMPDIR=$PWD {tool('tarproc')} -q -c {shlex.quote(inner)} {source} > /dev/null"
-    try:
-        result = run(["tarproc", "--timeout", "2", "--on-error", "skip", "-c", outer,
-                      str(source)], env=env)  # fmt: skip
-        assert result.returncode == 1, result.stderr
-        assert "sample 's00' left out: command ran longer than 2 s" in result.stderr
-        for pid in pids.read_text().split():
-            assert_gone(int(pid))
-    finally:
-        for pid in pids.read_text().split():
-            with contextlib.suppress(OSError):
-                os.kill(int(pid), signal.SIGKILL)
+    result = run(["tarproc", "--timeout", "2", "--on-error", "skip", "-c", outer,
+                  str(source)], env=env)  # fmt: skip
+    assert_all_gone(map(int, pids.read_text().split()))
+    assert result.returncode == 1, result.stderr
+    assert "sample 's00' left out: command ran longer than 2 s" in result.stderr
 
 
 def test_a_key_too_long_for_the_environment_is_an_input_error_of_its_sample(

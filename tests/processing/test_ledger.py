@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import contextlib
 import os
 import signal
 import subprocess
@@ -11,7 +10,7 @@ import time
 from pathlib import Path
 
 import pytest
-from conftest import assert_gone, make_tar
+from conftest import assert_all_gone, make_tar
 
 from tarkit.engines.ledger import sweep_ledgers
 
@@ -60,13 +59,8 @@ def test_sweeping_ledgers_spares_live_processes_and_clears_what_dead_ones_left(
         child.kill()
         child.wait(timeout=10)
     assert Path(f"/proc/{command_pid}").exists()  # the command outlives its killed parent
-    try:
-        assert sweep_ledgers(str(base)) == 1
-        assert_gone(command_pid)
-        assert_gone(escaped_pid)
-    finally:
-        with contextlib.suppress(OSError):
-            os.kill(escaped_pid, signal.SIGKILL)
+    assert sweep_ledgers(str(base)) == 1
+    assert_all_gone([command_pid, escaped_pid])
     assert not base.exists()
 
 
@@ -170,10 +164,5 @@ def test_a_worker_that_ignores_its_drivers_end_kills_its_commands_and_exits_afte
     args = [STUBBORN_WORKER, str(base), str(source), command, str(pid_file)]
     worker = subprocess.run([sys.executable, "-c", *args], timeout=60)
     assert worker.returncode == 128 + signal.SIGTERM
-    for pid in map(int, pid_file.read_text().split()):
-        try:
-            assert_gone(pid)
-        finally:
-            with contextlib.suppress(OSError):
-                os.kill(pid, signal.SIGKILL)
+    assert_all_gone(map(int, pid_file.read_text().split()))
     assert not base.exists()

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import contextlib
 import os
 import pickle
 import signal
@@ -11,7 +10,7 @@ from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 
 import pytest
-from conftest import assert_gone
+from conftest import assert_all_gone, assert_gone
 from numbered_samples import numbered, run_map, tmp_fixture  # noqa: F401
 
 from tarkit.errors import CommandFailed
@@ -110,12 +109,8 @@ def test_what_a_command_left_in_a_session_of_its_own_is_killed_when_it_ends(tmp:
     outcome = run_sample(
         Command(f"(setsid sleep 30 & echo $! > {pid_file}); sleep 0.1"), 0, "k", [], str(tmp)
     )
+    assert_all_gone([int(pid_file.read_text())])
     assert outcome.rejection is None
-    try:
-        assert_gone(int(pid_file.read_text()))
-    finally:
-        with contextlib.suppress(OSError):
-            os.kill(int(pid_file.read_text()), signal.SIGKILL)
 
 
 def test_a_workspace_is_not_reused_while_something_its_command_left_may_live(
