@@ -1,12 +1,13 @@
 """What a command leaves running outside its process group: marked, adopted, killed.
 
 A command runs in a session of its own, and killing its process group kills what stayed
-in that group. A process it started that calls ``setsid`` (``setsid``, daemons, ``(cmd
-&)`` double forks) leaves the group; two things let tarkit find it all the same:
+in that group. A process it started that calls ``setsid`` (``setsid cmd &``, a daemon)
+leaves the group; two things let tarkit find it all the same:
 
 - a *mark*: every command starts with ``TARKIT_COMMAND=<owner>/<run>/<sample>/`` in its
   environment (:func:`command_mark`), which every process it starts inherits; ``owner``
-  names the process that ran it (its PID namespace, id and start time: :func:`identity`);
+  names the process that ran it (its PID namespace, id and start time: :func:`identity`).
+  A command run by a command's tarproc has both marks, space-separated (:func:`marks_value`);
 - *adoption*: while commands run, the process running them is a child subreaper (Linux's
   ``PR_SET_CHILD_SUBREAPER``, :func:`adopting`), so a process whose parent dies becomes
   its child rather than init's, and everything a command started stays below it.
