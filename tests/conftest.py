@@ -63,6 +63,15 @@ def make_tar(members: Iterable[tuple[str, bytes]]) -> bytes:
     return out.getvalue()
 
 
+LONG_KEY = "k" * 200_000  # a valid key no command's environment can hold (128 KiB at most)
+LONG_KEY_PROBLEM = "the key is too long for the command's environment (TARKIT_KEY holds at most"
+
+
+def write_long_key_archive(path: Path) -> None:
+    """Samples ``a``, :data:`LONG_KEY` (its member at byte 1024) and ``c``, a txt each."""
+    path.write_bytes(make_tar([("a.txt", b"1"), (f"{LONG_KEY}.txt", b"2"), ("c.txt", b"3")]))
+
+
 def samples_of(archive: bytes) -> list[tuple[str, dict[str, bytes]]]:
     """(key, {field: data}) for every sample, as tarkit reads it."""
     from tarkit.format.samples import group_samples
@@ -197,6 +206,23 @@ def sigkill_when(process: subprocess.Popen, ready: Callable[[], bool], timeout: 
     finally:
         process.send_signal(signal.SIGKILL)
         process.wait(timeout=30)
+
+
+def assert_all_gone(pids: Iterable[int]) -> None:
+    """:func:`assert_gone` for each process; should one still run, those still running are
+    killed before the assertion fails, so that a failing test leaves nothing behind."""
+    import signal
+
+    pids = list(pids)
+    try:
+        for pid in pids:
+            assert_gone(pid)
+    except AssertionError:
+        for pid in pids:
+            state = Path(f"/proc/{pid}/stat")
+            if state.exists() and state.read_text().rsplit(")", 1)[1].split()[0] not in "ZX":
+                os.kill(pid, signal.SIGKILL)
+        raise
 
 
 def assert_gone(pid: int) -> None:

@@ -96,7 +96,13 @@ def tarproc(
         from tarkit.storage import Sink
 
         from ..errors import UsageError
-        from ..processing.commands import Command, ProcReport, Rejection, check_on_error
+        from ..processing.commands import (
+            Command,
+            ProcReport,
+            Rejection,
+            check_on_error,
+            shown_key,
+        )
         from ..processing.supervisor import map_command
         from ..sizes import check_parallel
         from ..stream.stages import read_samples, write_samples
@@ -120,7 +126,7 @@ def tarproc(
                     (rejection.line() + "\n").encode("utf-8", "surrogateescape")
                 )
             else:
-                warn(tool, f"sample {rejection.key!r} {action}: {rejection.describe()}")
+                warn(tool, f"sample {shown_key(rejection.key)} {action}: {rejection.describe()}")
 
         samples = read_samples(
             inputs or [], strict=strict, skips=skips,

@@ -14,13 +14,15 @@ checks, retries, crash cleanup and progress work the same for both.
 - :mod:`.local`: :class:`~tarkit.engines.local.LocalEngine`, worker processes of this
   machine, started with ``forkserver`` (``spawn`` where there is none), one task at a
   time each. A worker that dies (killed, out of memory) costs only its own task; the
-  worker is replaced.
+  worker is replaced. Workers die with their driver.
 - :mod:`.ray`: :class:`~tarkit.engines.ray.RayEngine`, one Ray task per task
   (``num_cpus`` each), on the cluster at ``address`` or ``RAY_ADDRESS``, else a local Ray
   started for the job. Ray's own task retries are off: the runner retries.
 - :mod:`.running`: :class:`~tarkit.engines.running.TaskRunner`, retries and cleanup.
 - :mod:`.ledger`: the crash ledger, with which the commands a killed worker started are
   found and killed.
+- :mod:`.leftovers`: the mark every command's processes inherit and the adoption of
+  orphans, with which what a command left in sessions of its own is found and killed.
 
 A new engine is one module here with a class that has the methods of ``Engine``, and its
 name in :func:`start_engine`.

@@ -4,8 +4,9 @@ Every engine's worker process calls :func:`record_commands`. Every command that 
 code it runs starts (through the command supervisor of :mod:`tarkit.processing`) then
 records itself in the ledger before it does anything else (:func:`recording_line`); the
 supervisor forgets it once its group is killed (:func:`forget_command`); and
-:func:`sweep_ledgers` (the local engine's driver, each Ray task) kills the commands and
-removes the directories of workers that are gone. See :class:`_Ledger` for the layout.
+:func:`sweep_ledgers` (the local engine's driver, each Ray task) kills the commands, and
+what they left in sessions of their own (by their mark: :mod:`.leftovers`), and removes
+the directories of workers that are gone. See :class:`_Ledger` for the layout.
 The ledger's own files are made with :func:`write_file` and removed with
 :func:`remove_tree`, which the command workspaces use too.
 """
@@ -19,6 +20,8 @@ import shutil
 import signal
 import stat
 import tempfile
+
+from .leftovers import identity, kill_marked_anywhere, pid_namespace, start_time
 
 _FILE_FLAGS = os.O_CREAT | os.O_EXCL | os.O_WRONLY | os.O_NOFOLLOW | os.O_CLOEXEC
 
@@ -50,7 +53,7 @@ class _Ledger:
         if self.owner != os.getpid():
             self.path, self.owner = None, os.getpid()
         if self.path is None:
-            base, me = self.base, _ledger_name(os.getpid())
+            base, me = self.base, identity(os.getpid())
             if base is None or me is None:
                 self.wanted = False
                 return None
@@ -74,7 +77,7 @@ class _Ledger:
         """Forget the command whose group is ``pid`` (killed, and not reaped yet: its
         start time is read from ``/proc``)."""
         if self.path is not None and self.owner == os.getpid():
-            start = _start_time(pid, zombies=True)
+            start = start_time(pid, zombies=True)
             with contextlib.suppress(OSError):
                 os.unlink(os.path.join(self.path, f"{pid}.{start}"))
 
@@ -108,7 +111,7 @@ def recording_line() -> str:
     directory = _ledger.directory()
     if directory is None:
         return ""
-    # The fields after the name in /proc/$$/stat, as _stat_fields splits them.
+    # The fields after the name in /proc/$$/stat, as stat_fields splits them.
     return (
         "read -r __tarkit_stat < /proc/$$/stat && __tarkit_stat=(${__tarkit_stat##*)}) && "
         f': > {shlex.quote(directory)}/$$."${{__tarkit_stat[19]}}" || exit 126; '
@@ -147,6 +150,16 @@ def stop_recording() -> None:
     _ledger.wanted = False
 
 
+def kill_own_commands() -> None:
+    """Kill the commands this process runs and what they left, remove its directories,
+    as a sweep does once it is dead: for a process about to end without unwinding."""
+    if _ledger.path is not None and _ledger.owner == os.getpid():
+        _sweep(_ledger.path)
+        with contextlib.suppress(OSError):
+            os.rmdir(os.path.dirname(_ledger.path))  # only when empty
+        _ledger.path = None
+
+
 def sweep_ledgers(base: str | None = None) -> int:
     """Kill the commands and remove the directories of dead processes' ledgers.
 
@@ -163,14 +176,14 @@ def sweep_ledgers(base: str | None = None) -> int:
         names = os.listdir(base)
     except OSError:
         return 0
-    namespace = _pid_namespace()
+    namespace = pid_namespace()
     swept = 0
     for name in names:
         ledger = os.path.join(base, name)
         if not name.endswith(_SWEEPING):
             owner, _, rest = name.partition("-")
             pid, _, start = rest.partition("-")
-            if owner != namespace or not pid.isdigit() or _start_time(int(pid)) == start:
+            if owner != namespace or not pid.isdigit() or start_time(int(pid)) == start:
                 continue  # another namespace's, or its process lives
             # Renamed first, so a command starting now can no longer record itself in
             # it (and exits unrun): every command it holds is in the listing below.
@@ -197,8 +210,11 @@ def _sweep(ledger: str) -> None:
     A command whose shell found the ledger just before it was renamed may still add its
     record after the listing: the ledger is then not empty once what was listed is
     removed, and is listed again.
+    Then the processes the commands left in sessions of their own, found by their mark
+    (:mod:`~tarkit.engines.leftovers`), are killed too.
     """
-    for _ in range(_SWEEP_ROUNDS):
+    owner = os.path.basename(ledger).removesuffix(_SWEEPING)
+    for round in range(_SWEEP_ROUNDS):
         try:
             entries = os.listdir(ledger)
         except OSError:
@@ -214,6 +230,8 @@ def _sweep(ledger: str) -> None:
                 remove_tree(path)  # a private directory of the worker
             except OSError:
                 pass
+        if round == 0:
+            kill_marked_anywhere(owner + "/")
         try:
             os.rmdir(ledger)
             return
@@ -228,40 +246,11 @@ _SWEEP_ROUNDS = 5
 
 
 def _kill_recorded(group: int, start: str) -> None:
-    now = _start_time(group, zombies=True)
+    now = start_time(group, zombies=True)
     if now is not None and now != start:
         return  # the id was reused: the group is gone
     with contextlib.suppress(OSError):
         os.killpg(group, signal.SIGKILL)
-
-
-def _stat_fields(pid: int) -> list[str] | None:
-    try:
-        with open(f"/proc/{pid}/stat", "rb") as file:
-            text = file.read().decode("ascii", "replace")
-    except OSError:
-        return None
-    return text.rsplit(")", 1)[-1].split()  # after the name, which may hold anything
-
-
-def _start_time(pid: int, zombies: bool = False) -> str | None:
-    """The start time of a live process (clock ticks after boot), None if gone or a zombie."""
-    fields = _stat_fields(pid)
-    if fields is None or len(fields) < 20 or (fields[0] in ("Z", "X") and not zombies):
-        return None
-    return fields[19]
-
-
-def _pid_namespace() -> str:
-    try:
-        return str(os.stat("/proc/self/ns/pid").st_ino)
-    except OSError:
-        return "0"
-
-
-def _ledger_name(pid: int) -> str | None:
-    start = _start_time(pid)
-    return None if start is None else f"{_pid_namespace()}-{pid}-{start}"
 
 
 def ledger_base() -> str | None:

@@ -6,6 +6,14 @@ which is reported for a retry; the worker is replaced, and the shell commands it
 running are killed and their directories removed (from its ledger). Payloads come back
 to this process and go out again with the tasks that take them: on one machine that is
 a copy through a pipe.
+
+Workers die with the driver, however it ends (``kill -9``, the out-of-memory killer):
+each holds the read end of a *lifeline*, a pipe whose write end only the driver has,
+and a thread that waits on it (:func:`_watch_driver`). When the driver is gone the worker
+ends as SIGTERM ends it, killing its commands and removing its files on the way out.
+(Linux's parent-death signal is set too, but alone it would not do: a forkserver
+worker's parent is the forkserver, which outlives the driver while workers live, and
+the signal follows the thread that started the process, not the process.)
 """
 
 from __future__ import annotations
@@ -16,13 +24,25 @@ import multiprocessing.connection
 import os
 import signal
 import sys
+import threading
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from ..storage import describe_exit
 from .base import Ended, Handle, Task
-from .ledger import ledger_base, record_commands, stop_recording, sweep_ledgers
+from .ledger import (
+    kill_own_commands,
+    ledger_base,
+    record_commands,
+    stop_recording,
+    sweep_ledgers,
+)
+from .leftovers import die_with_parent
+
+# Seconds a worker whose driver is gone has to end as SIGTERM ends it, before it kills
+# its commands and exits without unwinding.
+DRIVER_GONE_GRACE = 5.0
 
 
 def default_workers() -> int:
@@ -46,8 +66,8 @@ class _Done:
 
 
 def _worker_main(
-    conn: multiprocessing.connection.Connection, shared: Any, environ: dict[str, str],
-    ledgers: str | None,
+    conn: multiprocessing.connection.Connection, lifeline: multiprocessing.connection.Connection,
+    shared: Any, environ: dict[str, str], ledgers: str | None,
 ) -> None:  # fmt: skip
     # A forkserver child has the server's environment: give it the driver's, as now.
     os.environ.clear()
@@ -58,6 +78,19 @@ def _worker_main(
     # Ctrl-C reaches the whole process group; the driver decides and stops the workers.
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     signal.signal(signal.SIGTERM, _on_sigterm)
+    die_with_parent(signal.SIGTERM)
+    leaving = threading.Event()
+    threading.Thread(
+        target=_watch_driver, args=(lifeline, leaving), name="tarkit-driver-watch", daemon=True
+    ).start()
+    try:
+        _serve(conn, shared, ledgers)
+    finally:
+        leaving.set()
+
+
+def _serve(conn: multiprocessing.connection.Connection, shared: Any, ledgers: str | None) -> None:
+    """Run the tasks the driver sends until it sends None or is gone."""
     try:
         conn.send(_STARTED)  # it got this far: importing the main module and shared worked
     except OSError:
@@ -82,6 +115,27 @@ def _worker_main(
         stop_recording()
 
 
+def _watch_driver(
+    lifeline: multiprocessing.connection.Connection, leaving: threading.Event
+) -> None:
+    """In a worker: once the driver is gone (its end of ``lifeline`` closed), end the
+    worker as SIGTERM does; if it has not ended after :data:`DRIVER_GONE_GRACE` seconds
+    (a task that ignores SystemExit), kill its commands and exit."""
+    # Signals for the worker go to its main thread alone, which holds them back while it
+    # starts a command (see tarkit.processing.jobs), and raises SystemExit there.
+    signal.pthread_sigmask(signal.SIG_BLOCK, (signal.SIGINT, signal.SIGTERM))
+    try:
+        lifeline.poll(None)  # nothing is ever sent: readable means the end was closed
+    except (OSError, EOFError):
+        pass
+    if leaving.is_set():
+        return  # the worker is ending anyway (the driver closes the lifeline last)
+    os.kill(os.getpid(), signal.SIGTERM)
+    if not leaving.wait(DRIVER_GONE_GRACE):
+        kill_own_commands()
+        os._exit(128 + signal.SIGTERM)
+
+
 _STARTED = ("started",)
 
 
@@ -92,14 +146,16 @@ def _tell(conn: multiprocessing.connection.Connection, samples: int) -> None:
 class _Worker:
     def __init__(self, context: Any, shared: Any, ledgers: str | None) -> None:
         self.conn, child = context.Pipe()
+        lifeline, self.lifeline = context.Pipe(duplex=False)  # the worker's end reads
         self.process = context.Process(
             target=_worker_main,
-            args=(child, shared, dict(os.environ), ledgers),
+            args=(child, lifeline, shared, dict(os.environ), ledgers),
             daemon=True,
             name="tarkit-map-worker",
         )
         self.process.start()
         child.close()
+        lifeline.close()
         self.started = False  # it said it got to _worker_main
 
     def stop(self, kill: bool = False) -> None:
@@ -116,6 +172,7 @@ class _Worker:
                 self.process.kill()
                 self.process.join(5)
         self.conn.close()
+        self.lifeline.close()  # last: a worker that still runs takes it as the driver gone
 
 
 def start_failure_hint() -> str:

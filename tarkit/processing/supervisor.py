@@ -2,39 +2,34 @@
 
 :func:`map_command` runs the command (:mod:`tarkit.processing.commands` says what it sees
 and must leave) on up to N samples at once and yields the output samples in input order.
-It starts each command with ``posix_spawn`` and watches them all through pidfds from the
+Each command is a :class:`~tarkit.processing.jobs.Job`, watched through pidfds from the
 calling thread; each of the N slots has a :class:`~tarkit.processing.commands.Workspace`
-that is emptied and reused from one sample to the next. :func:`run_sample` does one
-sample and is all another process needs.
+that is emptied and reused from one sample to the next, unless the command left
+processes behind (they are killed, and the slot gets a new directory: nothing of one
+sample's command writes into the next sample's). :func:`run_sample` does one sample and
+is all another process needs.
 
-Every command runs in a session (process group) of its own; its process is reaped only
-after the whole group was killed, so killing the group never hits another program. In a
-map worker each running command is recorded in the :mod:`~tarkit.engines.ledger`.
+Every command runs in a session (process group) of its own, marked, and while commands
+run this process adopts the orphans (:mod:`tarkit.engines.leftovers`): what a command
+leaves, even in sessions of its own, is killed when it ends. In a map worker each
+running command is recorded in the :mod:`~tarkit.engines.ledger`.
 """
 
 from __future__ import annotations
 
-import contextlib
 import functools
+import itertools
 import os
-import select
-import shlex
-import shutil
-import signal
-import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
 
-from ..engines.ledger import (
-    forget_command,
-    ledger_directory,
-    recording_line,
-    remove_tree,
-)
+from ..engines.ledger import ledger_directory, remove_tree
+from ..engines.leftovers import adopting, command_mark, run_mark
 from ..errors import CommandFailed, TarkitError
 from ..format.samples import Sample
 from ..format.tar import default_mtime
 from ..sizes import check_parallel
 from .commands import (
+    BAD_KEY,
     Command,
     FieldData,
     ProcReport,
@@ -43,176 +38,19 @@ from .commands import (
     Workspace,
     check_fields,
     check_on_error,
-    collect_outputs,
-    collect_row,
-    exit_status,
+    key_error,
+    key_problem,
+    key_room,
     make_root,
     output_sample,
-    write_fields,
 )
+from .jobs import Job, kill_leftovers, wait_any
 
 # Samples handed to the pool per worker: enough to keep every worker busy while the
 # main thread writes, few enough that memory stays bounded on any stream.
 IN_FLIGHT_PER_WORKER = 2
 
-
-@functools.cache
-def _bash_path() -> str:
-    return shutil.which("bash") or "/bin/bash"
-
-
-class _Job:
-    """The command running on one sample, in its own directory and process group.
-
-    The process is reaped only after its whole group was killed: until then its
-    process id, the id of its group, cannot be reused, so killing the group never
-    hits another program.
-    """
-
-    def __init__(
-        self, command: Command, index: int, sample: Sample | None, key: str,
-        fields: Sequence[tuple[str, FieldData]], workspace: Workspace, env: dict[str, str],
-        registry: dict[int, _Job],
-    ) -> None:  # fmt: skip
-        """Write the fields and start the command; the job is then in ``registry``."""
-        self.command = command
-        self.index = index
-        self.sample = sample
-        self.key = key
-        self.workspace = workspace
-        self.directory = workspace.directory
-        self.names: list[str] | None = None  # what the directory held when the command ended
-        self.pid = 0
-        self.pidfd = -1
-        self.reaped = False
-        self.code = 0
-        try:
-            where = f"sample {key!r}" if sample is None else f"{sample.source}: sample {key!r}"
-            write_fields(self.directory, fields, where)
-            env["TARKIT_KEY"] = key
-            # A Ctrl-C or SIGTERM between the start and the registration would leave
-            # a command nobody kills: hold them back for that moment.
-            with _signals_held():
-                self.pid = spawn(command.text, self.directory, env, workspace.fds)
-                registry[index] = self
-        except BaseException:
-            self._clear()
-            raise
-        self.deadline = None if command.timeout is None else time.monotonic() + command.timeout
-        with contextlib.suppress(AttributeError, OSError):
-            self.pidfd = os.pidfd_open(self.pid)
-
-    def exited(self, ready: set[int]) -> bool:
-        """Whether the command has ended: its pidfd is in ``ready`` (else: asked, not reaped)."""
-        if self.pidfd >= 0:
-            return self.pidfd in ready
-        return os.waitid(os.P_PID, self.pid, os.WEXITED | os.WNOHANG | os.WNOWAIT) is not None
-
-    def kill(self) -> None:
-        """Kill the command's whole process group (while its leader is not reaped)."""
-        if self.pid and not self.reaped:
-            with contextlib.suppress(ProcessLookupError, PermissionError):
-                os.killpg(self.pid, signal.SIGKILL)
-
-    def _reap(self) -> int:
-        self.kill()  # what the command left running in its group goes too
-        if not self.reaped:
-            forget_command(self.pid)  # (its group is killed; unreaped, its id is not reused)
-            while True:
-                try:
-                    _, status = os.waitpid(self.pid, 0)
-                    break
-                except InterruptedError:
-                    continue
-            self.reaped, self.code = True, os.waitstatus_to_exitcode(status)
-        if self.pidfd >= 0:
-            os.close(self.pidfd)
-            self.pidfd = -1
-        return self.code
-
-    def finish(self, timed_out: bool = False) -> SampleOutcome:
-        """Reap the ended (or timed-out) command; the outcome; the directory removed."""
-        try:
-            code = self._reap()
-            command = self.command
-            if not command.quiet:
-                self.workspace.forward()
-            outcome = SampleOutcome(self.index, self.key)
-            kept = self.directory if command.keep_dirs else None
-            status = exit_status(code, timed_out)
-            if status:
-                stderr = self.workspace.stderr_tail()
-                reason = stderr[-1] if stderr else "no output on stderr"
-                if timed_out:
-                    reason = f"ran longer than {command.timeout:g} s (--timeout) and was killed"
-                outcome.rejection = Rejection(self.key, status, reason, tuple(stderr), kept)
-                return outcome
-            self.names = os.listdir(self.directory)
-            outputs, problem = collect_outputs(self.directory, self.key, command.multi, self.names)
-            if problem is None and command.rows:
-                outcome.row, problem = collect_row(self.directory, self.names)
-            if problem is not None:
-                stderr = self.workspace.stderr_tail()
-                outcome.rejection = Rejection(self.key, "bad output", problem, tuple(stderr), kept)
-            else:
-                outcome.outputs = outputs
-            return outcome
-        finally:
-            self.discard()
-
-    def discard(self) -> None:
-        """Kill the command if it still runs, reap it, remove its directory."""
-        if self.pid and not self.reaped:
-            self._reap()
-        self._clear()
-
-    def _clear(self) -> None:
-        if not self.command.keep_dirs:
-            self.workspace.clear(self.names)
-
-
-def spawn(text: str, directory: str, env: dict[str, str], logs: tuple[int, int]) -> int:
-    """Start ``bash -c text`` in ``directory``, in a new session; returns its process id.
-
-    stdin is /dev/null, stdout and stderr go to ``logs``; signal dispositions and
-    mask are the defaults (Python ignores SIGPIPE, a command must not). Started with
-    ``posix_spawn``, which has no working-directory action: bash changes into
-    ``directory`` itself before the command, after recording itself in its worker's
-    crash ledger if there is one (same line, so line numbers in bash's messages are the
-    command's).
-    """
-    script = f"{recording_line()}cd -- {shlex.quote(directory)} || exit 126; {text}"
-    return os.posix_spawn(
-        _bash_path(), ["bash", "-c", script], env,
-        file_actions=[
-            (os.POSIX_SPAWN_DUP2, _devnull(), 0),
-            (os.POSIX_SPAWN_DUP2, logs[0], 1),
-            (os.POSIX_SPAWN_DUP2, logs[1], 2),
-        ],
-        setsid=True, setsigmask=(), setsigdef=_DEFAULT_SIGNALS,
-    )  # fmt: skip
-
-
-class _signals_held:
-    """Hold back SIGINT and SIGTERM (in this thread) for the duration of a ``with`` block."""
-
-    def __enter__(self) -> None:
-        self.mask = signal.pthread_sigmask(signal.SIG_BLOCK, _HELD_SIGNALS)
-
-    def __exit__(self, *exc: object) -> None:
-        signal.pthread_sigmask(signal.SIG_SETMASK, self.mask)
-
-
-_HELD_SIGNALS = (signal.SIGINT, signal.SIGTERM)
-_DEFAULT_SIGNALS = tuple(
-    getattr(signal, name) for name in ("SIGPIPE", "SIGXFSZ", "SIGINT", "SIGTERM", "SIGCHLD")
-    if hasattr(signal, name)
-)  # fmt: skip
-
-
-@functools.cache
-def _devnull() -> int:
-    return os.open(os.devnull, os.O_RDONLY | os.O_CLOEXEC)
+_RUNS = itertools.count()  # numbers the runs of this process, for the commands' marks
 
 
 def run_sample(
@@ -222,53 +60,34 @@ def run_sample(
 
     ``fields`` are (field, bytes) pairs whose names passed
     :func:`~tarkit.processing.commands.check_fields`. Returns the output samples (key,
-    sorted (field, bytes) pairs), or a ``Rejection`` when the command failed: never
-    raises for a failure of the command; raises :class:`~tarkit.errors.OutputError` when
-    the directory cannot be written (naming the file system when it is full).
+    sorted (field, bytes) pairs), or a ``Rejection`` when the command failed or its key
+    cannot be passed to it: never raises for a failure of the command; raises
+    :class:`~tarkit.errors.OutputError` when the directory cannot be written (naming the
+    file system when it is full).
     Everything is removed before returning unless ``command.keep_dirs``; an exception
     (KeyboardInterrupt included) kills the command first. Usable in any process.
     """
+    env = dict(os.environ)
+    problem = key_problem(key, key_room(env, command.text))
+    if problem is not None:
+        return SampleOutcome(index, key, rejection=Rejection(key, BAD_KEY, problem))
     workspace = Workspace(os.path.join(root, f"{index:06d}"))
-    registry: dict[int, _Job] = {}
-    try:
-        _Job(command, index, None, key, fields, workspace, dict(os.environ), registry)
-        job = registry[index]
-        while True:
-            ended, late = _wait_any([job])
-            if ended or late:
-                return job.finish(timed_out=not ended)
-    except BaseException:
-        for job in registry.values():
-            job.discard()
-        raise
-    finally:
-        workspace.close(remove=not command.keep_dirs)
-
-
-def _wait_any(jobs: Iterable[_Job]) -> tuple[list[_Job], list[_Job]]:
-    """Block until a job ends or one is past its deadline: (ended, past deadline).
-
-    Jobs are watched through pidfds (Linux), or else polled every 10 ms.
-    """
-    jobs = list(jobs)
-    now = time.monotonic()
-    deadlines = [j.deadline for j in jobs if j.deadline is not None]
-    timeout = max(0.0, min(deadlines) - now) if deadlines else None
-    pidfds = [j.pidfd for j in jobs if j.pidfd >= 0]
-    if len(pidfds) < len(jobs):
-        timeout = 0.01 if timeout is None else min(timeout, 0.01)
-    ready: set[int] = set()
-    if pidfds:
-        poller = select.poll()
-        for fd in pidfds:
-            poller.register(fd, select.POLLIN)
-        ready = {fd for fd, _ in poller.poll(None if timeout is None else timeout * 1000)}
-    elif timeout:
-        time.sleep(timeout)
-    ended = [j for j in jobs if j.exited(ready)]
-    now = time.monotonic()
-    late = [j for j in jobs if j not in ended and j.deadline is not None and now >= j.deadline]
-    return ended, late
+    registry: dict[int, Job] = {}
+    with adopting():
+        try:
+            Job(command, index, None, key, fields, workspace, env, registry,
+                command_mark(next(_RUNS), index))  # fmt: skip
+            job = registry[index]
+            while True:
+                ended, late = wait_any([job])
+                if ended or late:
+                    return job.finish(timed_out=not ended)
+        except BaseException:
+            for job in registry.values():
+                job.discard()
+            raise
+        finally:
+            workspace.close(remove=not command.keep_dirs)
 
 
 def map_command(
@@ -292,15 +111,19 @@ def map_command(
     order of completion when unordered), and raises :class:`~tarkit.errors.CommandFailed`;
     ``"skip"`` leaves it out and ``"keep"`` yields it unchanged, both calling
     ``on_reject`` in output order. With ``command.rows``, each sample's metadata row
-    joins ``report.rows`` before its outputs go out. A field name unsafe as a file name
-    raises :class:`~tarkit.errors.InputError`; that and any other error reading
-    ``samples`` is raised once the samples before it are out.
+    joins ``report.rows`` before its outputs go out. A key too long to pass to the command in its
+    environment fails its sample as bad input: under ``"fail"`` it raises
+    :class:`~tarkit.errors.InputError` naming the input and the member. A field name
+    unsafe as a file name raises :class:`~tarkit.errors.InputError`; that and any other
+    error reading ``samples`` is raised once the samples before it are out.
 
     Samples' directories live in a private directory under ``tmpdir`` (default
     ``$TMPDIR``), named in ``report.root`` once the generator has started. It is
     removed when the generator finishes or is closed (close it to stop early: running
     commands are killed), unless ``command.keep_dirs``. Runs in the calling thread:
-    the commands are the only other processes.
+    the commands are the only other processes. While it runs, this process is a child
+    subreaper (Linux): orphans below it become its children, and those out of its session
+    are reaped by it (:func:`~tarkit.engines.leftovers.reap_adopted`).
     """
     command.check()
     check_on_error(on_error)
@@ -327,14 +150,18 @@ class _CommandMap:
         self.on_error = on_error
         self.on_reject = on_reject
         self.report = report
-        self.root = ""  # these three are set when iteration starts
+        self.number = next(_RUNS)  # in the commands' marks
+        self.root = ""  # these four are set when iteration starts
         self.mtime = 0
         self.env: dict[str, str] = {}
+        self.key_room = 0
         # Each running command has a workspace, reused from one sample to the next
-        # (except with keep_dirs, where each sample keeps its own).
+        # (except with keep_dirs, where each sample keeps its own, and after a command
+        # that left processes behind, whose workspace is removed).
         self.spare: list[Workspace] = []
         self.workspaces: list[Workspace] = []
-        self.running: dict[int, _Job] = {}
+        self.made = 0  # workspaces made: each has a name of its own
+        self.running: dict[int, Job] = {}
         self.done: dict[int, tuple[Sample, SampleOutcome]] = {}
         self.reading = True
         self.next_out = 0  # ordered: the index of the next sample to go out
@@ -346,25 +173,27 @@ class _CommandMap:
         self.root = self.report.root = make_root(where)
         self.mtime = default_mtime()
         self.env = dict(os.environ)
+        self.key_room = key_room(self.env, self.command.text)
         iterator = iter(samples)
-        try:
-            while True:
-                self._start_more(iterator)
-                ready = self._in_turn()
-                if ready:
-                    for index in ready:
-                        yield from self._results(*self.done.pop(index))
-                        self.next_out = index + 1
-                    continue
-                if not self.running:
-                    if self.input_error is not None:
-                        raise self.input_error
-                    break
-                self._collect()
-                if self.on_error == "fail":
-                    yield from self._stop_at_failure()
-        finally:
-            self._finish(iterator)
+        with adopting():
+            try:
+                while True:
+                    self._start_more(iterator)
+                    ready = self._in_turn()
+                    if ready:
+                        for index in ready:
+                            yield from self._results(*self.done.pop(index))
+                            self.next_out = index + 1
+                        continue
+                    if not self.running:
+                        if self.input_error is not None:
+                            raise self.input_error
+                        break
+                    self._collect()
+                    if self.on_error == "fail":
+                        yield from self._stop_at_failure()
+            finally:
+                self._finish(iterator)
 
     def _start_more(self, iterator: Iterator[Sample]) -> None:
         """Start commands on the next samples while there is room."""
@@ -391,8 +220,18 @@ class _CommandMap:
             ]
             index = self.report.samples_in
             self.report.samples_in += 1
+            problem = key_problem(sample.key, self.key_room)
+            if problem is not None:
+                if self.on_error == "fail":  # bad input: after the samples before it
+                    self.input_error, self.reading = key_error(sample, problem), False
+                    return
+                rejection = Rejection(sample.key, BAD_KEY, problem)
+                self.done[index] = (sample, SampleOutcome(index, sample.key, rejection=rejection))
+                continue
             workspace = self._workspace_for(index)
-            _Job(self.command, index, sample, sample.key, fields, workspace, self.env, self.running)
+            mark = command_mark(self.number, index)
+            Job(self.command, index, sample, sample.key, fields, workspace, self.env,
+                self.running, mark)  # fmt: skip
 
     def _workspace_for(self, index: int) -> Workspace:
         if self.command.keep_dirs:
@@ -400,13 +239,21 @@ class _CommandMap:
         elif self.spare:
             return self.spare.pop()
         else:
-            workspace = Workspace(os.path.join(self.root, f"command-{len(self.workspaces)}"))
+            workspace = Workspace(os.path.join(self.root, f"command-{self.made}"))
+            self.made += 1
         self.workspaces.append(workspace)
         return workspace
 
-    def _release(self, job: _Job) -> None:
+    def _release(self, job: Job) -> None:
+        """Once ``job`` is reaped: its workspace is free, or removed if the command left
+        processes that might still write into it."""
         del self.running[job.index]
-        if not self.command.keep_dirs:
+        if self.command.keep_dirs:
+            return
+        if job.left_behind:
+            self.workspaces.remove(job.workspace)
+            job.workspace.close(remove=True)
+        else:
             self.spare.append(job.workspace)
 
     def _in_turn(self) -> list[int]:
@@ -420,10 +267,10 @@ class _CommandMap:
 
     def _collect(self) -> None:
         """Wait until commands end or time out; their outcomes join ``done``."""
-        ended, late = _wait_any(self.running.values())
+        ended, late = wait_any(self.running.values())
         for job in ended + late:
-            self._release(job)
             outcome = job.finish(timed_out=job in late)
+            self._release(job)
             self.done[job.index] = (job.sample, outcome)  # type: ignore[assignment]
 
     def _stop_at_failure(self) -> Iterator[Sample]:
@@ -434,8 +281,8 @@ class _CommandMap:
             return
         self.reading = False
         for job in list(self.running.values()):
-            self._release(job)
             job.discard()
+            self._release(job)
         first = min(failed)
         if self.ordered:
             while self.next_out in self.done and self.next_out < first:
@@ -478,6 +325,7 @@ class _CommandMap:
         jobs = list(self.running.values())
         steps: list[Callable[[], object]] = [job.kill for job in jobs]
         steps += [job.discard for job in jobs]
+        steps.append(functools.partial(kill_leftovers, run_mark(self.number)))
         steps += [functools.partial(w.close, remove=False) for w in self.workspaces]
         if not self.command.keep_dirs:
             steps.append(functools.partial(remove_tree, self.root))

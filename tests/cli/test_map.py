@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import shutil
 import signal
 import subprocess
 import tempfile
@@ -11,7 +12,17 @@ from pathlib import Path
 
 import map_functions as fns
 import pytest
-from conftest import BIN, assert_gone, run, samples_of, webdataset_samples
+from conftest import (
+    BIN,
+    LONG_KEY,
+    LONG_KEY_PROBLEM,
+    assert_all_gone,
+    assert_gone,
+    run,
+    samples_of,
+    webdataset_samples,
+    write_long_key_archive,
+)
 from map_functions import PER_SHARD, SHARDS, write_inputs
 
 TESTS = Path(__file__).resolve().parent.parent
@@ -294,6 +305,28 @@ def test_command_multi_splits_samples_into_parts(tmp_path: Path) -> None:
     assert samples[2][1] == {"txt": b"word1"}
 
 
+def test_command_on_a_key_too_long_for_the_environment_fails_or_skips_that_sample(
+    tmp_path: Path, env: dict[str, str]
+) -> None:
+    long, problem = LONG_KEY, LONG_KEY_PROBLEM
+    source = tmp_path / "in.tar"
+    write_long_key_archive(source)
+    fail = run(["tarkit", "map", "-c", "true", str(source), "-o", f"{tmp_path}/f/"], env=env)
+    assert fail.returncode == 2
+    last = fail.stderr.splitlines()[-1]
+    assert f"{source}: sample '{long[:40]}…{long[:20]}' (200000 bytes): {problem} " in last
+    assert last.endswith(f"(byte 1024, member {long[:40]}…{long[:16]}.txt)")
+    assert "retrying" not in fail.stderr  # a local input reads the same every time
+
+    rejects = tmp_path / "rejects.tsv"
+    skip = run(["tarkit", "map", "-c", "true", str(source), "-o", f"{tmp_path}/s/",
+                "--on-error", "skip", "--rejects", str(rejects)], env=env)  # fmt: skip
+    assert skip.returncode == 1, skip.stderr
+    assert [key for key, _ in samples_of((tmp_path / "s" / "in.tar").read_bytes())] == ["a", "c"]
+    (line,) = rejects.read_text().splitlines()
+    assert line.startswith(f"{long}\tbad key\t{problem} ")
+
+
 def test_rejects_go_with_skip_or_keep(tmp_path: Path) -> None:
     inputs = write_inputs(tmp_path / "in")
     result = run(["tarkit", "map", "-c", "true", inputs, "-o", f"{tmp_path}/o/", "--rejects",
@@ -311,11 +344,12 @@ def test_a_worker_killed_mid_command_loses_its_command_and_directory_not_its_sha
     tmpdir = Path(tempfile.mkdtemp(prefix="tk-", dir="/tmp"))
     env["TMPDIR"] = str(tmpdir)
     pids = tmp_path / "marks" / "pids"
-    # The first attempt at s1-02 records its own and its worker's process ids, then
-    # hangs; the test kills that worker from outside.
+    # The first attempt at s1-02 records its own and its worker's process ids and that of
+    # a process it starts in a session of its own, then hangs; the test kills that
+    # worker from outside.
     command = (
         'if [ "$TARKIT_KEY" = s1-02 ] && mkdir "$TARKIT_TEST_MARKS/once" 2>/dev/null; then '
-        f"echo $$ $PPID > {pids}.tmp && mv {pids}.tmp {pids}; sleep 30; fi; "
+        f"setsid sleep 30 & echo $$ $PPID $! > {pids}.tmp && mv {pids}.tmp {pids}; sleep 30; fi; "
         "tr a-z A-Z < sample.txt > sample.up.txt"
     )
     process = subprocess.Popen(
@@ -328,7 +362,7 @@ def test_a_worker_killed_mid_command_loses_its_command_and_directory_not_its_sha
     if not pids.exists():
         process.kill()
         raise AssertionError(f"s1-02 never ran: {process.communicate()[1].decode()}")
-    command_pid, worker_pid = map(int, pids.read_text().split())
+    command_pid, worker_pid, escaped_pid = map(int, pids.read_text().split())
     os.kill(worker_pid, signal.SIGKILL)
     _, stderr = process.communicate(timeout=30)
     assert process.returncode == 0, stderr
@@ -337,8 +371,41 @@ def test_a_worker_killed_mid_command_loses_its_command_and_directory_not_its_sha
     )
     assert keys_of(outputs(tmp_path / "out")) == ALL_KEYS
     assert_gone(command_pid)
+    assert_gone(escaped_pid)
     assert list(tmpdir.iterdir()) == []  # no tarproc-* nor anything else
     tmpdir.rmdir()
+
+
+def test_a_driver_killed_mid_command_takes_its_workers_and_their_commands_along(
+    tmp_path: Path, env: dict[str, str]
+) -> None:
+    # kill -9 of the driver alone (the OOM killer's way): its workers notice, kill their
+    # commands (and what those left in a session of their own) and exit, within seconds.
+    inputs = write_inputs(tmp_path / "in")
+    tmpdir = Path(tempfile.mkdtemp(prefix="tk-", dir="/tmp"))  # short: see the test above
+    env["TMPDIR"] = str(tmpdir)
+    marks = tmp_path / "marks"
+    command = (
+        f"setsid sleep 60 & echo $$ $PPID $! > {marks}/$TARKIT_KEY.tmp && "
+        f"mv {marks}/$TARKIT_KEY.tmp {marks}/$TARKIT_KEY.pids; sleep 60"
+    )
+    process = subprocess.Popen(
+        [str(BIN / "tarkit"), "map", "-c", command, inputs, "-o", f"{tmp_path}/out/", "-j", "2"],
+        env=env, stderr=subprocess.PIPE,
+    )  # fmt: skip
+    try:
+        deadline = time.monotonic() + 90  # a loaded machine starts workers slowly
+        while len(list(marks.glob("*.pids"))) < 2 and time.monotonic() < deadline:
+            time.sleep(0.02)
+        pids = [int(p) for f in marks.glob("*.pids") for p in f.read_text().split()]
+        assert len(pids) == 6, process.stderr
+    finally:
+        process.kill()
+        process.wait(timeout=30)
+    assert_all_gone(pids)  # two workers, their commands and the commands' own sessions
+    assert not list((tmp_path / "out").glob("*"))  # no partial output either
+    assert not [p for p in tmpdir.iterdir() if not p.name.startswith("pymp-")]
+    shutil.rmtree(tmpdir)
 
 
 def test_a_long_temporary_directory_is_no_obstacle(tmp_path: Path, env: dict[str, str]) -> None:

@@ -16,7 +16,19 @@ import wave
 from pathlib import Path
 
 import pytest
-from conftest import assert_gone, make_tar, run, run_shell, samples_of, tool, webdataset_samples
+from conftest import (
+    LONG_KEY,
+    LONG_KEY_PROBLEM,
+    assert_all_gone,
+    assert_gone,
+    make_tar,
+    run,
+    run_shell,
+    samples_of,
+    tool,
+    webdataset_samples,
+    write_long_key_archive,
+)
 
 from tarkit.errors import InputError
 from tarkit.format.samples import group_samples
@@ -330,6 +342,74 @@ def test_timeout_fails_a_sample_that_runs_too_long(tmp_path: Path, env: dict[str
     assert (
         "sample 's02': command ran longer than 0.5 s (--timeout) and was killed" in failing.stderr
     )
+
+
+def test_what_a_timed_out_command_left_in_other_sessions_is_killed_and_misses_the_next_sample(
+    tmp_path: Path, env: dict[str, str]
+) -> None:
+    # s00 starts two processes that leave its session, one of them writing into its
+    # directory all the time, then hangs; s01 runs next, in the same slot (-p 1).
+    source = tmp_path / "in.tar"
+    source.write_bytes(archive_of(2))
+    pids = tmp_path / "pids"
+    script = (
+        'if [ "$TARKIT_KEY" = s00 ]; then '
+        "setsid bash -c 'while :; do echo leak > sample.leak; sleep 0.02; done' & "
+        f"echo $! >> {pids}; (setsid sleep 60 & echo $! >> {pids}); sleep 30; fi; sleep 0.3"
+    )
+    result = run(["tarproc", "--timeout", "1", "--on-error", "skip", "-c", script,
+                  str(source)], env=env)  # fmt: skip
+    assert_all_gone(map(int, pids.read_text().split()))
+    assert result.returncode == 1, result.stderr
+    assert "sample 's00' left out: command ran longer than 1 s" in result.stderr
+    assert samples_of(result.stdout) == [("s01", {"cls": b"cls 1\n", "txt": b"txt 1\n"})]
+
+
+def test_a_tarproc_run_by_a_timed_out_command_loses_its_commands_and_what_they_left(
+    tmp_path: Path, env: dict[str, str]
+) -> None:
+    # The inner tarproc is killed with the outer command's group; its command (a session
+    # of its own) and what that left (another) carry both marks, and go too.
+    source = tmp_path / "in.tar"
+    source.write_bytes(archive_of(1))
+    pids = tmp_path / "pids"
+    inner = f"setsid sleep 30 & echo $$ $! > {pids}.tmp && mv {pids}.tmp {pids}; sleep 30"
+    outer = f"TMPDIR=$PWD {tool('tarproc')} -q -c {shlex.quote(inner)} {source} > /dev/null"
+    result = run(["tarproc", "--timeout", "2", "--on-error", "skip", "-c", outer,
+                  str(source)], env=env)  # fmt: skip
+    assert_all_gone(map(int, pids.read_text().split()))
+    assert result.returncode == 1, result.stderr
+    assert "sample 's00' left out: command ran longer than 2 s" in result.stderr
+
+
+def test_a_key_too_long_for_the_environment_is_an_input_error_of_its_sample(
+    tmp_path: Path, env: dict[str, str]
+) -> None:
+    # tarcat reads a key of 200 KB; TARKIT_KEY cannot hold it (one environment string
+    # is at most 128 KiB), so its sample fails as bad input, which --on-error governs.
+    long, problem = LONG_KEY, LONG_KEY_PROBLEM
+    source = tmp_path / "in.tar"
+    write_long_key_archive(source)
+    assert [key for key, _ in samples_of(run(["tarcat", str(source)]).stdout)] == ["a", long, "c"]
+    shown = f"'{long[:40]}…{long[:20]}' (200000 bytes)"
+
+    fail = run(["tarproc", "-c", "true", str(source)], env=env)
+    assert fail.returncode == 2
+    assert fail.stderr.startswith(f"tarproc: error: {source}: sample {shown}: {problem} ")
+    assert fail.stderr.endswith(f" bytes) (byte 1024, member {long[:40]}…{long[:16]}.txt)\n")
+    assert len(fail.stderr.splitlines()) == 1
+    assert samples_before_error(fail.stdout) == [("a", {"txt": b"1"})]
+
+    skip = run(["tarproc", "-c", "true", "--on-error", "skip", str(source)], env=env)
+    assert skip.returncode == 1
+    assert [key for key, _ in samples_of(skip.stdout)] == ["a", "c"]
+    warning, summary = skip.stderr.splitlines()
+    assert warning.startswith(f"tarproc: warning: sample {shown} left out: {problem} ")
+    assert summary.startswith("tarproc: warning: 1 of 3 sample")
+
+    keep = run(["tarproc", "-c", "true", "--on-error", "keep", str(source)], env=env)
+    assert keep.returncode == 1
+    assert [key for key, _ in samples_of(keep.stdout)] == ["a", long, "c"]
 
 
 def test_a_command_killed_by_a_signal_is_a_failure(tmp_path: Path, env: dict[str, str]) -> None:

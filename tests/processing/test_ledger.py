@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
 import sys
 import time
 from pathlib import Path
 
 import pytest
-from conftest import assert_gone, make_tar
+from conftest import assert_all_gone, make_tar
 
 from tarkit.engines.ledger import sweep_ledgers
 
@@ -24,18 +25,28 @@ list(map_command(read_samples([sys.argv[2]]), Command(sys.argv[3])))
 """
 
 
+def command_leaving_a_session(source: Path, pid_file: Path) -> str:
+    """Write a one-sample input; a command that starts a process in a session of its own,
+    writes its own id and that process's into ``pid_file``, and hangs."""
+    source.write_bytes(make_tar([("a.txt", b"x")]))
+    return (
+        f"setsid sleep 30 & echo $$ $! > {pid_file}.tmp && mv {pid_file}.tmp {pid_file}; sleep 30"
+    )
+
+
 def test_sweeping_ledgers_spares_live_processes_and_clears_what_dead_ones_left(
     tmp_path: Path,
 ) -> None:
     base, pid_file, source = tmp_path / "ledgers", tmp_path / "pid", tmp_path / "in.tar"
-    source.write_bytes(make_tar([("a.txt", b"x")]))
-    command = f"echo $$ > {pid_file}.tmp && mv {pid_file}.tmp {pid_file}; sleep 30"
+    # The command's group kill cannot reach the process it starts in a session of its
+    # own: the sweep finds it by its mark.
+    command = command_leaving_a_session(source, pid_file)
     child = subprocess.Popen([sys.executable, "-c", LEDGER_CHILD, str(base), str(source), command])
     try:
         deadline = time.monotonic() + 30
         while not pid_file.exists() and time.monotonic() < deadline:
             time.sleep(0.02)
-        command_pid = int(pid_file.read_text())
+        command_pid, escaped_pid = map(int, pid_file.read_text().split())
         (ledger,) = base.iterdir()
         assert ledger.name.split("-")[1] == str(child.pid)
         start = Path(f"/proc/{command_pid}/stat").read_text().rsplit(")", 1)[1].split()[19]
@@ -49,14 +60,14 @@ def test_sweeping_ledgers_spares_live_processes_and_clears_what_dead_ones_left(
         child.wait(timeout=10)
     assert Path(f"/proc/{command_pid}").exists()  # the command outlives its killed parent
     assert sweep_ledgers(str(base)) == 1
-    assert_gone(command_pid)
+    assert_all_gone([command_pid, escaped_pid])
     assert not base.exists()
 
 
 SPAWNING_CHILD = """
 import os, sys
 from tarkit.engines.ledger import ledger_directory, record_commands
-from tarkit.processing.supervisor import spawn
+from tarkit.processing.jobs import spawn
 record_commands(sys.argv[1])
 ledger = ledger_directory()
 if sys.argv[3] == "swept":
@@ -125,3 +136,33 @@ def test_finished_commands_leave_no_record(tmp_path: Path) -> None:
         capture_output=True, text=True, timeout=60, check=True,
     )  # fmt: skip
     assert child.stdout.strip() == "[]"  # nor any of the commands' directories
+
+
+STUBBORN_WORKER = (
+    """
+import multiprocessing, os, signal, sys, threading, time
+from tarkit.engines import local
+local.DRIVER_GONE_GRACE = 0.3
+signal.signal(signal.SIGTERM, lambda *_: None)  # a task that will not stop
+lifeline, driver_end = multiprocessing.Pipe(duplex=False)
+threading.Thread(target=local._watch_driver, args=(lifeline, threading.Event())).start()
+def driver_dies():  # once the command runs
+    while not os.path.exists(sys.argv[4]):
+        time.sleep(0.01)
+    driver_end.close()
+threading.Thread(target=driver_dies, daemon=True).start()
+"""
+    + LEDGER_CHILD
+)
+
+
+def test_a_worker_that_ignores_its_drivers_end_kills_its_commands_and_exits_after_a_grace(
+    tmp_path: Path,
+) -> None:
+    base, pid_file, source = tmp_path / "ledgers", tmp_path / "pid", tmp_path / "in.tar"
+    command = command_leaving_a_session(source, pid_file)
+    args = [STUBBORN_WORKER, str(base), str(source), command, str(pid_file)]
+    worker = subprocess.run([sys.executable, "-c", *args], timeout=60)
+    assert worker.returncode == 128 + signal.SIGTERM
+    assert_all_gone(map(int, pid_file.read_text().split()))
+    assert not base.exists()

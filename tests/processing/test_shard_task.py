@@ -87,7 +87,8 @@ def test_a_full_disk_fails_the_shard_naming_the_file_system_that_filled(
 ) -> None:
     source = write_shard(tmp_path / "in.tar", [b"a" * 600_000])
     output = str(small_disk / "o.tar")
-    failure = run_shard(SampleMapper(fns.shout), ShardTask(0, source, output)).failure
+    mapper = SampleMapper(fns.shout)
+    failure = run_shard(mapper, ShardTask(0, source, output, made_by(mapper))).failure
     assert failure is not None and failure.traceback == ""
     assert re.fullmatch(
         rf"{output}: write failed: no space left on the file system of "
@@ -97,7 +98,8 @@ def test_a_full_disk_fails_the_shard_naming_the_file_system_that_filled(
     monkeypatch.setenv("TMPDIR", str(small_disk))
     monkeypatch.setattr(tempfile, "tempdir", None)
     command = ShellCommand("cp sample.txt sample.out", parallel=1, quiet=True)
-    failure = run_shard(command, ShardTask(0, source, str(tmp_path / "o.tar"))).failure
+    task = ShardTask(0, source, str(tmp_path / "o.tar"), made_by(command))
+    failure = run_shard(command, task).failure
     assert failure is not None and failure.traceback == ""
     assert re.fullmatch(
         rf"{source}: sample 'k0': cannot write its files for the command: no space left on "

@@ -4,12 +4,13 @@ from __future__ import annotations
 
 import os
 import pickle
+import signal
 import time
 from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 
 import pytest
-from conftest import assert_gone
+from conftest import assert_all_gone, assert_gone
 from numbered_samples import numbered, run_map, tmp_fixture  # noqa: F401
 
 from tarkit.errors import CommandFailed
@@ -100,6 +101,44 @@ def test_background_processes_of_a_successful_command_are_killed(tmp: Path, tmp_
     out = run_map(numbered(1), f"sleep 60 & echo $! > {pids}", tmp)
     assert len(out) == 1
     assert_gone(int(pids.read_text()))
+
+
+def test_what_a_command_left_in_a_session_of_its_own_is_killed_when_it_ends(tmp: Path) -> None:
+    # A double fork: the process is an orphan (adopted) while the command still runs.
+    pid_file = tmp / ".." / "pid"
+    outcome = run_sample(
+        Command(f"(setsid sleep 30 & echo $! > {pid_file}); sleep 0.1"), 0, "k", [], str(tmp)
+    )
+    assert_all_gone([int(pid_file.read_text())])
+    assert outcome.rejection is None
+
+
+def test_a_workspace_is_not_reused_while_something_its_command_left_may_live(
+    tmp: Path, tmp_path: Path
+) -> None:
+    # s00 leaves a process that no mark finds (env -i clears its environment): it is not
+    # killed, but s01 runs in a new directory, out of its reach.
+    pid_file = tmp_path / "pid"
+    script = (
+        f'[ "$TARKIT_KEY" = s00 ] && {{ env -i setsid sleep 30 & echo $! > {pid_file}; '
+        "while grep -qz TARKIT_COMMAND /proc/$!/environ; do sleep 0.01; done; }; "
+        "pwd > sample.dir"
+    )
+    try:
+        out = run_map(numbered(3), script, tmp)
+    finally:
+        os.kill(int(pid_file.read_text()), signal.SIGKILL)
+    directories = [sample.data()["dir"] for sample in out]
+    assert directories[0] != directories[1]
+
+
+def test_a_key_too_long_for_the_environment_fails_its_sample_unrun(tmp: Path) -> None:
+    outcome = run_sample(Command("touch ran"), 0, "k" * 200_000, [], str(tmp))
+    assert outcome.rejection is not None and outcome.rejection.status == "bad key"
+    assert outcome.rejection.describe().startswith(
+        "the key is too long for the command's environment (TARKIT_KEY holds at most "
+    )
+    assert not list(tmp.iterdir())
 
 
 def test_closing_the_generator_early_kills_commands_and_removes_directories(
