@@ -115,7 +115,7 @@ class BlockOrder:
         self.window = window
         self.seed, self.epoch = seed, epoch
         self.order = torch.randperm(len(blocks), generator=_generator(seed, epoch, "blocks"))
-        sizes = blocks.sizes[self.order]
+        sizes = blocks.sizes.index_select(0, self.order)
         padded = torch.cat([sizes, sizes.new_zeros(-len(sizes) % window)])
         self.ends = torch.cumsum(padded.view(-1, window).sum(1), 0)  # of each window
         self._cached: tuple[int, torch.Tensor] = (-1, self.ends)
@@ -137,14 +137,17 @@ class BlockOrder:
 
     def _window(self, number: int) -> torch.Tensor:
         """The positions of window ``number``, shuffled (8 bytes each, as one tensor)."""
+        # index_select, not indexing with a tensor: on a busy machine, torch spreads the
+        # latter over threads that wait for each other (ten times slower here).
         if self._cached[0] != number:
             chosen = self.order[number * self.window : (number + 1) * self.window]
-            sizes, starts = self.blocks.sizes[chosen], self.blocks.starts[chosen]
-            before = torch.cumsum(sizes, 0) - sizes  # within the window
-            count = int(sizes.sum())
-            positions = torch.repeat_interleave(starts - before, sizes) + torch.arange(count)
-            shuffle = torch.randperm(count, generator=_generator(self.seed, self.epoch, number))
-            self._cached = (number, positions[shuffle])
+            starts = self.blocks.starts.index_select(0, chosen).tolist()
+            sizes = self.blocks.sizes.index_select(0, chosen).tolist()
+            ranges = zip(starts, sizes, strict=True)
+            positions = torch.cat([torch.arange(start, start + n) for start, n in ranges])
+            generator = _generator(self.seed, self.epoch, number)
+            shuffle = torch.randperm(len(positions), generator=generator)
+            self._cached = (number, positions.index_select(0, shuffle))
         return self._cached[1]
 
 
