@@ -53,15 +53,16 @@ class BlockSampler(Sampler[int]):
     ``window`` consecutive blocks of that order (default 8). ``window`` and the block size
     bound the locality: a rank reads from the blocks of one window at a time — at most
     ``window`` shards when blocks are shards or parts of shards — and from two windows
-    where its stretch passes from one to the next. Larger windows shuffle better and read
-    from more shards at once (docs/loading.md gives the figures).
+    where its stretch passes from one to the next. Larger windows mix more shards into each
+    batch and read from more at once (``bench/bench_sampler.py`` measures both).
 
     **Ranks.** Ranks take contiguous parts of the epoch's order (each keeps its locality),
     cut by count: lengths differ by at most one; ``drop_last=True`` makes them equal by
     leaving out fewer than ``num_replicas`` positions, never by repeating any (as
     ``DistributedSampler`` pads). ``num_replicas`` and ``rank`` default to
     ``torch.distributed``'s when it is initialised, else to ``RANK``/``WORLD_SIZE``, else to
-    one rank. ``shuffle=False`` gives the positions in order, in the same contiguous parts.
+    one rank (read when the sampler is made). ``shuffle=False`` gives the positions in
+    order, in the same contiguous parts.
 
     **Epochs.** Each ``iter()`` reads the next epoch (the first reads 0), as tarkit's
     loader does; ``set_epoch(e)`` makes the next ``iter()`` read epoch ``e`` and the ones
@@ -77,7 +78,8 @@ class BlockSampler(Sampler[int]):
     new ranks deliver every position of the epoch not yet delivered, each once. Ranks move
     in step, so every rank resumes from any rank's state (rank 0's, as Lightning saves).
 
-    Memory: one integer per block and the positions of one window; never one per sample.
+    Memory: a few integers per block and the positions of one window (8 bytes each),
+    never one per sample: a few tens of MB for a billion samples in a million shards.
     Raises :class:`~tarkit.errors.UsageError` for malformed options or shard sizes.
     """
 

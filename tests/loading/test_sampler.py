@@ -86,12 +86,22 @@ def test_every_position_comes_once_per_epoch_over_all_ranks(
         one.set_epoch(epoch)
         parts.append(list(one))
         assert len(parts[-1]) == len(one)
-    given = Counter(i for part in parts for i in part)
+    counts = Counter(i for part in parts for i in part)
     total = len(dataset)
-    assert max(given.values(), default=1) == 1 and set(given) <= set(range(total))
+    assert max(counts.values(), default=1) == 1 and set(counts) <= set(range(total))
     lengths = {len(part) for part in parts}
     assert max(lengths) - min(lengths) <= (0 if drop_last else 1)
-    assert total - len(given) == (total % world if drop_last else 0)
+    assert total - len(counts) == (total % world if drop_last else 0)
+    # Each rank's part is a stretch of the epoch's one order (what one rank would read).
+    alone = BlockSampler(
+        dataset, num_replicas=1, rank=0, shuffle=shuffle, block_size=block_size,
+        window=window, seed=5,
+    )  # fmt: skip
+    alone.set_epoch(epoch)
+    order = list(alone)
+    for part in parts:
+        start = order.index(part[0]) if part else 0
+        assert order[start : start + len(part)] == part
 
 
 def test_each_rank_reads_from_a_window_of_shards_at_a_time():
@@ -109,18 +119,31 @@ def test_each_rank_reads_from_a_window_of_shards_at_a_time():
     assert len({shards[i] for i in order[:16]}) == 4
 
 
+def whole_blocks(order: list[int], bounds: list[int]) -> list[int]:
+    """The blocks (by their first position) that ``order`` reads one after another, each
+    whole before the next; AssertionError when it mixes blocks."""
+    firsts, place = [], 0
+    while place < len(order):
+        block = max(b for b in range(len(bounds) - 1) if bounds[b] <= order[place])
+        size = bounds[block + 1] - bounds[block]
+        assert sorted(order[place : place + size]) == [*range(bounds[block], bounds[block + 1])]
+        firsts.append(bounds[block])
+        place += size
+    return firsts
+
+
 def test_without_shard_sizes_blocks_are_block_size_positions():
     dataset = Positions([2500], with_shards=False)
     order = list(BlockSampler(dataset, num_replicas=1, rank=0, window=1))
-    # One window of a 1,000-position block at a time (the default block size).
-    assert sorted(order[:1000]) in ([*range(0, 1000)], [*range(1000, 2000)])
-    small = list(BlockSampler(dataset, num_replicas=1, rank=0, window=1, block_size=100))
-    assert max(small[:100]) - min(small[:100]) == 99
+    assert sorted(whole_blocks(order, [0, 1000, 2000, 2500])) == [0, 1000, 2000]
+    order = list(BlockSampler(dataset, num_replicas=1, rank=0, window=1, block_size=100))
+    assert len(whole_blocks(order, [*range(0, 2501, 100)])) == 25
 
 
 def test_block_size_cuts_large_shards_into_blocks():
     order = list(sampler([400, 10], window=1, block_size=100))
-    assert max(order[:100]) - min(order[:100]) == 99 or sorted(order[:10]) == [*range(400, 410)]
+    assert sorted(whole_blocks(order, [0, 100, 200, 300, 400, 410])) == [0, 100, 200, 300, 400]
+    assert order != sorted(order)
 
 
 def test_shuffle_false_gives_the_positions_in_order_in_contiguous_parts():
