@@ -10,7 +10,7 @@ across elastic resumes (:mod:`~tarkit.loading.rank_parts`), and the state
 from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Protocol
 
 from torch.utils.data import Sampler
@@ -37,6 +37,7 @@ class _Pass:
     history: tuple[Generation, ...] = ()
     delivered: int = 0
     resumed: bool = False  # from a loaded state (else from set_epoch or the next epoch)
+    drawn: bool = False  # an index asked for
     ended: bool = False  # its last index given and the end seen
 
 
@@ -64,9 +65,10 @@ class BlockSampler(Sampler[int]):
     one rank (read when the sampler is made). ``shuffle=False`` gives the positions in
     order, in the same contiguous parts.
 
-    **Epochs.** Each ``iter()`` reads the next epoch (the first reads 0), as tarkit's
-    loader does; ``set_epoch(e)`` makes the next ``iter()`` read epoch ``e`` and the ones
-    after it ``e + 1``… (so DistributedSampler-style loops and Lightning's call work). The
+    **Epochs.** Each iteration reads the next epoch (the first reads 0), as tarkit's
+    loader does (an iteration begins at its first index: an iterator never read does not
+    count); ``set_epoch(e)`` makes the next iteration read epoch ``e`` and the ones after
+    it ``e + 1``… (so DistributedSampler-style loops and Lightning's call work). The
     order is a function of ``(seed, epoch)`` only: the same in every process and run
     (with the same torch version, whose ``randperm`` draws the shuffles), whatever the
     global random state.
@@ -108,8 +110,8 @@ class BlockSampler(Sampler[int]):
         self.blocks = Blocks(self.total, _shard_sizes(dataset), block_size)
         self.shuffle, self.seed, self.window, self.drop_last = shuffle, seed, window, drop_last
         self.rank, self.world = _rank_and_world(rank, num_replicas)
-        self._next: _Pass | None = _Pass(0)  # what the next iter() reads
-        self._current: _Pass | None = None  # the pass under way, or the last one
+        self._next: _Pass | None = _Pass(0)  # pinned for the next iterator
+        self._current: _Pass | None = None  # the last iterator's
 
     def __len__(self) -> int:
         """How many indices this rank gives in an epoch."""
@@ -117,14 +119,26 @@ class BlockSampler(Sampler[int]):
         return stop - start
 
     def __iter__(self) -> Iterator[int]:
-        if self._next is None:
-            assert self._current is not None
-            self._next = _Pass(self._current.epoch + 1)
-        current, self._next = self._next, None
-        self._current = current
-        return self._indices(current)
+        return self._indices(self._claim())
+
+    def _claim(self) -> _Pass:
+        """The pass a new iterator reads: the one set_epoch or load_state_dict pinned; else
+        the pass of the last iterator if none of its indices was drawn (torchdata's
+        StatefulDataLoader makes iterators that it never reads); else the next epoch."""
+        current = self._current
+        if self._next is not None:
+            claimed = self._next
+        elif current is not None and not current.drawn:
+            claimed = replace(current)
+        else:
+            claimed = _Pass(current.epoch + 1 if current is not None else 0)
+        self._current, self._next = claimed, None
+        return claimed
 
     def _indices(self, current: _Pass) -> Iterator[int]:
+        if current is self._current and self._next is not None:
+            current = self._claim()  # pinned after iter(), before the first index
+        current.drawn = True
         if self.shuffle:
             order: BlockOrder | InOrder = BlockOrder(
                 self.blocks, window=self.window, seed=self.seed, epoch=current.epoch
@@ -143,14 +157,21 @@ class BlockSampler(Sampler[int]):
         current.ended = True
 
     def set_epoch(self, epoch: int) -> None:
-        """Make the next ``iter()`` read epoch ``epoch`` (the ones after it ``epoch + 1``…).
+        """Make the next iteration read epoch ``epoch`` (the ones after it ``epoch + 1``…),
+        also an iterator made but not read yet.
 
-        A loaded state of that same epoch stays: its pass goes on where it stood, so a loop
-        that calls ``set_epoch`` at the start of every epoch resumes too.
+        Nothing changes when the pass to come already reads that epoch, and a loaded state
+        of it stays: its pass goes on where it stood. So a loop that calls ``set_epoch`` at
+        the start of every epoch resumes too, as does Lightning, which calls it after its
+        DataLoader has made its iterator.
         """
         if not (_whole(epoch) and epoch >= 0):
             raise UsageError(f"an epoch is a whole number from 0, not {epoch!r}")
-        if self._next is not None and self._next.resumed and self._next.epoch == epoch:
+        pending, current = self._next, self._current
+        if pending is not None and pending.resumed and pending.epoch == epoch:
+            return
+        if current is not None and not current.drawn and current.epoch == epoch:
+            self._next = None  # its iterator, not read yet, reads this epoch already
             return
         self._next = _Pass(epoch)
 
@@ -175,10 +196,13 @@ class BlockSampler(Sampler[int]):
         every index drawn, so take it through a StatefulDataLoader, which accounts for them.
         """
         pending, current = self._next, self._current
-        stand = pending if pending is not None else current
-        if current is not None and pending is not None and not pending.resumed:
-            stand = pending if pending.epoch != current.epoch else current
-        assert stand is not None
+        if pending is not None and (
+            pending.resumed or current is None or pending.epoch != current.epoch
+        ):
+            stand = pending
+        else:  # set_epoch with the epoch of the pass under way leaves it the one to save
+            assert current is not None
+            stand = current
         delivered = stand.delivered
         if stand.ended:
             # The end seen: every rank has ended too (in step, its last batch was this

@@ -13,6 +13,7 @@ import socket
 import subprocess
 import sys
 import time
+import warnings
 from collections import Counter
 
 import pytest
@@ -188,6 +189,17 @@ def test_each_iteration_reads_the_next_epoch_and_set_epoch_pins_one():
     assert list(advancing) == epochs[1]
     assert list(advancing) == epochs[2]  # the next one without set_epoch follows it
     assert list(advancing) == epochs[3]
+
+
+def test_an_iterator_begins_its_epoch_at_its_first_index():
+    reference = [sampler_epoch_on(1, 0, epoch) for epoch in range(3)]
+    one = sampler()
+    unread, read = iter(one), iter(one)  # torchdata makes iterators it never reads
+    assert list(read) == reference[0] and list(iter(one)) == reference[1]
+    later = iter(one)
+    one.set_epoch(0)  # as DistributedSampler's, before the first index
+    assert list(later) == reference[0]
+    del unread
 
 
 def test_ranks_come_from_rank_and_world_size_when_not_given(monkeypatch):
@@ -497,7 +509,8 @@ def flat(batches) -> list[int]:
 @pytest.mark.parametrize("workers, cuts", [(0, (0, 1, 7, 16, 17)), (2, (7, 17))])
 def test_a_stateful_dataloader_resumes_mid_epoch_exactly(workers, cuts):
     whole = stateful_loader(workers)
-    epochs = [flat(whole), flat(whole)]
+    epochs = [sampler_epoch_on(1, 0, epoch) for epoch in range(3)]
+    assert [flat(whole) for _ in range(3)] == epochs  # one epoch per pass, from 0
     for cut in cuts:
         first = stateful_loader(workers)
         iterator = iter(first)
@@ -544,6 +557,47 @@ def test_set_epoch_after_the_pass_began_keeps_the_pass_in_the_state():
     assert taken + middle + flat(third) == epochs[0]
     second.sampler.set_epoch(1)  # the next epoch, as Lightning begins it
     assert flat(second) == epochs[1]
+
+
+def test_a_lightning_trainer_resumed_mid_epoch_sees_each_position_once(tmp_path):
+    lightning = pytest.importorskip("lightning")
+
+    class Recorder(lightning.LightningModule):
+        def __init__(self) -> None:
+            super().__init__()
+            self.weight = torch.nn.Parameter(torch.zeros(1))
+            self.epochs: list[list[int]] = []
+
+        def training_step(self, batch: torch.Tensor, index: int) -> torch.Tensor:
+            while len(self.epochs) <= self.current_epoch:
+                self.epochs.append([])
+            self.epochs[self.current_epoch].extend(batch.tolist())
+            return ((self.weight - batch.float()) ** 2).mean()
+
+        def configure_optimizers(self) -> torch.optim.Optimizer:
+            return torch.optim.SGD(self.parameters(), lr=0.01)
+
+    def fit(model: Recorder, **options: object) -> None:
+        path = options.pop("ckpt_path", None)
+        trainer = lightning.Trainer(
+            accelerator="cpu", devices=1, logger=False, enable_progress_bar=False,
+            enable_model_summary=False, default_root_dir=tmp_path, **options,
+        )  # fmt: skip
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # Lightning's advice on workers and logging
+            trainer.fit(model, train_dataloaders=stateful_loader(0), ckpt_path=path)
+
+    whole, first, second = Recorder(), Recorder(), Recorder()
+    fit(whole, max_epochs=2, enable_checkpointing=False)
+    every = lightning.pytorch.callbacks.ModelCheckpoint(
+        dirpath=tmp_path / "ckpt", every_n_train_steps=3, save_top_k=-1
+    )
+    fit(first, max_steps=3, callbacks=[every])
+    (saved,) = (tmp_path / "ckpt").glob("*.ckpt")
+    fit(second, max_epochs=2, enable_checkpointing=False, ckpt_path=str(saved))
+    assert whole.epochs == [sampler_epoch_on(1, 0, 0), sampler_epoch_on(1, 0, 1)]
+    assert first.epochs[0] + second.epochs[0] == whole.epochs[0]
+    assert second.epochs[1] == whole.epochs[1]
 
 
 def test_a_loop_calling_set_epoch_every_epoch_resumes_a_loaded_state():
