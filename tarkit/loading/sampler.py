@@ -177,7 +177,7 @@ class BlockSampler(Sampler[int]):
 
     @property
     def epoch(self) -> int:
-        """The epoch of the pass under way or last begun; before any, the next one's."""
+        """The epoch of the last iterator's pass; before any, the next one's."""
         if self._current is not None:
             return self._current.epoch
         assert self._next is not None
@@ -187,13 +187,14 @@ class BlockSampler(Sampler[int]):
         """Where this rank stands in its epoch, as a small dict of JSON types (a few
         kilobytes at most).
 
-        It describes the pass under way (or the last one begun, which may have ended:
-        restoring it then gives an empty pass, and the pass after it the next epoch, as
-        torchdata's StatefulDataLoader expects), or a pass pinned by :meth:`set_epoch` or
-        :meth:`load_state_dict` and not begun yet. ``set_epoch`` with the epoch of the pass
-        under way leaves that pass in the state: Lightning calls it after its DataLoader
-        has begun the pass. A plain DataLoader's workers prefetch indices: the state counts
-        every index drawn, so take it through a StatefulDataLoader, which accounts for them.
+        It describes the pass of the last iterator (which may have ended: restoring it
+        then gives an empty pass, and the pass after it the next epoch, as torchdata's
+        StatefulDataLoader expects), or the pass :meth:`set_epoch` or
+        :meth:`load_state_dict` pinned for the next one. ``set_epoch`` with the epoch of a
+        pass already under way leaves that pass in the state: Lightning calls it after its
+        DataLoader's workers have begun the pass. A plain DataLoader's workers prefetch
+        indices and the state counts every index drawn: take it through a
+        StatefulDataLoader, which accounts for them.
         """
         pending, current = self._next, self._current
         if pending is not None and (
@@ -217,7 +218,8 @@ class BlockSampler(Sampler[int]):
         ).to_json()  # fmt: skip
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
-        """Make the next ``iter()`` resume the pass of ``state`` (:meth:`state_dict`).
+        """Make the next iteration (or an iterator made and not read yet) resume the pass
+        of ``state`` (:meth:`state_dict`).
 
         On the same number of ranks and ``drop_last``, each rank goes on where the ranks
         stood (in step: each had delivered the state's count, up to its length), exactly as
