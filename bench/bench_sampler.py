@@ -15,7 +15,8 @@ next to a full random permutation, a 1,000-sample shuffle buffer over the positi
 order, and the same buffer over shards in shuffled order (what ``tarkit.loader`` does
 with ``shuffle=1000``). Then the cost: indices a second through the iterator, time to the
 first index and the memory added over 10^8 positions (100,000 shards) in a fresh process, and
-the state's size. Run alone with ``python bench/bench_sampler.py [--quick]``.
+the state's size, next to RandomSampler over a tenth of that (it holds the whole
+permutation as Python integers). Run alone with ``python bench/bench_sampler.py [--quick]``.
 """
 
 from __future__ import annotations
@@ -61,6 +62,22 @@ for _ in range(1_000_000):
 rate = 1_000_000 / (time.perf_counter() - start)
 print(json.dumps({"first": first, "rate": rate, "memory": resident() - before,
                   "state": len(json.dumps(sampler.state_dict()))}))
+"""
+
+
+RANDOM = """
+import json, time
+from torch.utils.data import RandomSampler
+
+def resident():
+    with open("/proc/self/statm") as f:
+        return int(f.read().split()[1]) * 4096 / 2**20
+
+before = resident()
+start = time.perf_counter()
+iterator = iter(RandomSampler(range(10_000_000)))
+next(iterator)
+print(json.dumps({"first": time.perf_counter() - start, "memory": resident() - before}))
 """
 
 
@@ -128,10 +145,10 @@ def quality(order: list[int], total: int) -> tuple[float, float, float, float]:
     return float(per_batch), float(spread), float(moved), float(open_shards)
 
 
-def cost() -> dict[str, float]:
-    """The 10^8-position figures, from a fresh process."""
+def cost(script: str) -> dict[str, float]:
+    """The figures ``script`` prints, from a fresh process."""
     out = subprocess.run(
-        [sys.executable, "-c", LARGE], capture_output=True, text=True, check=True, timeout=600
+        [sys.executable, "-c", script], capture_output=True, text=True, check=True, timeout=600
     )
     return json.loads(out.stdout)
 
@@ -151,7 +168,7 @@ def run(workdir: Path, quick: bool) -> str:
         lines.append(
             f"| {name} | {per_batch:.1f} | {spread:.3f} | {moved:.3f} | {open_shards:.1f} |"
         )
-    figures = cost()
+    figures, peer = cost(LARGE), cost(RANDOM)
     lines += [
         "",
         "### Cost over 10^8 positions (100,000 shards of 1,000; rank 7 of 8)",
@@ -162,6 +179,9 @@ def run(workdir: Path, quick: bool) -> str:
         f"| indices a second through the iterator | {figures['rate'] / 1e6:.2f} M |",
         f"| memory added (resident, after 10^6 indices) | {figures['memory']:.0f} MB |",
         f"| state size | {figures['state']:.0f} bytes |",
+        f"| `RandomSampler` over 10^7 (a tenth): time to the first index | "
+        f"{peer['first'] * 1000:.0f} ms |",
+        f"| `RandomSampler` over 10^7: memory added | {peer['memory']:.0f} MB |",
     ]
     return "\n".join(lines) + "\n"
 
