@@ -26,6 +26,7 @@ __version__ = "0.1.0"
 
 # Imported on first use, so ``import tarkit`` does not load torch and the tools start fast.
 _LAZY = {
+    "BlockSampler": "loading.sampler",
     "ShardDataset": "loading.dataset",
     "ShardLoader": "loading.loader",
     "loader": "loading.loader",
@@ -44,6 +45,7 @@ def __getattr__(name: str) -> object:
 
 
 __all__ = [
+    "BlockSampler",
     "CompressionError",
     "HeaderError",
     "InputError",

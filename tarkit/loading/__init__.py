@@ -2,10 +2,12 @@
 
 :class:`ShardDataset` gives every sample exactly once per epoch over ranks and DataLoader
 workers; :func:`loader` is a DataLoader over it that batches inside the workers.
+:class:`BlockSampler` samples map-style datasets in shuffled blocks, exactly once per epoch.
 """
 
 from .dataset import ShardDataset
 from .loader import ShardLoader, loader
+from .sampler import BlockSampler
 from .skips import SkipCounts
 
-__all__ = ["ShardDataset", "ShardLoader", "SkipCounts", "loader"]
+__all__ = ["BlockSampler", "ShardDataset", "ShardLoader", "SkipCounts", "loader"]
