@@ -2,7 +2,7 @@
 
 Only what opening a dataset reads is made (the shards and their indexes need not exist):
 a version 2 manifest with its columns file, and a version 1 manifest of the same shards
-(~170 MB of JSON, laid out as tarkit writes it), in a second or two. Shard ``i`` is
+(162 MB of JSON, laid out as tarkit writes it), in a second or two. Shard ``i`` is
 ``train-%06d.tar``, with 1,000 samples, a size and a SHA-256 made from ``i``.
 
 :func:`measure_open` reads one of them in a fresh interpreter and reports the time and
@@ -17,6 +17,7 @@ import os
 import subprocess
 import sys
 from array import array
+from collections.abc import Iterator
 from pathlib import Path
 
 from tarkit.format.columns import columns_bytes
@@ -24,41 +25,62 @@ from tarkit.format.columns import columns_bytes
 SHARDS = 1_000_000
 SAMPLES = 1_000
 PATTERN = "train-%06d.tar"
+BLOCK = 1000  # shards made at a time: a block's text is made once and renumbered
 ROOT = Path(__file__).resolve().parent.parent
 
 
 def shard_bytes(i: int) -> int:
-    return 100_000_000 + (i % 1000) * 512
+    """The size of synthetic shard ``i``."""
+    return 100_000_000 + (i % BLOCK) * 512
 
 
 def shard_sha256(i: int) -> str:
-    return f"{i * 0x9E3779B97F4A7C15 % (1 << 256):064x}"
+    """The (made-up, never zero) SHA-256 of synthetic shard ``i``, in hex."""
+    return "%06x" % (i // BLOCK + 1) + "%04x" % (i % BLOCK) * 14 + "ab"
+
+
+def _blocks(template: str, shards: int) -> Iterator[str]:
+    """``template`` (a block of entries for shards 0…999, their block number written
+    @@@@@@ in the name and ###### in the digest) for each block of ``shards``."""
+    for block in range(shards // BLOCK):
+        yield template.replace("@@@@@@", "%03d" % block).replace("######", "%06x" % (block + 1))
+
+
+def _template(entry: str, separator: str, samples: int) -> str:
+    return separator.join(
+        entry % (f"@@@@@@{i:03d}", samples, shard_bytes(i), "######" + shard_sha256(i)[6:])
+        for i in range(BLOCK)
+    )
 
 
 def write_v1(path: Path, shards: int = SHARDS, samples: int = SAMPLES) -> Path:
-    """A version 1 manifest of ``shards`` shards, as ``Manifest.dumps`` lays it out."""
-    total = sum(shard_bytes(i) for i in range(shards))
-    entry = '  {\n   "url": "%s",\n   "samples": %d,\n   "bytes": %d,\n   "sha256": "%s"\n  }'
+    """A version 1 manifest of ``shards`` shards (a multiple of 1,000, up to 10⁶), laid
+    out as ``Manifest.dumps`` writes it."""
+    assert shards % BLOCK == 0 and shards <= BLOCK * BLOCK
+    entry = (
+        '  {\n   "url": "train-%s.tar",\n   "samples": %d,\n   "bytes": %d,\n   "sha256": "%s"\n  }'
+    )
+    total = sum(shard_bytes(i) for i in range(BLOCK)) * (shards // BLOCK)
     with open(path, "w", encoding="utf-8") as out:
         out.write(
             '{\n "format": "tarkit-manifest",\n "version": 1,\n'
             f' "samples": {shards * samples},\n "bytes": {total},\n "shards": [\n'
         )
-        for start in range(0, shards, 10_000):
-            stop = min(start + 10_000, shards)
-            out.write(",\n".join(
-                entry % (PATTERN % i, samples, shard_bytes(i), shard_sha256(i))
-                for i in range(start, stop)
-            ))  # fmt: skip
-            out.write(",\n" if stop < shards else "\n")
-        out.write(" ]\n}\n")
+        blocks = _blocks(_template(entry, ",\n", samples), shards)
+        out.write(next(blocks))
+        for block in blocks:
+            out.write(",\n")
+            out.write(block)
+        out.write("\n ]\n}\n")
     return path
 
 
 def write_v2(path: Path, shards: int = SHARDS, samples: int = SAMPLES) -> Path:
     """A version 2 manifest of the same shards, and its columns file beside it."""
-    sizes = array("q", map(shard_bytes, range(shards)))
-    digests = b"".join(bytes.fromhex(shard_sha256(i)) for i in range(shards))
+    assert shards % BLOCK == 0 and shards <= BLOCK * BLOCK
+    sizes = array("q", map(shard_bytes, range(BLOCK))) * (shards // BLOCK)
+    hex_block = "".join("######" + shard_sha256(i)[6:] for i in range(BLOCK))
+    digests = b"".join(map(bytes.fromhex, _blocks(hex_block, shards)))
     columns = path.with_suffix(".columns")
     columns.write_bytes(columns_bytes(array("q", [samples]) * shards, sizes, digests))
     document = {
@@ -71,12 +93,15 @@ def write_v2(path: Path, shards: int = SHARDS, samples: int = SAMPLES) -> Path:
 
 
 _MEASURE = """
-import json, mmap, resource, sys, time
+import json, mmap, sys, time
 from pathlib import Path
 from tarkit.format.manifest_reader import read_table
 
-def rss():
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+def peak_rss():
+    # VmHWM: this process's peak resident memory (ru_maxrss would carry over the
+    # parent's through fork and exec), reset to the present by clear_refs.
+    with open("/proc/self/status") as status:
+        return 1024 * int(next(l for l in status if l.startswith("VmHWM")).split()[1])
 
 manifest = Path(sys.argv[1])
 maps = []
@@ -86,13 +111,15 @@ def columns(name):
         maps.append(mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ))
     return maps[-1]
 
-before = rss()
-start = time.perf_counter()
+with open("/proc/self/clear_refs", "w") as clear:
+    clear.write("5")
+before = peak_rss()
+start, cpu = time.perf_counter(), time.process_time()
 with open(manifest, "rb") as stream:
     table = read_table(stream, str(manifest), columns)
-seconds = time.perf_counter() - start
-peak = rss() - before
-print(json.dumps({"seconds": seconds, "peak": peak, "shards": len(table),
+seconds, cpu = time.perf_counter() - start, time.process_time() - cpu
+peak = peak_rss() - before
+print(json.dumps({"seconds": seconds, "cpu": cpu, "peak": peak, "shards": len(table),
                   "samples": table.samples, "last": table.name(len(table) - 1),
                   "pattern": table.names.pattern, "locate": table.locate(table.samples - 1)}))
 """
@@ -100,7 +127,8 @@ print(json.dumps({"seconds": seconds, "peak": peak, "shards": len(table),
 
 def measure_open(manifest: Path, timeout: float = 120) -> dict[str, object]:
     """Read ``manifest`` into a ShardTable in a fresh interpreter (columns memory-mapped):
-    ``seconds``, ``peak`` (bytes of peak RSS above the interpreter with tarkit imported),
+    ``seconds`` (wall clock) and ``cpu`` (processor time), ``peak`` (bytes of peak RSS above the interpreter with tarkit imported:
+    Linux's VmHWM),
     ``shards``, ``samples``, the ``last`` shard's name, the names' ``pattern`` and where
     the last sample lies (``locate``)."""
     env = {

@@ -187,6 +187,8 @@ class ShardIndex:
 
     def keys(self) -> list[str]:
         """Every key, in sample order."""
+        if not self.samples:
+            return []
         starts = numbers(self._table(), "I", 3, 4)
         blob = bytes(self._view[self._keys_at :])
         stops = [*starts[1:], len(blob)]

@@ -16,8 +16,7 @@ import json
 import re
 from array import array
 from collections.abc import Callable
-from itertools import repeat
-from operator import contains, itemgetter, methodcaller
+from operator import itemgetter, methodcaller
 from typing import Any, BinaryIO
 
 from ..errors import InputError
@@ -33,7 +32,7 @@ _CUT_TRIES = 4  # a "}," inside a string fails to parse: try an earlier one, the
 _DECODER = json.JSONDecoder()
 _NO_DIGEST = "0" * 64
 _URL, _SAMPLES, _BYTES = itemgetter("url"), itemgetter("samples"), itemgetter("bytes")
-_SHA256 = methodcaller("get", "sha256", _NO_DIGEST)
+_SHA256, _SHA256_OR_NONE = itemgetter("sha256"), methodcaller("get", "sha256")
 
 
 def read_table(
@@ -146,27 +145,29 @@ class _V1Columns:
         first = len(self.samples)
         try:
             urls = list(map(_URL, entries))
-            samples = array("q", map(_SAMPLES, entries))
-            sizes = array("q", map(_BYTES, entries))
-            digests = list(map(_SHA256, entries))
+            samples = list(map(_SAMPLES, entries))
+            sizes = list(map(_BYTES, entries))
+            try:  # every entry with a sha256 (the common case)
+                digests = list(map(_SHA256, entries))
+                others = max(map(len, entries)) > 4
+            except KeyError:
+                digests = list(map(_SHA256_OR_NONE, entries))
+                others = True
             if None in digests or "" in digests:
                 digests = [digest or _NO_DIGEST for digest in digests]
-            if entries and (min(samples) < 0 or min(sizes) < 0 or {*map(len, digests)} != {64}):
+            if min(samples) < 0 or min(sizes) < 0 or {*map(len, digests)} != {64}:
                 raise ValueError
             binary = bytes.fromhex("".join(digests))
             if len(binary) != 32 * len(entries):
                 raise ValueError
             self.names.extend(urls)
+            self.samples += array("q", samples)
+            self.sizes += array("q", sizes)
         except (KeyError, TypeError, AttributeError, ValueError, OverflowError):
             bad = next((i for i, entry in enumerate(entries) if not _entry_ok(entry)), 0)
             raise InputError(f"malformed shard entry {first + bad}", source=self.source) from None
-        self.samples += samples
-        self.sizes += sizes
         self.sha256 += binary
-        # Entries with more than url, samples, bytes and sha256 are looked at one by one
-        # for keys and offsets: counted in C, as a million entries have none.
-        known = 3 * len(entries) + sum(map(contains, entries, repeat("sha256")))
-        if sum(map(len, entries)) != known:
+        if others:  # looked at one by one only when some entry has more fields
             for i, entry in enumerate(entries):
                 if "keys" in entry or "offsets" in entry:
                     self.extras[first + i] = (entry.get("keys"), entry.get("offsets"))

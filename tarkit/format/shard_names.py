@@ -144,8 +144,9 @@ class NamesBuilder:
         self._blob: bytearray | None = None
         self._ends = array("q")
 
-    def extend(self, names: list[str]) -> None:
+    def extend(self, names: Sequence[str]) -> None:
         """Add the next ``names`` (strings; TypeError for anything else)."""
+        names = list(names)
         if self._pattern is None and self._blob is None:
             names = self._pending + names
             if len(names) < 2:
