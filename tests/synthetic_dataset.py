@@ -36,14 +36,14 @@ def shard_bytes(i: int) -> int:
 
 def shard_sha256(i: int) -> str:
     """The (made-up, never zero) SHA-256 of synthetic shard ``i``, in hex."""
-    return "%06x" % (i // BLOCK + 1) + "%04x" % (i % BLOCK) * 14 + "ab"
+    return f"{i // BLOCK + 1:06x}" + f"{i % BLOCK:04x}" * 14 + "ab"
 
 
 def _blocks(template: str, shards: int) -> Iterator[str]:
     """``template`` (a block of entries for shards 0…999, their block number written
     @@@@@@ in the name and ###### in the digest) for each block of ``shards``."""
     for block in range(shards // BLOCK):
-        yield template.replace("@@@@@@", "%03d" % block).replace("######", "%06x" % (block + 1))
+        yield template.replace("@@@@@@", f"{block:03d}").replace("######", f"{block + 1:06x}")
 
 
 def _template(entry: str, separator: str, samples: int) -> str:
@@ -95,7 +95,9 @@ def write_v2(path: Path, shards: int = SHARDS, samples: int = SAMPLES) -> Path:
 _MEASURE = """
 import json, mmap, sys, time
 from pathlib import Path
+from tarkit.format.manifest import parse
 from tarkit.format.manifest_reader import read_table
+from tarkit.format.shard_table import ShardTable
 
 def peak_rss():
     # VmHWM: this process's peak resident memory (ru_maxrss would carry over the
@@ -103,7 +105,7 @@ def peak_rss():
     with open("/proc/self/status") as status:
         return 1024 * int(next(l for l in status if l.startswith("VmHWM")).split()[1])
 
-manifest = Path(sys.argv[1])
+manifest, how = Path(sys.argv[1]), sys.argv[2]
 maps = []
 
 def columns(name):
@@ -116,27 +118,33 @@ with open("/proc/self/clear_refs", "w") as clear:
 before = peak_rss()
 start, cpu = time.perf_counter(), time.process_time()
 with open(manifest, "rb") as stream:
-    table = read_table(stream, str(manifest), columns)
+    if how == "table":
+        table = read_table(stream, str(manifest), columns)
+    else:  # version 1 as read before: the whole text, an object per shard
+        shards = parse(stream.read().decode("utf-8"), str(manifest)).shards
 seconds, cpu = time.perf_counter() - start, time.process_time() - cpu
 peak = peak_rss() - before
+if how != "table":
+    table = ShardTable.from_infos(shards)
 print(json.dumps({"seconds": seconds, "cpu": cpu, "peak": peak, "shards": len(table),
                   "samples": table.samples, "last": table.name(len(table) - 1),
                   "pattern": table.names.pattern, "locate": table.locate(table.samples - 1)}))
 """
 
 
-def measure_open(manifest: Path, timeout: float = 120) -> dict[str, object]:
-    """Read ``manifest`` into a ShardTable in a fresh interpreter (columns memory-mapped):
-    ``seconds`` (wall clock) and ``cpu`` (processor time), ``peak`` (bytes of peak RSS above the interpreter with tarkit imported:
-    Linux's VmHWM),
-    ``shards``, ``samples``, the ``last`` shard's name, the names' ``pattern`` and where
-    the last sample lies (``locate``)."""
+def measure_open(manifest: Path, how: str = "table", timeout: float = 120) -> dict[str, object]:
+    """Read ``manifest`` in a fresh interpreter: into a ShardTable (``how="table"``,
+    columns memory-mapped), or with version 1's :func:`~tarkit.format.manifest.parse`
+    (``how="parse"``, the way before version 2). Gives ``seconds`` (wall clock), ``cpu``
+    (processor time), ``peak`` (bytes of peak memory above the interpreter with tarkit
+    imported: Linux's VmHWM), ``shards``, ``samples``, the ``last`` shard's name, the
+    names' ``pattern`` and where the last sample lies (``locate``)."""
     env = {
         **os.environ,
         "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]),
     }
     result = subprocess.run(
-        [sys.executable, "-c", _MEASURE, str(manifest)],
+        [sys.executable, "-c", _MEASURE, str(manifest), how],
         capture_output=True, text=True, timeout=timeout, env=env, check=True,
     )  # fmt: skip
     figures: dict[str, object] = json.loads(result.stdout)

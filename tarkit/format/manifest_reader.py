@@ -153,9 +153,11 @@ class _V1Columns:
             except KeyError:
                 digests = list(map(_SHA256_OR_NONE, entries))
                 others = True
-            if None in digests or "" in digests:
+            if None in digests or {*map(len, digests)} != {64}:  # unknown ones, or malformed
                 digests = [digest or _NO_DIGEST for digest in digests]
-            if min(samples) < 0 or min(sizes) < 0 or {*map(len, digests)} != {64}:
+                if {*map(len, digests)} != {64}:
+                    raise ValueError
+            if min(samples) < 0 or min(sizes) < 0:
                 raise ValueError
             binary = bytes.fromhex("".join(digests))
             if len(binary) != 32 * len(entries):

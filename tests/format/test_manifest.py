@@ -185,6 +185,18 @@ def test_version_2_is_written_deterministically_as_documented() -> None:
     assert columns_name("data/train.json") == "train.columns"
 
 
+def test_a_version_1_digest_that_is_null_or_absent_is_not_known() -> None:
+    text = manifest_text(
+        shards=[
+            {"url": "a.tar", "samples": 1, "bytes": 512, "sha256": None},
+            {"url": "b.tar", "samples": 1, "bytes": 512},
+            {"url": "c.tar", "samples": 1, "bytes": 512, "sha256": "ab" * 32},
+        ]
+    )
+    table = read_table(io.BytesIO(text), "m.json")
+    assert [table.shard_sha256(i) for i in range(3)] == [None, None, "ab" * 32]
+
+
 def test_keys_and_offsets_of_version_1_entries_are_kept_per_shard() -> None:
     shards = infos(3)
     shards[1].keys, shards[1].offsets = ["a", "b"], [0, 1024]
