@@ -226,6 +226,10 @@ class ShardIndex:
         """Release the view of the data."""
         self._view.release()
 
+    def __reduce__(self) -> tuple[object, ...]:
+        # Into another process with bytes of its own (a memory map does not pickle).
+        return ShardIndex, (self._view.tobytes(), self.source)
+
     def _table(self) -> memoryview:
         return self._view[HEADER_SIZE : self._keys_at]
 

@@ -5,6 +5,7 @@ is caught from the bytes read, never read as another sample."""
 from __future__ import annotations
 
 import io
+import pickle
 import struct
 import subprocess
 from pathlib import Path
@@ -319,7 +320,7 @@ def test_an_index_of_another_version_is_a_usage_error_naming_it() -> None:
     assert "index it again with tarindex" in str(info.value)
 
 
-def test_an_index_read_from_a_memory_map_is_checked_and_read_alike(tmp_path: Path) -> None:
+def test_an_index_read_from_a_memory_map_reads_alike_and_pickles(tmp_path: Path) -> None:
     import mmap
 
     path = tmp_path / "x.idx"
@@ -328,4 +329,6 @@ def test_an_index_read_from_a_memory_map_is_checked_and_read_alike(tmp_path: Pat
         index = ShardIndex(mapped, str(path))
         assert [index.key(i) for i in range(3)] == ["a", "bb", "c"]
         assert index.entry(1) == IndexEntry(1, "bb", 1024, 2048, 1)
+        copy = pickle.loads(pickle.dumps(index))  # into a DataLoader worker
         index.close()
+    assert copy.entry(2) == IndexEntry(2, "c", 2048, 3072, 2) and copy.source == str(path)
