@@ -1,7 +1,8 @@
 """The dataset manifest: which shards a dataset has, how many samples, and their bytes.
 
-One JSON format, written by ``tarsplit --manifest``, ``tarindex``, ``ShardWriter`` and
-``shard_dataset``, and read by the loader for ``len()`` and exact splitting::
+Version 1 is one JSON document, written by ``tarsplit --manifest``, ``tarindex``,
+``ShardWriter`` and ``shard_dataset``, and read by the loader for ``len()`` and exact
+splitting::
 
     {
       "format": "tarkit-manifest",
@@ -19,6 +20,25 @@ it, else a path or URL as given (:func:`tarkit.storage.relative_url`). ``keys`` 
 first header block in the uncompressed tar stream) are present only when indexed with
 offsets. Output is deterministic: the same shards give the same manifest bytes.
 
+Version 2 stays small at a million shards: the JSON holds the dataset-level part, the
+shard names as a pattern (or a list), the name of a binary columns file beside it
+(samples, bytes and SHA-256 of each shard: :mod:`.columns`) and the pattern of the shards'
+index files (:mod:`.index`)::
+
+    {
+     "format": "tarkit-manifest",
+     "version": 2,
+     "samples": 1000000000,
+     "bytes": 100000000000000,
+     "shards": 1000000,
+     "names": {"pattern": "train-%06d.tar", "first": 0},
+     "columns": "manifest.columns",
+     "index": "train-%06d.tar.idx"
+    }
+
+:func:`dumps_v2` writes it from a :class:`~tarkit.format.shard_table.ShardTable`;
+:func:`~tarkit.format.manifest_reader.read_table` reads either version into one.
+
 This module is the format only (no I/O): :mod:`tarkit.storage.manifests` reads and
 writes manifests at their locations.
 """
@@ -27,14 +47,20 @@ from __future__ import annotations
 
 import builtins
 import json
+import posixpath
 import re
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
 
 from ..errors import InputError
+
+if TYPE_CHECKING:
+    from .shard_table import ShardTable
 
 FORMAT = "tarkit-manifest"
 _SURROGATE = re.compile("[\ud800-\udfff]")
 VERSION = 1
+VERSION_2 = 2
 
 
 @dataclass
@@ -94,8 +120,7 @@ class Manifest:
         >>> '"caf\\udce9.tar"' in text, parse(text).shards[0].url == "caf\udce9.tar"
         (True, True)
         """
-        text = json.dumps(self.to_json(), indent=1, ensure_ascii=False) + "\n"
-        return _SURROGATE.sub(lambda m: f"\\u{ord(m.group()):04x}", text)
+        return _json_text(self.to_json())
 
     def to_bytes(self) -> builtins.bytes:
         """The manifest as UTF-8 JSON: what every writer of a manifest writes."""
@@ -131,3 +156,40 @@ def parse(text: str, location: str | None = None) -> Manifest:
         except (KeyError, TypeError, ValueError):
             raise InputError(f"malformed shard entry {i}", source=name) from None
     return Manifest(shards, location)
+
+
+def dumps_v2(table: ShardTable, columns: str) -> tuple[builtins.bytes, builtins.bytes]:
+    """Manifest version 2 of ``table``: its JSON (UTF-8) naming the columns file
+    ``columns`` (relative to the manifest, see :func:`columns_name`), and that file's
+    bytes. Deterministic: the same table gives the same bytes.
+    """
+    document: dict[str, object] = {
+        "format": FORMAT,
+        "version": VERSION_2,
+        "samples": table.samples,
+        "bytes": table.bytes,
+        "shards": len(table),
+        "names": table.names.to_json(),
+        "columns": columns,
+    }
+    if table.index is not None:
+        document["index"] = table.index
+    return _json_text(document).encode("utf-8"), table.columns()
+
+
+def columns_name(manifest: str) -> str:
+    """The name of the columns file of the manifest at path or URL ``manifest``, relative
+    to it: its file name with ``.columns`` for ``.json``.
+
+    >>> columns_name("data/manifest.json"), columns_name("s3://b/train.manifest")
+    ('manifest.columns', 'train.manifest.columns')
+    """
+    base = posixpath.basename(manifest) or "manifest.json"
+    return base.removesuffix(".json") + ".columns"
+
+
+def _json_text(document: Any) -> str:
+    """``document`` as manifest JSON text: one space of indent, lone surrogates (names
+    that are not UTF-8, read with ``surrogateescape``) as ``\\udcXX`` escapes."""
+    text = json.dumps(document, indent=1, ensure_ascii=False) + "\n"
+    return _SURROGATE.sub(lambda m: f"\\u{ord(m.group()):04x}", text)

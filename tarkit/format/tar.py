@@ -320,6 +320,7 @@ def read_members(
     ignore_zeros: bool = False,
     allow_empty: bool = False,
     chunk_size: int = 4 << 20,
+    start: int = 0,
 ) -> MemberReader:
     """Yield the members of the tar stream ``stream``, strictly, reading forward only.
 
@@ -332,8 +333,10 @@ def read_members(
     (4 MiB: a run of small members that long goes out in one write). Given to
     :func:`~tarkit.format.samples.group_samples` before it is started, the reader groups
     samples as it reads (in the compiled scanner, when it runs: :mod:`.scanner`).
+    ``start`` is the archive offset of the stream's first byte, for a stream that begins
+    at a member inside an archive (one sample read by its index): offsets count from it.
     """
-    return MemberReader(stream, source, ignore_zeros, allow_empty, chunk_size)
+    return MemberReader(stream, source, ignore_zeros, allow_empty, chunk_size, start)
 
 
 class MemberReader:
@@ -341,21 +344,23 @@ class MemberReader:
 
     Iterating it runs the reader; :meth:`grouped` runs it for
     :func:`~tarkit.format.samples.group_samples` instead, with the grouping ``state`` the
-    compiled scanner keeps up to date.
+    compiled scanner keeps up to date. :attr:`end` is the offset where the end-of-archive
+    marker begins (with ``ignore_zeros``, the last run of zero blocks), once read.
     """
 
-    __slots__ = ("_args", "_items")
+    __slots__ = ("_args", "_items", "end")
 
     def __init__(
         self, stream: BinaryIO, source: str, ignore_zeros: bool, allow_empty: bool,
-        chunk_size: int,
+        chunk_size: int, start: int = 0,
     ) -> None:  # fmt: skip
-        self._args = (stream, source, ignore_zeros, allow_empty, chunk_size)
+        self._args = (stream, source, ignore_zeros, allow_empty, chunk_size, start)
         self._items: Iterator[Any] | None = None
+        self.end: int | None = None
 
     def __iter__(self) -> Iterator[Member]:
         if self._items is None:
-            self._items = _read(*self._args, None)
+            self._items = _read(*self._args, None, self)
         return self._items
 
     def __next__(self) -> Member:
@@ -367,7 +372,7 @@ class MemberReader:
         groups the members)."""
         if self._items is not None or scanner.compiled is None:
             return None
-        self._items = _read(*self._args, state)
+        self._items = _read(*self._args, state, self)
         return self._items
 
     def close(self) -> None:
@@ -384,14 +389,18 @@ def _read(
     ignore_zeros: bool,
     allow_empty: bool,
     chunk_size: int,
+    start: int,
     state: Any,
+    reader: MemberReader,
 ) -> Iterator[Any]:
     """The reader: members; with a grouping ``state``, finished samples from the scanner
-    too (for ``group_samples``). Every header the scanner leaves is read here."""
+    too (for ``group_samples``). Every header the scanner leaves is read here; the
+    offset of the end-of-archive marker goes to ``reader.end``."""
     read = getattr(stream, "read1", None) or stream.read
     buf = b""
     pos = 0
-    base = 0  # stream offset of buf[0]
+    base = start  # stream offset of buf[0]
+    last_zero: int | None = None  # offset of the last zero block read
     carry: Carry | None = None  # read data after buf (_refill)
     ext: _Extensions | None = None
     adler32 = zlib.adler32
@@ -426,6 +435,9 @@ def _read(
                 raise HeaderError(
                     "extension header followed by a zero block", source=source, offset=offset
                 )
+            if last_zero is None or offset != last_zero + BLOCK:
+                reader.end = offset
+            last_zero = offset
             pos += BLOCK
             if len(buf) - pos < BLOCK:
                 base += pos

@@ -244,6 +244,34 @@ def test_data_after_the_end_marker_is_an_error_unless_ignore_zeros() -> None:
     assert [m.offset for m in read_all(GOOD + END + GOOD + END, ignore_zeros=True)] == [0, 2048]
 
 
+@pytest.mark.parametrize(
+    "archive, ignore_zeros, end",
+    [
+        (GOOD + END, False, 1024),
+        (GOOD + END + bytes(9216), False, 1024),
+        (GOOD + bytes(512), False, 1024),  # one zero block at the very end
+        (END, False, 0),
+        (GOOD + END + GOOD + END, True, 3072),  # the last run of zero blocks
+        (GOOD + bytes(512) + GOOD + END, True, 2560),
+    ],
+)
+def test_the_reader_says_where_the_end_of_archive_marker_begins(
+    archive: bytes, ignore_zeros: bool, end: int
+) -> None:
+    members = read_members(io.BytesIO(archive), ignore_zeros=ignore_zeros)
+    assert members.end is None
+    list(members)
+    assert members.end == end
+
+
+def test_a_stream_that_starts_inside_an_archive_gives_the_archive_offsets() -> None:
+    members = read_members(io.BytesIO(GOOD + GOOD + END), "x.tar", start=4096)
+    assert [m.offset for m in members] == [4096, 5120]
+    assert members.end == 6144
+    error = input_error(GOOD + GOOD[:700], start=4096)
+    assert isinstance(error, TruncatedError) and error.offset == 5120
+
+
 def test_a_lone_zero_block_followed_by_members_is_an_error() -> None:
     error = input_error(GOOD + bytes(512) + GOOD + END)
     assert isinstance(error, HeaderError)

@@ -1,0 +1,151 @@
+"""The synthetic billion-sample dataset: manifests of 1,000,000 shards × 1,000 samples.
+
+Only what opening a dataset reads is made (the shards and their indexes need not exist):
+a version 2 manifest with its columns file, and a version 1 manifest of the same shards
+(162 MB of JSON, laid out as tarkit writes it), in a second or two. Shard ``i`` is
+``train-%06d.tar``, with 1,000 samples, a size and a SHA-256 made from ``i``.
+
+:func:`measure_open` reads one of them in a fresh interpreter and reports the time and
+the peak memory it took above the interpreter with tarkit imported. Used by
+tests/format/test_manifest.py (the memory bound) and bench/bench_billion.py (the figures).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from array import array
+from collections.abc import Iterator
+from pathlib import Path
+
+from tarkit.format.columns import columns_bytes
+
+SHARDS = 1_000_000
+SAMPLES = 1_000
+PATTERN = "train-%06d.tar"
+BLOCK = 1000  # shards made at a time: a block's text is made once and renumbered
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def shard_bytes(i: int) -> int:
+    """The size of synthetic shard ``i``."""
+    return 100_000_000 + (i % BLOCK) * 512
+
+
+def shard_sha256(i: int) -> str:
+    """The (made-up, never zero) SHA-256 of synthetic shard ``i``, in hex."""
+    return f"{i // BLOCK + 1:06x}" + f"{i % BLOCK:04x}" * 14 + "ab"
+
+
+def _blocks(template: str, shards: int) -> Iterator[str]:
+    """``template`` (a block of entries for shards 0…999, their block number written
+    @@@@@@ in the name and ###### in the digest) for each block of ``shards``."""
+    for block in range(shards // BLOCK):
+        yield template.replace("@@@@@@", f"{block:03d}").replace("######", f"{block + 1:06x}")
+
+
+def _template(entry: str, separator: str, samples: int) -> str:
+    return separator.join(
+        entry % (f"@@@@@@{i:03d}", samples, shard_bytes(i), "######" + shard_sha256(i)[6:])
+        for i in range(BLOCK)
+    )
+
+
+def write_v1(path: Path, shards: int = SHARDS, samples: int = SAMPLES) -> Path:
+    """A version 1 manifest of ``shards`` shards (a multiple of 1,000, up to 10⁶), laid
+    out as ``Manifest.dumps`` writes it."""
+    assert shards % BLOCK == 0 and shards <= BLOCK * BLOCK
+    entry = (
+        '  {\n   "url": "train-%s.tar",\n   "samples": %d,\n   "bytes": %d,\n   "sha256": "%s"\n  }'
+    )
+    total = sum(shard_bytes(i) for i in range(BLOCK)) * (shards // BLOCK)
+    with open(path, "w", encoding="utf-8") as out:
+        out.write(
+            '{\n "format": "tarkit-manifest",\n "version": 1,\n'
+            f' "samples": {shards * samples},\n "bytes": {total},\n "shards": [\n'
+        )
+        blocks = _blocks(_template(entry, ",\n", samples), shards)
+        out.write(next(blocks))
+        for block in blocks:
+            out.write(",\n")
+            out.write(block)
+        out.write("\n ]\n}\n")
+    return path
+
+
+def write_v2(path: Path, shards: int = SHARDS, samples: int = SAMPLES) -> Path:
+    """A version 2 manifest of the same shards, and its columns file beside it."""
+    assert shards % BLOCK == 0 and shards <= BLOCK * BLOCK
+    sizes = array("q", map(shard_bytes, range(BLOCK))) * (shards // BLOCK)
+    hex_block = "".join("######" + shard_sha256(i)[6:] for i in range(BLOCK))
+    digests = b"".join(map(bytes.fromhex, _blocks(hex_block, shards)))
+    columns = path.with_suffix(".columns")
+    columns.write_bytes(columns_bytes(array("q", [samples]) * shards, sizes, digests))
+    document = {
+        "format": "tarkit-manifest", "version": 2, "samples": shards * samples,
+        "bytes": sum(sizes), "shards": shards, "names": {"pattern": PATTERN, "first": 0},
+        "columns": columns.name, "index": PATTERN + ".idx",
+    }  # fmt: skip
+    path.write_text(json.dumps(document, indent=1) + "\n")
+    return path
+
+
+_MEASURE = """
+import json, mmap, sys, time
+from pathlib import Path
+from tarkit.format.manifest import parse
+from tarkit.format.manifest_reader import read_table
+from tarkit.format.shard_table import ShardTable
+
+def peak_rss():
+    # VmHWM: this process's peak resident memory (ru_maxrss would carry over the
+    # parent's through fork and exec), reset to the present by clear_refs.
+    with open("/proc/self/status") as status:
+        return 1024 * int(next(l for l in status if l.startswith("VmHWM")).split()[1])
+
+manifest, how = Path(sys.argv[1]), sys.argv[2]
+maps = []
+
+def columns(name):
+    with open(manifest.parent / name, "rb") as f:
+        maps.append(mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ))
+    return maps[-1]
+
+with open("/proc/self/clear_refs", "w") as clear:
+    clear.write("5")
+before = peak_rss()
+start, cpu = time.perf_counter(), time.process_time()
+with open(manifest, "rb") as stream:
+    if how == "table":
+        table = read_table(stream, str(manifest), columns)
+    else:  # version 1 as read before: the whole text, an object per shard
+        shards = parse(stream.read().decode("utf-8"), str(manifest)).shards
+seconds, cpu = time.perf_counter() - start, time.process_time() - cpu
+peak = peak_rss() - before
+if how != "table":
+    table = ShardTable.from_infos(shards)
+print(json.dumps({"seconds": seconds, "cpu": cpu, "peak": peak, "shards": len(table),
+                  "samples": table.samples, "last": table.name(len(table) - 1),
+                  "pattern": table.names.pattern, "locate": table.locate(table.samples - 1)}))
+"""
+
+
+def measure_open(manifest: Path, how: str = "table", timeout: float = 120) -> dict[str, object]:
+    """Read ``manifest`` in a fresh interpreter: into a ShardTable (``how="table"``,
+    columns memory-mapped), or with version 1's :func:`~tarkit.format.manifest.parse`
+    (``how="parse"``, the way before version 2). Gives ``seconds`` (wall clock), ``cpu``
+    (processor time), ``peak`` (bytes of peak memory above the interpreter with tarkit
+    imported: Linux's VmHWM), ``shards``, ``samples``, the ``last`` shard's name, the
+    names' ``pattern`` and where the last sample lies (``locate``)."""
+    env = {
+        **os.environ,
+        "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]),
+    }
+    result = subprocess.run(
+        [sys.executable, "-c", _MEASURE, str(manifest), how],
+        capture_output=True, text=True, timeout=timeout, env=env, check=True,
+    )  # fmt: skip
+    figures: dict[str, object] = json.loads(result.stdout)
+    return figures
