@@ -54,6 +54,16 @@ def run_shell(script: str, timeout: float = 120, **kw) -> subprocess.CompletedPr
     return result
 
 
+def slow_renames_env(seconds: float) -> dict[str, str]:
+    """The environment of a command whose renames of pending shards to their names each
+    take ``seconds`` more (``tests/slow_renames``): a commit slow enough to be interrupted."""
+    here = os.environ.get("PYTHONPATH", "").split(os.pathsep)
+    entries = [str(Path(__file__).parent / "slow_renames")]
+    entries += [os.path.abspath(entry) for entry in here if entry]
+    path = os.pathsep.join(entries)
+    return dict(os.environ, PYTHONPATH=path, SLOW_RENAMES=str(seconds))
+
+
 def make_tar(members: Iterable[tuple[str, bytes]]) -> bytes:
     """An archive of regular files, with tarkit's deterministic headers."""
     out = io.BytesIO()

@@ -6,11 +6,13 @@
 :mod:`~tarkit.storage.listing` lists, moves and removes the files already there,
 :mod:`~tarkit.storage.filesystems` is the one fsspec opener,
 :mod:`~tarkit.storage.manifests` reads and writes manifests,
+:mod:`~tarkit.storage.commit` commits a set of files whole through a journal,
 :mod:`~tarkit.storage.cache` caches remote shards on local disk, and
 :mod:`~tarkit.storage.retrying` (with :mod:`~tarkit.storage.http`) makes remote reads
 reconnect at the byte reached.
 """
 
+from .commit import Move, commit_files, finish_commit, journal_for, refuse_unfinished
 from .filesystems import ObjectInfo, StorageOptions, filesystem, object_info
 from .listing import files_below, is_directory, list_files, move_file, remove_file
 from .locations import (
@@ -57,6 +59,7 @@ __all__ = [
     "STDIO",
     "HashingReader",
     "Location",
+    "Move",
     "ObjectInfo",
     "Reconnection",
     "RetryPolicy",
@@ -65,13 +68,16 @@ __all__ = [
     "Source",
     "StagedFile",
     "StorageOptions",
+    "commit_files",
     "describe_exit",
     "display_name",
     "expand_inputs",
     "files_below",
     "filesystem",
+    "finish_commit",
     "is_directory",
     "is_remote",
+    "journal_for",
     "list_files",
     "load_manifest",
     "location",
@@ -83,6 +89,7 @@ __all__ = [
     "open_source_at",
     "publish",
     "read_bytes",
+    "refuse_unfinished",
     "relative_url",
     "remove_file",
     "remove_stale_temp",
