@@ -200,23 +200,38 @@ def _resolved(journal: str, named: object) -> str:
 
 
 def _apply(journal: str, entries: Journal, storage_options: StorageOptions | None) -> None:
-    """Steps 2–5 of the module docstring."""
+    """Steps 2–5 of the module docstring. Raises :class:`~tarkit.errors.OutputError` when
+    one fails (the journal stays, for the next run) or a file the commit needs is gone."""
+    try:
+        lost = _steps(journal, entries, storage_options)
+    except OutputError as exc:
+        raise OutputError(
+            f"{exc} (the commit of a new set stopped midway: the next run into these files, "
+            "with any mode, finishes it)"
+        ) from None
+    if lost is not None:
+        raise OutputError(
+            f"{lost.target}: cannot finish the commit of {journal}: neither the new file "
+            f"nor its staged copy {lost.source} is there; remove the journal and the files "
+            "by hand and write the set again"
+        )
+
+
+def _steps(journal: str, entries: Journal, storage_options: StorageOptions | None) -> Move | None:
+    """Do steps 2–5; stop at a move whose file is gone, and return it."""
     if entries.manifest is not None:
         remove_file(entries.manifest[0], storage_options)
     for move in entries.moves:
         if _size(move.source, storage_options) is not None:
             move_file(move.source, move.target, storage_options)
         elif _size(move.target, storage_options) != move.size:
-            raise OutputError(
-                f"{move.target}: cannot finish the commit of {journal}: neither the new "
-                f"file nor its staged copy {move.source} is there; remove the journal and "
-                "the files by hand and write the set again"
-            )
+            return move
     for url in entries.removals:
         remove_file(url, storage_options)
     if entries.manifest is not None:
         publish(entries.manifest[0], entries.manifest[1], storage_options)
     remove_file(journal, storage_options)
+    return None
 
 
 def _size(spec: str, storage_options: StorageOptions | None) -> int | None:

@@ -41,6 +41,7 @@ from ..format.manifest import Manifest, ShardInfo
 from ..storage import location, manifest_at, remove_file, save_manifest
 from .cluster_tasks import Encoded, EncodeTask, Slot, WriteTask, Written
 from .cuts import ShardCut
+from .finishing import put_in_place, run_post
 from .items import ItemEncoder, ItemFailure
 from .patterns import (
     CREATE,
@@ -54,7 +55,6 @@ from .patterns import (
 )
 from .rejects import Rejected, save_rejects
 from .shard_records import completed_ranges, plan_digest, record_path
-from .shard_writer import put_in_place, run_post
 
 TICK = 0.5  # seconds between progress reports while waiting
 PIECE_SECONDS = 1.0  # the work an encode task aims at

@@ -39,7 +39,6 @@ Guarantees, for ``tarsplit``, ``tarkit shard`` and library users alike:
 
 from __future__ import annotations
 
-import os
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any, TypeVar
@@ -50,19 +49,16 @@ from ..format.manifest import Manifest, ShardInfo
 from ..format.samples import Sample
 from ..format.tar import END_OF_ARCHIVE, default_mtime
 from ..storage import (
-    Move,
     Publishing,
     StagedFile,
     StorageOptions,
-    commit_files,
-    describe_exit,
-    journal_for,
     manifest_at,
     remove_file,
     remove_stale_temp,
     save_manifest,
 )
 from .cuts import ShardCut
+from .finishing import put_in_place, run_post
 from .kept import KeptShard, kept_shards, skip_kept
 from .patterns import (
     CREATE,
@@ -83,50 +79,6 @@ S = TypeVar("S", bound="Sample | Mapping[str, Any]")
 DEFAULT_PATTERN = "shard-%06d.tar"
 DEFAULT_MAXCOUNT = 100_000
 DEFAULT_MAXSIZE = 1 << 30  # 1G
-
-
-def run_post(post: str | Callable[[str], object], path: str) -> None:
-    """Run the post command for a finished shard; raise :class:`OutputError` if it fails.
-
-    A string is a bash command with every ``{}`` replaced by the shell-quoted path (the
-    path is also in ``TARKIT_SHARD``); a callable is called with the path.
-    """
-    if callable(post):
-        post(path)
-        return
-    import shlex
-    import subprocess
-
-    command = post.replace("{}", shlex.quote(path))
-    env = dict(os.environ, TARKIT_SHARD=path)
-    try:
-        status = subprocess.run(["bash", "-c", command], env=env).returncode
-    except OSError as exc:
-        raise OutputError(f"{path}: cannot run the post command: {exc.strerror}") from None
-    if status != 0:
-        raise OutputError(f"{path}: post command {describe_exit(status)}: {command}")
-
-
-def put_in_place(
-    pattern: str, pending: list[str], shards: list[ShardInfo], replaced: list[str],
-    manifest: str | None, post: str | Callable[[str], object] | None,
-    storage_options: StorageOptions | None,
-) -> None:  # fmt: skip
-    """``mode="overwrite"``, once the new set is complete: commit it whole through the
-    journal of ``pattern`` (:mod:`tarkit.storage.commit`): the ``pending`` files take the
-    names of ``shards``, the ``replaced`` files the new set does not reuse are removed
-    and the manifest of ``shards`` is published at ``manifest`` (when given), last; then
-    run ``post`` on each shard. A run stopped during the commit leaves its journal,
-    and the next run into ``pattern`` finishes it (:func:`.patterns.settle_earlier_run`).
-    """
-    moves = [
-        Move(name, shard.url, shard.bytes) for name, shard in zip(pending, shards, strict=True)
-    ]
-    made = None if manifest is None else (manifest, manifest_at(manifest, shards).to_bytes())
-    commit_files(journal_for(pattern), moves, replaced, made, storage_options)
-    if post is not None:
-        for shard in shards:
-            run_post(post, shard.url)
 
 
 @dataclass(frozen=True)
@@ -179,9 +131,10 @@ class ShardWriter:
     on (:mod:`tarkit.writing.patterns`): ``"create"`` (default) raises
     :class:`OutputError` naming how many and the first; ``"overwrite"`` keeps each new
     shard under a hidden pending name until :meth:`close`, which commits the set whole
-    (:func:`put_in_place`: they take their names, the other matching files are removed,
-    the manifest is published last) and runs ``post`` on each (``on_shard`` is called
-    as each shard is in place under its pending name); ``"resume"`` keeps the complete
+    (:func:`~tarkit.writing.finishing.put_in_place`: they take their names, the other
+    matching files are removed, the manifest is published last) and runs ``post`` on
+    each (``on_shard`` is called as each shard is in place under its pending name);
+    ``"resume"`` keeps the complete
     shards of an interrupted run (:attr:`kept`) and continues after them:
     ``samples_done`` says how many samples they hold, and :meth:`skip_kept` skips them
     in the input, checking that they are those shards' samples (stale temporary files
