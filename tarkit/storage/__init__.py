@@ -12,7 +12,7 @@
 reconnect at the byte reached.
 """
 
-from .commit import Move, commit_files, finish_commit, journal_for, refuse_unfinished
+from .commit import JOURNAL_ENDING, Move, commit_files, finish_commit, refuse_unfinished
 from .filesystems import ObjectInfo, StorageOptions, filesystem, object_info
 from .listing import files_below, is_directory, list_files, move_file, remove_file
 from .locations import (
@@ -55,6 +55,7 @@ __all__ = [
     "FILE",
     "FSSPEC",
     "HTTP",
+    "JOURNAL_ENDING",
     "PIPE",
     "STDIO",
     "HashingReader",
@@ -77,7 +78,6 @@ __all__ = [
     "finish_commit",
     "is_directory",
     "is_remote",
-    "journal_for",
     "list_files",
     "load_manifest",
     "location",

@@ -5,26 +5,32 @@ A writer that replaces a set of files (``mode="overwrite"``: new shards under pe
 names, old shards to remove, a manifest listing the new set) must never leave a mix of
 the two sets, whatever stops it. :func:`commit_files` does it in this order:
 
-1. the journal (``.NAME.commit.json`` beside the files, :func:`journal_for`) is published
-   atomically, listing every move, every removal and the manifest's bytes. It is written
-   only once every new file is complete, so from that moment the new set is whole (in
-   the pending files) and the commit only goes forward;
+1. the journal (a hidden ``.NAME.commit.json`` in the files' directory) is published
+   atomically, listing every move, every removal and the manifest's bytes. It is
+   written only once every new file is complete, so from that moment the new set is
+   whole (in the staged files) and the commit only goes forward;
 2. the manifest at the manifest's place is removed, so that no reader takes the old
-   manifest for the files that are changing under it;
+   manifest for files that are changing under it;
 3. each staged file takes its name (a local rename; on an object store a copy within
    the store and a delete), then the replaced files are removed;
 4. the manifest is published: the set is committed;
 5. the journal is removed.
 
 A run stopped anywhere in 2–5 (SIGKILL, a crash, a failed request) leaves the journal:
-:func:`finish_commit`, which every writer calls before it looks at its place, does
-steps 2–5 again (each is idempotent: a move whose staged file is gone is done when the
-target has the journal's size). A run stopped before step 1 leaves no journal and the
-old set as it was; the writer removes its staged files (or the next run does). While a
-local commit runs, SIGINT and SIGTERM are held and delivered once it is done, so Ctrl-C
-gives the old set or the new one, not a journal to finish. On an object store a commit
-copies every object, which can take minutes: signals are not held there, and an
-interrupted commit is finished by the next run.
+:func:`finish_commit`, which every writer calls before it looks at its place, does steps
+2–5 again (each is idempotent: a move whose staged file is gone is taken as done when the
+target has the journal's size). A run stopped before step 1 leaves no journal and the old
+set as it was; the writer removes its staged files (or the next run does). While a local
+commit runs, SIGINT and SIGTERM are held and delivered once it is done, so Ctrl-C gives
+the old set or the new one, not a journal to finish. On an object store a commit copies
+every object, which can take minutes: signals are not held there, and a commit they stop
+is finished by the next run.
+
+A journal is data found in the output place, which someone else may have written: it
+names only files in its own directory or below it (relative names, checked when it is
+read), so finishing one never touches a file elsewhere. A manifest outside that directory
+is removed and published by the commit itself, not through the journal: a commit
+finished by the next run leaves none there (the next run that writes one writes it).
 
 Readers of local files refuse a set that a journal names (:func:`refuse_unfinished`):
 they would read a mix. A reader by manifest finds none while a commit is unfinished.
@@ -36,6 +42,7 @@ import contextlib
 import glob
 import json
 import os
+import posixpath
 import signal
 import threading
 from collections.abc import Iterator, Sequence
@@ -44,13 +51,15 @@ from dataclasses import dataclass
 from ..errors import OutputError, SourceError
 from .filesystems import StorageOptions, object_info
 from .listing import move_file, remove_file
-from .locations import location, relative_url, resolve_url
+from .locations import FILE, location, relative_url, resolve_url
 from .outputs import publish
 from .sources import read_bytes
 
 JOURNAL_ENDING = ".commit.json"
 JOURNAL_FORMAT, JOURNAL_VERSION = "tarkit-commit", 1
 HELD = (signal.SIGINT, signal.SIGTERM)
+
+ManifestBytes = tuple[str, bytes]  # where a manifest goes, and its bytes
 
 
 @dataclass(frozen=True)
@@ -63,28 +72,18 @@ class Move:
     size: int
 
 
-def journal_for(spec: str) -> str:
-    """The journal of the files named by ``spec`` (a file or a shard pattern): a hidden
-    name beside them.
-
-    >>> journal_for("out/s-%06d.tar"), journal_for("s3://b/d/s-{shard:04d}.tar")
-    ('out/.s-%06d.tar.commit.json', 's3://b/d/.s-{shard:04d}.tar.commit.json')
-    """
-    where = location(spec)
-    return where.sibling(f".{where.basename}{JOURNAL_ENDING}")
-
-
 @dataclass(frozen=True)
 class Journal:
     """What a commit does: the staged files that take their names, the files removed,
-    and the manifest published last (its location and bytes), all resolved."""
+    and the manifest published last (None: none, or one outside the journal's
+    directory), all resolved."""
 
     moves: list[Move]
     removals: list[str]
-    manifest: tuple[str, bytes] | None
+    manifest: ManifestBytes | None
 
     def to_bytes(self, journal: str) -> bytes:
-        """The journal's file at ``journal``: locations beside or below it relative to it."""
+        """The journal's file at ``journal``: every location relative to it."""
         manifest = self.manifest
         entries = {
             "format": JOURNAL_FORMAT,
@@ -103,7 +102,7 @@ class Journal:
     @classmethod
     def parse(cls, data: bytes, journal: str) -> Journal:
         """The journal read from ``journal``; raises :class:`~tarkit.errors.OutputError`
-        when it is not one."""
+        when it is not one, or names a file outside its directory."""
         try:
             entries = json.loads(data)
             if (entries["format"], entries["version"]) != (JOURNAL_FORMAT, JOURNAL_VERSION):
@@ -119,8 +118,8 @@ class Journal:
                 manifest = (_resolved(journal, where), str(text).encode("utf-8"))
         except (ValueError, KeyError, TypeError, AttributeError, UnicodeError):
             raise OutputError(
-                f"{journal}: not the journal of a tarkit commit: remove it by hand if "
-                "nothing else wrote it"
+                f"{journal}: not the journal of a tarkit commit, or one naming files outside "
+                "its directory: remove it by hand if nothing else wrote it"
             ) from None
         return cls(moves, removals, manifest)
 
@@ -129,22 +128,25 @@ def commit_files(
     journal: str,
     moves: Sequence[Move],
     removals: Sequence[str],
-    manifest: tuple[str, bytes] | None = None,
+    manifest: ManifestBytes | None = None,
     storage_options: StorageOptions | None = None,
 ) -> None:
     """Commit a set (the module docstring): the staged files of ``moves`` take their
     names, ``removals`` (those not also a target) are removed, and ``manifest`` (its
-    location and bytes) is published last, through ``journal``.
+    location and bytes) is published last, through ``journal``. The files must lie in
+    the journal's directory or below it; the manifest may lie anywhere.
 
     Raises :class:`~tarkit.errors.OutputError` when a step fails; the journal then stays
     and the next :func:`finish_commit` completes the set.
     """
     targets = {location(move.target).identity() for move in moves}
     gone = [url for url in removals if location(url).identity() not in targets]
-    data = Journal(list(moves), gone, manifest).to_bytes(journal)
+    outside = manifest is not None and not _inside(_named(journal, manifest[0]))
+    data = Journal(list(moves), gone, None if outside else manifest).to_bytes(journal)
+    entries = Journal.parse(data, journal)  # (the files must be inside: checked here)
     with _held_signals(not location(journal).remote):
         publish(journal, data, storage_options)
-        _apply(journal, Journal.parse(data, journal), storage_options)
+        _apply(journal, entries, storage_options, manifest if outside else None)
 
 
 def finish_commit(journal: str, storage_options: StorageOptions | None = None) -> bool:
@@ -188,22 +190,52 @@ def refuse_unfinished(urls: Sequence[str]) -> None:
 
 
 def _named(journal: str, url: str) -> str:
-    """How the journal names ``url``: relative to it when beside or below it."""
+    """How the journal names ``url``: relative to it when in its directory or below."""
     return relative_url(journal, url)
 
 
+def _inside(named: str) -> bool:
+    """Whether ``named`` (as a journal names a location) is a relative path that stays
+    in the journal's directory.
+
+    >>> _inside("s-1.tar"), _inside("sub/.s-1.tar.pending"), _inside("/etc/passwd")
+    (True, True, False)
+    >>> _inside("../x.tar"), _inside("s3://other/x.tar"), _inside("file:x.tar")
+    (False, False, False)
+    """
+    where = location(named)
+    if where.kind != FILE or where.path != named or not named or os.path.isabs(named):
+        return False
+    return ".." not in posixpath.normpath(named).split("/")
+
+
 def _resolved(journal: str, named: object) -> str:
-    """Where ``named``, read from the journal at ``journal``, is."""
-    if not isinstance(named, str):
-        raise TypeError("a location is a string")
+    """Where ``named``, read from the journal at ``journal``, is; a location that is
+    not inside the journal's directory raises ValueError."""
+    if not isinstance(named, str) or not _inside(named):
+        raise ValueError("not a location inside the journal's directory")
     return resolve_url(journal, named)
 
 
-def _apply(journal: str, entries: Journal, storage_options: StorageOptions | None) -> None:
-    """Steps 2–5 of the module docstring. Raises :class:`~tarkit.errors.OutputError` when
-    one fails (the journal stays, for the next run) or a file the commit needs is gone."""
+def _apply(
+    journal: str, entries: Journal, storage_options: StorageOptions | None,
+    outside: ManifestBytes | None = None,
+) -> None:  # fmt: skip
+    """Steps 2–5 of the module docstring (``outside``: a manifest outside the journal's
+    directory, removed and published here too). Raises
+    :class:`~tarkit.errors.OutputError` when one fails (the journal stays, for the next
+    run) or a file the commit needs is gone."""
+    manifest = entries.manifest or outside
     try:
-        lost = _steps(journal, entries, storage_options)
+        if manifest is not None:
+            remove_file(manifest[0], storage_options)
+        lost = _moves(entries, storage_options)
+        if lost is None:
+            for url in entries.removals:
+                remove_file(url, storage_options)
+            if manifest is not None:
+                publish(manifest[0], manifest[1], storage_options)
+            remove_file(journal, storage_options)
     except OutputError as exc:
         raise OutputError(
             f"{exc} (the commit of a new set stopped midway: the next run into these files, "
@@ -217,20 +249,13 @@ def _apply(journal: str, entries: Journal, storage_options: StorageOptions | Non
         )
 
 
-def _steps(journal: str, entries: Journal, storage_options: StorageOptions | None) -> Move | None:
-    """Do steps 2–5; stop at a move whose file is gone, and return it."""
-    if entries.manifest is not None:
-        remove_file(entries.manifest[0], storage_options)
+def _moves(entries: Journal, storage_options: StorageOptions | None) -> Move | None:
+    """Give each staged file its name; stop at a move whose files are gone, and return it."""
     for move in entries.moves:
         if _size(move.source, storage_options) is not None:
             move_file(move.source, move.target, storage_options)
         elif _size(move.target, storage_options) != move.size:
             return move
-    for url in entries.removals:
-        remove_file(url, storage_options)
-    if entries.manifest is not None:
-        publish(entries.manifest[0], entries.manifest[1], storage_options)
-    remove_file(journal, storage_options)
     return None
 
 

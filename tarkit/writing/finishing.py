@@ -10,7 +10,8 @@ from collections.abc import Callable
 
 from ..errors import OutputError
 from ..format.manifest import ShardInfo
-from ..storage import Move, StorageOptions, commit_files, describe_exit, journal_for, manifest_at
+from ..storage import Move, StorageOptions, commit_files, describe_exit, manifest_at
+from .patterns import journal_name
 
 
 def run_post(post: str | Callable[[str], object], path: str) -> None:
@@ -51,7 +52,7 @@ def put_in_place(
         Move(name, shard.url, shard.bytes) for name, shard in zip(pending, shards, strict=True)
     ]
     made = None if manifest is None else (manifest, manifest_at(manifest, shards).to_bytes())
-    commit_files(journal_for(pattern), moves, replaced, made, storage_options)
+    commit_files(journal_name(pattern), moves, replaced, made, storage_options)
     if post is not None:
         for shard in shards:
             run_post(post, shard.url)

@@ -41,9 +41,9 @@ from dataclasses import dataclass
 
 from ..errors import OutputError, UsageError
 from ..storage import (
+    JOURNAL_ENDING,
     StorageOptions,
     finish_commit,
-    journal_for,
     list_files,
     location,
     remove_file,
@@ -190,6 +190,19 @@ def pending_name(spec: str) -> str:
     return where.sibling(f".{where.basename}.pending")
 
 
+def journal_name(pattern: str) -> str:
+    """Where the commit of an overwrite into ``pattern`` keeps its journal: a hidden name
+    in the shards' directory (for a pattern with the shard number in a directory, the
+    deepest directory above every shard), so that it names them all from there.
+
+    >>> journal_name("out/s-%06d.tar"), journal_name("s3://b/{shard:03d}/x.tar")
+    ('out/.s-%06d.tar.commit.json', 's3://b/.{shard:03d}_x.tar.commit.json')
+    """
+    head, slash, _ = _pieces(pattern)[0][0].rpartition("/")
+    rest = pattern[len(head) + len(slash) :]
+    return f"{head}{slash}.{rest.replace('/', '_')}{JOURNAL_ENDING}"
+
+
 def remove_pending(pattern: str, storage_options: StorageOptions | None = None) -> None:
     """Remove the pending shards an overwrite killed before its commit left behind."""
     for shard in existing_shards(pending_name(pattern), 0, storage_options):
@@ -202,7 +215,7 @@ def settle_earlier_run(pattern: str, storage_options: StorageOptions | None = No
     place, :func:`~tarkit.storage.finish_commit`), then remove the pending shards of one
     stopped before (its old set stays). Whether a commit was finished. Every writer of
     numbered shards calls it first, whatever its mode."""
-    finished = finish_commit(journal_for(pattern), storage_options)
+    finished = finish_commit(journal_name(pattern), storage_options)
     remove_pending(pattern, storage_options)
     return finished
 

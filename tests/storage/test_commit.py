@@ -13,9 +13,10 @@ import pytest
 from tarkit.errors import OutputError, SourceError
 from tarkit.format.encoding import ImageTransform
 from tarkit.format.tar import default_mtime
-from tarkit.storage import Move, commit_files, finish_commit, journal_for, refuse_unfinished
+from tarkit.storage import Move, commit_files, finish_commit, refuse_unfinished
 from tarkit.writing.cluster import ClusterRun
 from tarkit.writing.items import ItemEncoder
+from tarkit.writing.patterns import journal_name
 from tarkit.writing.shard_writer import ShardWriter
 
 
@@ -45,7 +46,7 @@ def stopped_commit(tmp_path: Path) -> tuple[Path, dict[str, bytes], dict[str, by
                   len(new[f"s-{n}.tar"])) for n in range(3)]  # fmt: skip
     removals = [str(out / f"s-{n}.tar") for n in range(5)]
     with pytest.raises(OutputError, match="neither the new file nor its staged copy"):
-        commit_files(journal_for(str(out / "s-%d.tar")), moves, removals,
+        commit_files(journal_name(str(out / "s-%d.tar")), moves, removals,
                      (str(out / "m.json"), new["m.json"]))  # fmt: skip
     (tmp_path / "aside").rename(out / ".s-2.tar.pending")
     shown = {n: d for n, d in files(out).items() if not n.startswith(".")}
@@ -90,23 +91,30 @@ def test_readers_refuse_the_files_of_a_stopped_commit_and_only_those(tmp_path: P
     with pytest.raises(SourceError):
         refuse_unfinished([str(out / "s-4.tar")])  # to be removed by the commit
     refuse_unfinished([str(out / "v-0.tar")])
-    assert finish_commit(journal_for(str(out / "s-%d.tar")))
+    assert finish_commit(journal_name(str(out / "s-%d.tar")))
     refuse_unfinished([str(out / "s-1.tar")])
 
 
-def test_a_journal_that_cannot_be_finished_says_so_and_one_that_is_not_a_journal_is_refused(
+def test_a_journal_that_cannot_be_finished_says_so_and_a_foreign_one_is_not_followed(
     tmp_path: Path,
 ) -> None:
     out, _, _ = stopped_commit(tmp_path)
-    journal = journal_for(str(out / "s-%d.tar"))
+    journal = Path(journal_name(str(out / "s-%d.tar")))
     (out / ".s-2.tar.pending").unlink()
     with pytest.raises(OutputError, match=r"s-2\.tar: cannot finish the commit of .*remove the "):
-        finish_commit(journal)
-    entries = json.loads(Path(journal).read_text())
+        finish_commit(str(journal))
+    entries = json.loads(journal.read_text())
     assert entries["format"] == "tarkit-commit" and entries["moves"][0][:2] == [
         ".s-0.tar.pending", "s-0.tar"
     ]  # fmt: skip
-    Path(journal).write_text('{"moves": "rm -rf /"}')
-    with pytest.raises(OutputError, match="not the journal of a tarkit commit: remove it by hand"):
-        ShardWriter(str(out / "s-%d.tar"), mode="overwrite")
+    victim = tmp_path / "victim.txt"
+    victim.write_text("not a shard")
+    for named in (str(victim), "../victim.txt", "file:../victim.txt"):
+        journal.write_text(json.dumps({**entries, "moves": [], "remove": [named]}))
+        with pytest.raises(OutputError, match="or one naming files outside its directory"):
+            ShardWriter(str(out / "s-%d.tar"), mode="overwrite")
+    journal.write_text('{"moves": "rm -rf /"}')
+    with pytest.raises(OutputError, match="not the journal of a tarkit commit"):
+        ShardWriter(str(out / "s-%d.tar"))
+    assert victim.read_text() == "not a shard"
     assert not finish_commit(str(out / ".none.commit.json"))
