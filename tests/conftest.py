@@ -54,14 +54,13 @@ def run_shell(script: str, timeout: float = 120, **kw) -> subprocess.CompletedPr
     return result
 
 
-def slow_renames_env(seconds: float) -> dict[str, str]:
-    """The environment of a command whose renames of pending shards to their names each
-    take ``seconds`` more (``tests/slow_renames``): a commit slow enough to be interrupted."""
+def paused_commit_env(gate: Path) -> dict[str, str]:
+    """The environment of a command whose commit of an overwrite pauses after its first
+    rename until ``gate`` exists (``tests/paused_commit``): a commit caught midway."""
     here = os.environ.get("PYTHONPATH", "").split(os.pathsep)
-    entries = [str(Path(__file__).parent / "slow_renames")]
+    entries = [str(Path(__file__).parent / "paused_commit")]
     entries += [os.path.abspath(entry) for entry in here if entry]
-    path = os.pathsep.join(entries)
-    return dict(os.environ, PYTHONPATH=path, SLOW_RENAMES=str(seconds))
+    return dict(os.environ, PYTHONPATH=os.pathsep.join(entries), PAUSED_COMMIT_GATE=str(gate))
 
 
 def make_tar(members: Iterable[tuple[str, bytes]]) -> bytes:
