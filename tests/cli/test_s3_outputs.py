@@ -11,7 +11,7 @@ import time
 from pathlib import Path
 
 import pytest
-from conftest import make_tar, run, tool
+from conftest import make_tar, paused_commit_env, run, tool
 
 from tarkit.storage import remove_stale_temp
 from tarkit.stream.stages import read_samples
@@ -177,10 +177,11 @@ def test_an_overwrite_stopped_in_its_commit_on_s3_leaves_no_manifest_and_the_nex
     write(str(local), "new.tar")
     remote = f"s3://{bucket}/c"
     write(remote, "old.tar", endpoint_url=s3_server)
-    # The objects are copied to their names one after another: Ctrl-C after the first.
+    # Paused once the first object is copied to its name: Ctrl-C there.
+    env = paused_commit_env(tmp_path / "go", env_for(s3_env, tmp_path))
     process = subprocess.Popen(
         [tool("tarsplit"), "new.tar", "-c", "1", "-o", f"{remote}/s-%03d.tar", "--manifest",
-         f"{remote}/manifest.json", "--overwrite"], cwd=tmp_path, env=env_for(s3_env, tmp_path),
+         f"{remote}/manifest.json", "--overwrite"], cwd=tmp_path, env=env,
     )  # fmt: skip
     first = (local / "s-000.tar").read_bytes()
     deadline = time.monotonic() + 60
