@@ -145,7 +145,13 @@ def commit_files(
     data = Journal(list(moves), gone, None if outside else manifest).to_bytes(journal)
     entries = Journal.parse(data, journal)  # (the files must be inside: checked here)
     with _held_signals(not location(journal).remote):
-        publish(journal, data, storage_options)
+        try:
+            publish(journal, data, storage_options)
+        except BaseException:  # no journal: the old set stays, the staged files go
+            for move in entries.moves:
+                with contextlib.suppress(OutputError):
+                    remove_file(move.source, storage_options)
+            raise
         _apply(journal, entries, storage_options, manifest if outside else None)
 
 

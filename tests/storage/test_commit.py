@@ -118,3 +118,16 @@ def test_a_journal_that_cannot_be_finished_says_so_and_a_foreign_one_is_not_foll
         ShardWriter(str(out / "s-%d.tar"))
     assert victim.read_text() == "not a shard"
     assert not finish_commit(str(out / ".none.commit.json"))
+
+
+def test_a_journal_that_cannot_be_written_leaves_the_old_set_and_no_pending_shard(
+    tmp_path: Path,
+) -> None:
+    old = write(tmp_path, "abc")
+    pattern = str(tmp_path / "s-%d.tar")
+    with pytest.raises(OutputError, match="commit.json: cannot rename into place"):
+        with ShardWriter(pattern, maxcount=1, mode="overwrite") as writer:
+            writer.write({"__key__": "v", "txt": "new"})
+            Path(journal_name(pattern)).mkdir()  # where the journal should go
+    Path(journal_name(pattern)).rmdir()
+    assert files(tmp_path) == old
