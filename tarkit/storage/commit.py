@@ -22,7 +22,8 @@ A run stopped anywhere in 2–5 (SIGKILL, a crash, a failed request) leaves the 
 target has the journal's size). A run stopped before step 1 leaves no journal and the old
 set as it was; the writer removes its staged files (or the next run does). While a local
 commit runs, SIGINT and SIGTERM are held and delivered once it is done, so Ctrl-C gives
-the old set or the new one, not a journal to finish. On an object store a commit copies
+the old set or the new one, not a journal to finish (a second Ctrl-C stops it at once:
+on a slow disk a commit of thousands of files can take seconds). On an object store a commit copies
 every object, which can take minutes: signals are not held there, and a commit they stop
 is finished by the next run.
 
@@ -47,6 +48,8 @@ import signal
 import threading
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
+from types import FrameType
+from typing import Any
 
 from ..errors import OutputError, SourceError
 from .filesystems import StorageOptions, object_info
@@ -76,14 +79,15 @@ class Move:
 class Journal:
     """What a commit does: the staged files that take their names, the files removed,
     and the manifest published last (None: none, or one outside the journal's
-    directory), all resolved."""
+    directory)."""
 
     moves: list[Move]
     removals: list[str]
     manifest: ManifestBytes | None
 
     def to_bytes(self, journal: str) -> bytes:
-        """The journal's file at ``journal``: every location relative to it."""
+        """The journal's file at ``journal``: every location relative to it. Raises
+        :class:`~tarkit.errors.OutputError` for one outside its directory (a bug)."""
         manifest = self.manifest
         entries = {
             "format": JOURNAL_FORMAT,
@@ -141,9 +145,9 @@ def commit_files(
     """
     targets = {location(move.target).identity() for move in moves}
     gone = [url for url in removals if location(url).identity() not in targets]
-    outside = manifest is not None and not _inside(_named(journal, manifest[0]))
-    data = Journal(list(moves), gone, None if outside else manifest).to_bytes(journal)
-    entries = Journal.parse(data, journal)  # (the files must be inside: checked here)
+    outside = manifest is not None and not _inside(relative_url(journal, manifest[0]))
+    entries = Journal(list(moves), gone, None if outside else manifest)
+    data = entries.to_bytes(journal)
     with _held_signals(not location(journal).remote):
         try:
             publish(journal, data, storage_options)
@@ -196,8 +200,13 @@ def refuse_unfinished(urls: Sequence[str]) -> None:
 
 
 def _named(journal: str, url: str) -> str:
-    """How the journal names ``url``: relative to it when in its directory or below."""
-    return relative_url(journal, url)
+    """How the journal names ``url``: relative to it, in its directory or below; raises
+    :class:`~tarkit.errors.OutputError` for a location elsewhere (a bug: a commit's files
+    lie there)."""
+    named = relative_url(journal, url)
+    if not _inside(named):
+        raise OutputError(f"{url}: not in the directory of the commit journal {journal}")
+    return named
 
 
 def _inside(named: str) -> bool:
@@ -282,24 +291,37 @@ def _size(spec: str, storage_options: StorageOptions | None) -> int | None:
 @contextlib.contextmanager
 def _held_signals(hold: bool) -> Iterator[None]:
     """Hold SIGINT and SIGTERM until the block ends, then deliver the first that came
-    (to the handler that was in place). Only the main thread can; elsewhere, and without
+    (to the handler that was in place); a second one acts at once (the journal lets the
+    next run finish what is stopped). Only the main thread can; elsewhere, and without
     ``hold``, signals act at once."""
     if not hold or threading.current_thread() is not threading.main_thread():
         yield
         return
     arrived: list[int] = []
-    before = {number: signal.getsignal(number) for number in HELD}
-
-    def note(number: int, frame: object) -> None:
-        arrived.append(number)
-
+    before: dict[int, Any] = {number: signal.getsignal(number) for number in HELD}
     held = [number for number, handler in before.items() if handler is not None]
+
+    def restore() -> None:
+        for number in held:
+            signal.signal(number, before[number])
+
+    def note(number: int, frame: FrameType | None) -> None:
+        if not arrived:
+            arrived.append(number)
+            return
+        arrived.clear()  # a second signal: the one before is delivered now, with it
+        restore()
+        handler = before[number]
+        if callable(handler):
+            handler(number, frame)
+        else:
+            signal.raise_signal(number)
+
     for number in held:
         signal.signal(number, note)
     try:
         yield
     finally:
-        for number in held:
-            signal.signal(number, before[number])
+        restore()
         if arrived:
             signal.raise_signal(arrived[0])

@@ -2,10 +2,10 @@
 
 An overwrite of 16 one-sample shards by 12 others is stopped in its commit (paused once
 the first new shard has its name, ``conftest.paused_commit_env``, signalled, then let go
-on): Ctrl-C and SIGTERM give the whole new set; ``kill -9``
-leaves a journal that the next run finishes (``tests/storage/test_commit.py``: whatever
-its mode), and that the loader refuses to read past meanwhile. ``--resume`` with another
-input is an error.
+on): Ctrl-C and SIGTERM give the whole new set; ``kill -9`` or Ctrl-C twice leave a
+journal that the next run finishes (``tests/storage/test_commit.py``: whatever its mode),
+and that the loader refuses to read past meanwhile. ``--resume`` with another input is an
+error.
 """
 
 from __future__ import annotations
@@ -43,9 +43,10 @@ def sets(tmp_path_factory: pytest.TempPathFactory) -> dict[str, dict[str, bytes]
     return made
 
 
-def overwrite_stopped_in_commit(tmp_path: Path, first_new: bytes, how: int) -> int:
-    """Write the old set, then overwrite it with the new one, and send ``how`` once the
-    first new shard has its name; the overwrite's exit status."""
+def overwrite_stopped_in_commit(tmp_path: Path, first_new: bytes, *signals: int) -> int:
+    """Write the old set, then overwrite it with the new one, and send ``signals`` once
+    the first new shard has its name, then let the commit go on; the overwrite's exit
+    status."""
     (tmp_path / "new.tar").write_bytes(NEW)
     assert run(["tarsplit", *SPLIT], input=OLD, cwd=tmp_path).returncode == 0
     process = subprocess.Popen(
@@ -58,8 +59,9 @@ def overwrite_stopped_in_commit(tmp_path: Path, first_new: bytes, how: int) -> i
         assert time.monotonic() < deadline, "the commit never began"
         time.sleep(0.005)
     assert process.poll() is None, "the run ended before it could be stopped"
-    process.send_signal(how)
-    time.sleep(0.05)  # the signal arrives while the commit is paused
+    for how in signals:
+        process.send_signal(how)
+        time.sleep(0.05)  # the signal arrives while the commit is paused
     (tmp_path / "go").touch()
     _, stderr = process.communicate(timeout=60)
     assert b"Traceback" not in stderr, stderr.decode()
@@ -75,14 +77,18 @@ def test_ctrl_c_or_sigterm_in_an_overwrites_commit_leaves_the_whole_new_set(
     assert files(tmp_path / "out") == sets["new"]  # no pending shard, no journal either
 
 
-def test_kill_9_in_an_overwrites_commit_is_refused_by_the_loader_and_finished_by_resume(
-    tmp_path: Path, sets: dict[str, dict[str, bytes]]
+@pytest.mark.parametrize(
+    ("signals", "status"),
+    [((signal.SIGKILL,), -signal.SIGKILL), ((signal.SIGINT, signal.SIGINT), 130)],
+    ids=["kill-9", "ctrl-c-twice"],
+)
+def test_a_commit_killed_midway_is_refused_by_the_loader_and_finished_by_resume(
+    tmp_path: Path, sets: dict[str, dict[str, bytes]], signals: tuple[int, ...], status: int
 ) -> None:
-    status = overwrite_stopped_in_commit(tmp_path, sets["new"]["s-000.tar"], signal.SIGKILL)
-    assert status == -signal.SIGKILL
+    assert overwrite_stopped_in_commit(tmp_path, sets["new"]["s-000.tar"], *signals) == status
     out = tmp_path / "out"
     shown = {n: d for n, d in files(out).items() if not n.startswith(".")}
-    assert shown != sets["new"] and shown != sets["old"]  # killed midway: a mix on disk
+    assert shown != sets["new"] and shown != sets["old"]  # stopped midway: a mix on disk
     with pytest.raises(SourceError, match="a mix of two runs: run the writer again"):
         ShardDataset(str(out))
     resumed = run(["tarsplit", "new.tar", *SPLIT, "--resume"], cwd=tmp_path)
