@@ -203,7 +203,9 @@ def _named(journal: str, url: str) -> str:
     """How the journal names ``url``: relative to it, in its directory or below; raises
     :class:`~tarkit.errors.OutputError` for a location elsewhere (a bug: a commit's files
     lie there)."""
-    named = relative_url(journal, url)
+    head, _, name = url.rpartition("/")
+    # Beside it, as nearly all are: what relative_url says, without its path arithmetic.
+    named = name if head == journal.rpartition("/")[0] else relative_url(journal, url)
     if not _inside(named):
         raise OutputError(f"{url}: not in the directory of the commit journal {journal}")
     return named

@@ -67,7 +67,7 @@ def kept_shards(
     while True:
         path = shard_name(pattern, number)
         try:
-            info = index_shard(path, offsets=True, strict=True, storage_options=storage_options)
+            info = index_shard(path, keys=True, strict=True, storage_options=storage_options)
         except SourceError as exc:
             if exc.reason == SourceError.MISSING:
                 break
