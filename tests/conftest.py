@@ -54,6 +54,17 @@ def run_shell(script: str, timeout: float = 120, **kw) -> subprocess.CompletedPr
     return result
 
 
+def paused_commit_env(gate: Path, env: dict[str, str] | None = None) -> dict[str, str]:
+    """``env`` (default: this process's) for a command whose commit of an overwrite
+    pauses after its first move until ``gate`` exists (``tests/paused_commit``): a
+    commit caught midway."""
+    env = dict(os.environ if env is None else env)
+    here = env.get("PYTHONPATH", "").split(os.pathsep)
+    entries = [str(Path(__file__).parent / "paused_commit")]
+    entries += [os.path.abspath(entry) for entry in here if entry]
+    return dict(env, PYTHONPATH=os.pathsep.join(entries), PAUSED_COMMIT_GATE=str(gate))
+
+
 def make_tar(members: Iterable[tuple[str, bytes]]) -> bytes:
     """An archive of regular files, with tarkit's deterministic headers."""
     out = io.BytesIO()

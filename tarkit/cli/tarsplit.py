@@ -86,8 +86,6 @@ def tarsplit(
     tool = ctx.command_path
 
     def body() -> int:
-        import itertools
-
         from tarkit.storage import location
 
         from ..errors import InputError, SourceError, UsageError
@@ -136,11 +134,12 @@ def tarsplit(
             with shown, writer:
                 if num_shards is not None:
                     write_equal_shards(writer, samples, expected, num_shards, source)  # type: ignore[arg-type]
-                elif expected is not None:
-                    writer.write_all(checked_total(samples, expected, source))
                 else:
-                    # --resume: the samples of the complete shards are read again, not written
-                    writer.write_all(itertools.islice(samples, writer.samples_done, None))
+                    if expected is not None:
+                        samples = checked_total(samples, expected, source)
+                    # --resume: the samples of the kept shards are read again and checked,
+                    # not written
+                    writer.write_all(writer.skip_kept(samples))
         except (InputError, SourceError):
             # The complete samples of the removed shard are lost to this run: say so,
             # above the error line.

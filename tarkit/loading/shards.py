@@ -17,7 +17,14 @@ from typing import Literal
 
 from ..errors import InputError, SourceError, UsageError
 from ..format.manifest import Manifest, ShardInfo
-from ..storage import StorageOptions, expand_inputs, load_manifest, location, manifest_urls
+from ..storage import (
+    StorageOptions,
+    expand_inputs,
+    load_manifest,
+    location,
+    manifest_urls,
+    refuse_unfinished,
+)
 
 _TAR_SUFFIXES = (
     ".tar",
@@ -98,7 +105,9 @@ def resolve_shards(
 
 def _check_local_shards(urls: Sequence[str]) -> None:
     """Raise SourceError when local shards do not exist: a brace range past the last
-    shard or a typo fails here, not mid-epoch in a worker."""
+    shard or a typo fails here, not mid-epoch in a worker; and when they are a mix of two
+    runs, an overwrite stopped in its commit (:func:`~tarkit.storage.refuse_unfinished`)."""
+    refuse_unfinished(urls)
     missing = [u for u in urls if location(u).is_file and not os.path.exists(location(u).path)]
     if missing:
         raise SourceError(

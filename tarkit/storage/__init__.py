@@ -7,12 +7,14 @@
 :mod:`~tarkit.storage.listing` lists, moves and removes the files already there,
 :mod:`~tarkit.storage.filesystems` is the one fsspec opener,
 :mod:`~tarkit.storage.manifests` reads and writes manifests,
+:mod:`~tarkit.storage.commit` commits a set of files whole through a journal,
 :mod:`~tarkit.storage.cache` caches remote shards on local disk (filled by
 :mod:`~tarkit.storage.downloads`), and :mod:`~tarkit.storage.retrying` (with
 :mod:`~tarkit.storage.http` and :mod:`~tarkit.storage.timed_http`) makes remote reads
 reconnect at the byte reached and bounds how long they wait.
 """
 
+from .commit import JOURNAL_ENDING, Move, commit_files, finish_commit, refuse_unfinished
 from .filesystems import ObjectInfo, StorageOptions, filesystem, object_info
 from .listing import files_below, is_directory, list_files, move_file, remove_file
 from .locations import (
@@ -57,10 +59,12 @@ __all__ = [
     "FILE",
     "FSSPEC",
     "HTTP",
+    "JOURNAL_ENDING",
     "PIPE",
     "STDIO",
     "HashingReader",
     "Location",
+    "Move",
     "ObjectInfo",
     "Reconnection",
     "RetryPolicy",
@@ -70,12 +74,14 @@ __all__ = [
     "StagedFile",
     "StorageOptions",
     "check_local_files",
+    "commit_files",
     "describe_exit",
     "descriptor_failure",
     "display_name",
     "expand_inputs",
     "files_below",
     "filesystem",
+    "finish_commit",
     "is_directory",
     "is_remote",
     "list_files",
@@ -89,6 +95,7 @@ __all__ = [
     "open_source_at",
     "publish",
     "read_bytes",
+    "refuse_unfinished",
     "relative_url",
     "remove_file",
     "remove_stale_temp",

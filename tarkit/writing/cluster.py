@@ -41,6 +41,7 @@ from ..format.manifest import Manifest, ShardInfo
 from ..storage import location, manifest_at, remove_file, save_manifest
 from .cluster_tasks import Encoded, EncodeTask, Slot, WriteTask, Written
 from .cuts import ShardCut
+from .finishing import put_in_place, run_post
 from .items import ItemEncoder, ItemFailure
 from .patterns import (
     CREATE,
@@ -49,12 +50,11 @@ from .patterns import (
     existing_shards,
     pending_name,
     refuse_existing,
-    remove_pending,
+    settle_earlier_run,
     shard_name,
 )
 from .rejects import Rejected, save_rejects
 from .shard_records import completed_ranges, plan_digest, record_path
-from .shard_writer import put_in_place, run_post
 
 TICK = 0.5  # seconds between progress reports while waiting
 PIECE_SECONDS = 1.0  # the work an encode task aims at
@@ -92,6 +92,7 @@ class ClusterRun:
     def __init__(
         self, encoder: ItemEncoder, order: list[int], pattern: str, *, maxcount: int,
         maxsize: int, mode: str, start: int, storage_options: Mapping[str, Any] | None,
+        manifest: str | None,
         skipping: bool, rejects: str | None, on_reject: Callable[[Rejected], object] | None,
         post: str | Callable[[str], object] | None,
         on_shard: Callable[[ShardInfo], object] | None, report: Callable[[Tally], object],
@@ -101,13 +102,14 @@ class ClusterRun:
         self.options = dict(storage_options) if storage_options else None
         self.skipping, self.rejects_file, self.on_reject = skipping, rejects, on_reject
         self.post, self.on_shard, self.report = post, on_shard, report
+        self.manifest = manifest
         self.total = len(order)
         # Workers write shards where the driver means: not relative to their own cwd.
         self.target = location(pattern).identity()
         self.compression = compression_for(pattern)
         self.chain = self.compression in MEASURED
         self.plan = plan_digest(order, maxcount, maxsize, self.compression)
-        remove_pending(pattern, self.options)
+        settle_earlier_run(pattern, self.options)
         existing = existing_shards(pattern, start, self.options)
         if mode == CREATE and existing:
             raise refuse_existing(pattern, existing, start)
@@ -443,15 +445,21 @@ class ClusterRun:
             save_rejects(self.unplaced + before, self.rejects_file, self.options)
 
     def _finish(self) -> Manifest:
+        """Put the complete set in place (an overwrite: commit it whole), remove the
+        shards' records and publish the manifest; return the manifest of the set."""
         numbers = sorted(self.shards)
         infos = [self.shards[n] for n in numbers]
-        options = self.options
+        options, manifest = self.options, self.manifest
         if self.mode == OVERWRITE:
             pending = [pending_name(shard_name(self.pattern, n)) for n in numbers]
-            put_in_place(pending, infos, self.replaced, self.post, options)
+            put_in_place(self.pattern, pending, infos, self.replaced, manifest, self.post,
+                         options)  # fmt: skip
         for record in existing_shards(record_path(self.pattern), self.start, options):
             remove_file(record.url, options)
-        return Manifest(infos, None)
+        made = manifest_at(manifest, infos)
+        if manifest is not None and self.mode != OVERWRITE:
+            save_manifest(made, manifest, options)
+        return made
 
     def rejects_in_order(self) -> list[Rejected]:
         """Every item left out, in the order of the items."""
@@ -470,18 +478,15 @@ def shard_on_engine(
     """Write the items of ``encoder``'s dataset, in ``order``, into the shards ``pattern``
     names, on ``engine``; return the manifest and the items left out (see the module
     docstring; ``options`` are :class:`ClusterRun`'s)."""
-    run = ClusterRun(encoder, order, pattern, **options)
+    run = ClusterRun(encoder, order, pattern, manifest=manifest, **options)
     shared = start_engine(engine, encoder, workers=workers, address=address, num_cpus=num_cpus)
     runner = TaskRunner(shared, retries, lambda result: result.failed())
     finished = False
     try:
-        result = run.run(runner, shared.capacity())
+        made = run.run(runner, shared.capacity())
         finished = True
     finally:
         runner.close(cancel=not finished)
-    made = manifest_at(manifest, result.shards)
-    if manifest is not None:
-        save_manifest(made, manifest, run.options)
     return made, run.rejects_in_order()
 
 

@@ -34,6 +34,7 @@ from ..storage import location, publish
 from .cluster import Tally, shard_on_engine
 from .huggingface import FieldNames, hf_rows, hf_samples, is_hf_dataset
 from .items import DatasetFactory, ItemEncoder, ItemFailure, ToSample, default_sample
+from .kept import KeptShard, check_kept_items
 from .patterns import CREATE, OVERWRITE, RESUME
 from .rejects import ON_ERROR, Rejected, default_rejects, load_rejects, save_rejects
 from .shard_writer import DEFAULT_MAXCOUNT, DEFAULT_MAXSIZE, DEFAULT_PATTERN, ShardWriter
@@ -288,10 +289,17 @@ def _write_here(
         published[0] = len(rejected)
     resumed = writer.samples_done
     done = resumed + len(rejected)  # the items the complete shards stand for
+    left_out = {reject.index for reject in rejected}
     if order is not None:
+        if writer.kept:
+            positions = (p for p in range(min(done, len(order))) if order[p] not in left_out)
+            check_kept_items(writer.kept, positions,
+                             lambda p: _item_key(encoder((order[p],))[0]), len(order))  # fmt: skip
         results = _map_results(encoder, order[done:], num_workers)
     else:
-        items = itertools.islice(enumerate(encoder.dataset), done, None)
+        items = enumerate(encoder.dataset)
+        if writer.kept:  # (else no item is done)
+            _check_kept_iterable(writer.kept, encoder, items, done, left_out)
         results = _iterable_results(encoder, items, num_workers)
     with writer:
         try:
@@ -310,6 +318,43 @@ def _write_here(
         finally:
             _close(results)
     return writer.manifest_of(), rejected
+
+
+def _item_key(encoded: bytes | ItemFailure) -> str | None:
+    """The key of an encoded item (None for one that failed)."""
+    if isinstance(encoded, ItemFailure):
+        return None
+    import io
+
+    from ..format.samples import group_samples
+    from ..format.tar import END_OF_ARCHIVE, read_members
+
+    return next(group_samples(read_members(io.BytesIO(encoded + END_OF_ARCHIVE)))).key
+
+
+def _check_kept_iterable(
+    kept: list[KeptShard], encoder: ItemEncoder, items: Iterator[tuple[int, Any]], done: int,
+    left_out: set[int],
+) -> None:  # fmt: skip
+    """Read the first ``done`` of ``items`` (an iterable dataset's, from the first) and
+    check them against the ``kept`` shards (:func:`~tarkit.writing.kept.check_kept_items`):
+    only the first and last item of each shard are encoded."""
+
+    def positions() -> Iterator[int]:
+        return (p for p in range(done) if p not in left_out)
+
+    ends: set[int] = set()
+    walk = positions()
+    for shard in kept:
+        taken = list(itertools.islice(walk, shard.info.samples))
+        ends.update(taken[:1] + taken[-1:])
+    keys: dict[int, str | None] = {}
+    read = 0
+    for position, item in itertools.islice(items, done):
+        read += 1
+        if position in ends:
+            keys[position] = _item_key(encoder.encode(position, item))
+    check_kept_items(kept, positions(), keys.get, read if read < done else None)
 
 
 def _class_names(dataset: object) -> list[str] | None:

@@ -34,11 +34,13 @@ def index_shard(
     strict: bool = False,
     skips: SkipLog | None = None,
     storage_options: StorageOptions | None = None,
+    keys: bool = False,
 ) -> ShardInfo:
     """Read shard ``spec`` whole and return its manifest entry.
 
     ``bytes`` and ``sha256`` are those of the stored (possibly compressed) bytes; with
-    ``offsets``, ``keys`` and ``offsets`` list every sample. Members are skipped or
+    ``offsets``, ``keys`` and ``offsets`` list every sample (with ``keys`` alone, the
+    keys). Members are skipped or
     refused as by :func:`~tarkit.format.samples.group_samples`. The shard's URL is named
     relative to ``manifest_path`` (:func:`~tarkit.storage.relative_url`). Raises
     :class:`~tarkit.errors.TarkitError` for a shard that does not read cleanly. This is
@@ -47,7 +49,7 @@ def index_shard(
     """
     if location(spec).kind == STDIO:
         raise UsageError("tarindex needs shard paths or URLs: a manifest cannot name stdin")
-    keys: list[str] = []
+    found: list[str] = []
     starts: list[int] = []
     count = 0
     with open_source(spec, storage_options) as source:
@@ -57,8 +59,9 @@ def index_shard(
             read_members(stream, source.name), source.name, strict=strict, skips=skips
         ):
             count += 1
+            if offsets or keys:
+                found.append(sample.key)
             if offsets:
-                keys.append(sample.key)
                 starts.append(sample.members[0].offset)
         hashing.drain()
     return ShardInfo(
@@ -66,7 +69,7 @@ def index_shard(
         count,
         hashing.size,
         hashing.sha256.hexdigest(),
-        keys if offsets else None,
+        found if offsets or keys else None,
         starts if offsets else None,
     )
 

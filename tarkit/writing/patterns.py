@@ -11,11 +11,15 @@ of numbered shards takes a ``mode``:
 - ``create`` (the default): refuse to start while files match the pattern, naming how
   many and the first (:func:`refuse_existing`).
 - ``overwrite``: write the new set, each shard first under a hidden pending name
-  (:func:`pending_name`); once every shard is complete, they take their names and the
-  other files that match the pattern are removed. A run that fails or is interrupted
-  removes its pending shards: the old set is left as it was.
-- ``resume``: keep the complete shards of an interrupted run and continue after them;
-  a file matching the pattern that is not one of those shards is refused.
+  (:func:`pending_name`); once every shard is complete, the set is committed whole
+  through a journal (:mod:`tarkit.storage.commit`): the shards take their names, the
+  other files that match the pattern are removed, the manifest is published last. A run
+  that fails or is interrupted before the commit removes its pending shards: the old
+  set is left as it was; one stopped during the commit (``kill -9``) is finished by the
+  next run into the pattern, whatever its mode (:func:`settle_earlier_run`).
+- ``resume``: keep the complete shards of an interrupted run and continue after them,
+  once the input is found to hold them (:mod:`tarkit.writing.kept`); a file matching
+  the pattern that is not one of those shards is refused.
 
 Only shard numbers from the writer's ``start`` on count, so ``start`` appends a new set
 after an old one. A pattern matches a file when the file's name is the pattern with
@@ -35,9 +39,15 @@ import re
 import string
 from dataclasses import dataclass
 
-from ..errors import OutputError, SourceError, UsageError
-from ..format.manifest import ShardInfo
-from ..storage import StorageOptions, list_files, location, remove_file
+from ..errors import OutputError, UsageError
+from ..storage import (
+    JOURNAL_ENDING,
+    StorageOptions,
+    finish_commit,
+    list_files,
+    location,
+    remove_file,
+)
 
 CREATE, OVERWRITE, RESUME = "create", "overwrite", "resume"
 MODES = (CREATE, OVERWRITE, RESUME)
@@ -180,10 +190,34 @@ def pending_name(spec: str) -> str:
     return where.sibling(f".{where.basename}.pending")
 
 
+def journal_name(pattern: str) -> str:
+    """Where the commit of an overwrite into ``pattern`` keeps its journal: a hidden name
+    in the shards' directory (for a pattern with the shard number in a directory, the
+    deepest directory above every shard), so that it names them all from there.
+
+    >>> journal_name("out/s-%06d.tar"), journal_name("s3://b/{shard:03d}/x.tar")
+    ('out/.s-%06d.tar.commit.json', 's3://b/.{shard:03d}_x.tar.commit.json')
+    """
+    head, slash, _ = _pieces(pattern)[0][0].rpartition("/")
+    rest = pattern[len(head) + len(slash) :]
+    return f"{head}{slash}.{rest.replace('/', '_')}{JOURNAL_ENDING}"
+
+
 def remove_pending(pattern: str, storage_options: StorageOptions | None = None) -> None:
-    """Remove the pending shards an overwrite killed before it finished left behind."""
+    """Remove the pending shards an overwrite killed before its commit left behind."""
     for shard in existing_shards(pending_name(pattern), 0, storage_options):
         remove_file(shard.url, storage_options)
+
+
+def settle_earlier_run(pattern: str, storage_options: StorageOptions | None = None) -> bool:
+    """Before a writer looks at what lies under ``pattern``: finish the commit of an
+    overwrite that was stopped after its journal was written (its new set takes its
+    place, :func:`~tarkit.storage.finish_commit`), then remove the pending shards of one
+    stopped before (its old set stays). Whether a commit was finished. Every writer of
+    numbered shards calls it first, whatever its mode."""
+    finished = finish_commit(journal_name(pattern), storage_options)
+    remove_pending(pattern, storage_options)
+    return finished
 
 
 def _files(found: list[ExistingShard], plural: str, singular: str) -> str:
@@ -212,29 +246,3 @@ def refuse_strangers(pattern: str, found: list[ExistingShard]) -> OutputError:
         f"{found[0].url}: they come from another run. Remove them, or pass --overwrite "
         "(mode='overwrite') to write the whole set anew"
     )
-
-
-def completed_shards(
-    pattern: str, start: int = 0, storage_options: StorageOptions | None = None
-) -> list[ShardInfo]:
-    """The complete shards present from number ``start`` on, up to the first missing one.
-
-    Each is read whole (:func:`~tarkit.writing.index.index_shard`) to count its samples
-    and hash its bytes; a shard that does not read cleanly raises
-    :class:`~tarkit.errors.InputError` (shards appear only when complete, so that means
-    something else wrote it).
-    """
-    from .index import index_shard
-
-    found: list[ShardInfo] = []
-    number = start
-    while True:
-        path = shard_name(pattern, number)
-        try:
-            found.append(index_shard(path, strict=True, storage_options=storage_options))
-        except SourceError as exc:
-            if exc.reason == SourceError.MISSING:
-                break
-            raise
-        number += 1
-    return found

@@ -39,10 +39,9 @@ Guarantees, for ``tarsplit``, ``tarkit shard`` and library users alike:
 
 from __future__ import annotations
 
-import os
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
 from ..errors import OutputError, UsageError
 from ..format.compression import compression_for
@@ -53,73 +52,33 @@ from ..storage import (
     Publishing,
     StagedFile,
     StorageOptions,
-    describe_exit,
     manifest_at,
-    move_file,
     remove_file,
     remove_stale_temp,
     save_manifest,
 )
 from .cuts import ShardCut
+from .finishing import put_in_place, run_post
+from .kept import KeptShard, kept_shards, skip_kept
 from .patterns import (
     CREATE,
     OVERWRITE,
     RESUME,
     check_mode,
     check_pattern,
-    completed_shards,
     existing_shards,
     pending_name,
     refuse_existing,
     refuse_strangers,
-    remove_pending,
+    settle_earlier_run,
     shard_name,
 )
 from .sample_encoder import SampleEncoder, key_of
 
+S = TypeVar("S", bound="Sample | Mapping[str, Any]")
 DEFAULT_PATTERN = "shard-%06d.tar"
 DEFAULT_MAXCOUNT = 100_000
 DEFAULT_MAXSIZE = 1 << 30  # 1G
-
-
-def run_post(post: str | Callable[[str], object], path: str) -> None:
-    """Run the post command for a finished shard; raise :class:`OutputError` if it fails.
-
-    A string is a bash command with every ``{}`` replaced by the shell-quoted path (the
-    path is also in ``TARKIT_SHARD``); a callable is called with the path.
-    """
-    if callable(post):
-        post(path)
-        return
-    import shlex
-    import subprocess
-
-    command = post.replace("{}", shlex.quote(path))
-    env = dict(os.environ, TARKIT_SHARD=path)
-    try:
-        status = subprocess.run(["bash", "-c", command], env=env).returncode
-    except OSError as exc:
-        raise OutputError(f"{path}: cannot run the post command: {exc.strerror}") from None
-    if status != 0:
-        raise OutputError(f"{path}: post command {describe_exit(status)}: {command}")
-
-
-def put_in_place(
-    pending: list[str], shards: list[ShardInfo], replaced: list[str],
-    post: str | Callable[[str], object] | None, storage_options: StorageOptions | None,
-) -> None:  # fmt: skip
-    """``mode="overwrite"``, once the new set is complete: give the ``pending`` files the
-    names of ``shards``, remove the ``replaced`` files the new set does not reuse, then
-    run ``post`` on each shard."""
-    for name, shard in zip(pending, shards, strict=True):
-        move_file(name, shard.url, storage_options)
-    new = {shard.url for shard in shards}
-    for url in replaced:
-        if url not in new:
-            remove_file(url, storage_options)
-    if post is not None:
-        for shard in shards:
-            run_post(post, shard.url)
 
 
 @dataclass(frozen=True)
@@ -171,12 +130,17 @@ class ShardWriter:
     ``mode`` says what to do with files that already match the pattern from ``start``
     on (:mod:`tarkit.writing.patterns`): ``"create"`` (default) raises
     :class:`OutputError` naming how many and the first; ``"overwrite"`` keeps each new
-    shard under a hidden pending name until :meth:`close`, which gives them their names,
-    runs ``post`` on each and removes the other matching files (``on_shard`` is called
-    as each shard is in place under its pending name); ``"resume"`` keeps the complete
-    shards of an interrupted run and continues after them: ``samples_done`` says how
-    many samples they hold, so the caller skips that many before writing (stale
-    temporary files are removed; another matching file raises :class:`OutputError`).
+    shard under a hidden pending name until :meth:`close`, which commits the set whole
+    (:func:`~tarkit.writing.finishing.put_in_place`: they take their names, the other
+    matching files are removed, the manifest is published last) and runs ``post`` on
+    each (``on_shard`` is called as each shard is in place under its pending name);
+    ``"resume"`` keeps the complete
+    shards of an interrupted run (:attr:`kept`) and continues after them:
+    ``samples_done`` says how many samples they hold, and :meth:`skip_kept` skips them
+    in the input, checking that they are those shards' samples (stale temporary files
+    are removed; another matching file raises :class:`OutputError`). Whatever the mode,
+    the commit of an overwrite stopped midway is first finished (its new set takes its
+    place; :attr:`finished_commit` says so).
 
     As a context manager, leaving with an exception aborts: complete shards stay (with
     ``overwrite``, the pending ones are removed and the old files stay as they were), the
@@ -234,19 +198,22 @@ class ShardWriter:
         # overwrite: the files the new set replaces, and its shards under pending names
         self._replaced: list[str] = []
         self._pending: list[str] = []
+        self.kept: list[KeptShard] = []  # resume: the shards kept, as read
+        self.finished_commit = False
         self._start_over(storage_options)
 
     def _start_over(self, storage_options: StorageOptions | None) -> None:
         """Look at what an earlier run left under the pattern, as ``mode`` says."""
         pattern, start = self.pattern, self.start
+        self.finished_commit = settle_earlier_run(pattern, storage_options)
         existing = existing_shards(pattern, start, storage_options)
-        remove_pending(pattern, storage_options)
         if self.mode == CREATE and existing:
             raise refuse_existing(pattern, existing, start)
         if self.mode == OVERWRITE:
             self._replaced = [shard.url for shard in existing]
         if self.mode == RESUME:
-            self.shards = completed_shards(pattern, start, storage_options)
+            self.kept = kept_shards(pattern, start, storage_options)
+            self.shards = [shard.info for shard in self.kept]
             self.samples_done = sum(s.samples for s in self.shards)
             kept = {s.url for s in self.shards}
             strangers = [shard for shard in existing if shard.url not in kept]
@@ -255,6 +222,14 @@ class ShardWriter:
             for number in range(2):  # the shard being published and the one being written
                 name = shard_name(pattern, start + len(self.shards) + number)
                 remove_stale_temp(name, storage_options)
+
+    def skip_kept(self, samples: Iterable[S]) -> Iterator[S]:
+        """``samples`` (the whole input) past the samples of the kept shards
+        (``mode="resume"``; else all of them), which must be those shards' samples: the
+        same count and keys, shard by shard (:func:`~tarkit.writing.kept.skip_kept`).
+        Raises :class:`UsageError` naming the first kept shard the input does not match,
+        before anything is written."""
+        return skip_kept(samples, self.kept)
 
     @property
     def maxcount(self) -> int:
@@ -446,8 +421,9 @@ class ShardWriter:
         self._closed = True
         if self.mode == OVERWRITE:
             pending, self._pending = self._pending, []
-            put_in_place(pending, self.shards, self._replaced, self.post, self.storage_options)
-        if self.manifest is not None:
+            put_in_place(self.pattern, pending, self.shards, self._replaced, self.manifest,
+                         self.post, self.storage_options)  # fmt: skip
+        elif self.manifest is not None:
             save_manifest(self.manifest_of(), self.manifest, self.storage_options)
 
     def manifest_of(self) -> Manifest:

@@ -3,6 +3,7 @@ objects only when complete, --post per finished shard, nothing left of a killed 
 
 from __future__ import annotations
 
+import itertools
 import os
 import re
 import signal
@@ -11,9 +12,10 @@ import time
 from pathlib import Path
 
 import pytest
-from conftest import make_tar, run, tool
+from conftest import make_tar, paused_commit_env, run, tool
 
 from tarkit.storage import remove_stale_temp
+from tarkit.stream.stages import read_samples
 from tarkit.writing.shard_writer import ShardWriter
 
 ARCHIVE = make_tar((f"{i:03d}.bin", bytes([i]) * 1000) for i in range(45))
@@ -174,3 +176,46 @@ def test_a_full_tmpdir_staging_an_upload_is_named_not_the_bucket(
         result.stderr,
     ), result.stderr
     assert fs.ls(bucket) == [] and list(small_disk.iterdir()) == []
+
+
+def test_an_overwrite_stopped_in_its_commit_on_s3_leaves_no_manifest_and_the_next_run_ends_it(
+    tmp_path: Path, bucket: str, fs, s3_env: dict[str, str], s3_server: str
+) -> None:
+    (tmp_path / "old.tar").write_bytes(make_tar((f"o{i:03d}.txt", b"old") for i in range(3)))
+    (tmp_path / "new.tar").write_bytes(make_tar((f"n{i:03d}.txt", b"new") for i in range(2)))
+
+    def write(where: str, archive: str, mode: str = "create", **options: object) -> None:
+        with ShardWriter(f"{where}/s-%03d.tar", maxcount=1, manifest=f"{where}/manifest.json",
+                         mode=mode, storage_options=options) as writer:  # fmt: skip
+            samples = read_samples([str(tmp_path / archive)])
+            writer.write_all(itertools.islice(samples, writer.samples_done, None))
+
+    local = tmp_path / "local"
+    write(str(local), "new.tar")
+    remote = f"s3://{bucket}/c"
+    write(remote, "old.tar", endpoint_url=s3_server)
+    # Paused once the first object is copied to its name: Ctrl-C there.
+    env = paused_commit_env(tmp_path / "go", env_for(s3_env, tmp_path))
+    process = subprocess.Popen(
+        [tool("tarsplit"), "new.tar", "-c", "1", "-o", f"{remote}/s-%03d.tar", "--manifest",
+         f"{remote}/manifest.json", "--overwrite"], cwd=tmp_path, env=env,
+    )  # fmt: skip
+    first = (local / "s-000.tar").read_bytes()
+    deadline = time.monotonic() + 60
+    while process.poll() is None and time.monotonic() < deadline:
+        fs.invalidate_cache()
+        if fs.exists(f"{bucket}/c/s-000.tar") and fs.cat(f"{bucket}/c/s-000.tar") == first:
+            break
+        time.sleep(0.02)
+    assert process.poll() is None, "the run ended before its commit could be interrupted"
+    process.send_signal(signal.SIGINT)
+    assert process.wait(30) == 130
+    fs.invalidate_cache()
+    assert not fs.exists(f"{bucket}/c/manifest.json")  # none claims the set while it is a mix
+    write(remote, "new.tar", "resume", endpoint_url=s3_server)
+    fs.invalidate_cache()
+    assert sorted(p.rsplit("/", 1)[-1] for p in fs.ls(f"{bucket}/c")) == sorted(
+        p.name for p in local.iterdir()
+    )
+    for path in local.iterdir():
+        assert fs.cat(f"{bucket}/c/{path.name}") == path.read_bytes(), path.name

@@ -22,7 +22,8 @@ from tarkit.format.manifest import ShardInfo
 from tarkit.format.samples import group_samples
 from tarkit.format.tar import member_size_on_disk, read_members
 from tarkit.storage import StagedFile
-from tarkit.writing.patterns import check_pattern, completed_shards, shard_name
+from tarkit.writing.kept import kept_shards
+from tarkit.writing.patterns import check_pattern, shard_name
 from tarkit.writing.shard_writer import ShardWriter
 
 
@@ -480,13 +481,17 @@ def test_resume_removes_the_temporary_files_of_a_shard_killed_while_being_put_in
     assert sorted(p.name for p in tmp_path.iterdir()) == ["s-0.tar", "s-1.tar", "s-2.tar"]
 
 
-def test_completed_shards_reads_counts_sizes_and_hashes(tmp_path: Path) -> None:
+def test_kept_shards_reads_counts_sizes_hashes_and_keys(tmp_path: Path) -> None:
     archive = make_tar([("a.txt", b"1"), ("b.txt", b"2")])
     (tmp_path / "s-0.tar").write_bytes(archive)
     (tmp_path / "s-2.tar").write_bytes(archive)  # after a gap: not part of the run
-    found = completed_shards(str(tmp_path / "s-%d.tar"))
-    assert [(Path(s.url).name, s.samples, s.bytes) for s in found] == [("s-0.tar", 2, len(archive))]
-    assert found[0].sha256 == hashlib.sha256(archive).hexdigest()
+    found = kept_shards(str(tmp_path / "s-%d.tar"))
+    assert [(Path(s.info.url).name, s.info.samples, s.info.bytes) for s in found] == [
+        ("s-0.tar", 2, len(archive))
+    ]
+    assert found[0].info.sha256 == hashlib.sha256(archive).hexdigest()
+    assert (found[0].first_key, found[0].last_key) == ("a", "b")
+    assert found[0].info.keys is None  # (a manifest of the kept shards lists no keys)
 
 
 def test_a_dict_sample_with_the_key_of_the_one_before_is_an_error_and_no_shard_is_left(

@@ -1,0 +1,329 @@
+"""A set of files committed whole: staged files take their names, the files they replace
+go, and a manifest is published last, through a journal that the next run finishes.
+
+A writer that replaces a set of files (``mode="overwrite"``: new shards under pending
+names, old shards to remove, a manifest listing the new set) must never leave a mix of
+the two sets, whatever stops it. :func:`commit_files` does it in this order:
+
+1. the journal (a hidden ``.NAME.commit.json`` in the files' directory) is published
+   atomically, listing every move, every removal and the manifest's bytes. It is
+   written only once every new file is complete, so from that moment the new set is
+   whole (in the staged files) and the commit only goes forward;
+2. the manifest at the manifest's place is removed, so that no reader takes the old
+   manifest for files that are changing under it;
+3. each staged file takes its name (a local rename; on an object store a copy within
+   the store and a delete), then the replaced files are removed;
+4. the manifest is published: the set is committed;
+5. the journal is removed.
+
+A run stopped anywhere in 2–5 (SIGKILL, a crash, a failed request) leaves the journal:
+:func:`finish_commit`, which every writer calls before it looks at its place, does steps
+2–5 again (each is idempotent: a move whose staged file is gone is taken as done when the
+target has the journal's size). A run stopped before step 1 leaves no journal and the old
+set as it was; the writer removes its staged files (or the next run does). While a local
+commit runs, SIGINT and SIGTERM are held and delivered once it is done, so Ctrl-C gives
+the old set or the new one, not a journal to finish (a second Ctrl-C stops it at once:
+on a slow disk a commit of thousands of files can take seconds). On an object store a commit copies
+every object, which can take minutes: signals are not held there, and a commit they stop
+is finished by the next run.
+
+A journal is data found in the output place, which someone else may have written: it
+names only files in its own directory or below it (relative names, checked when it is
+read), so finishing one never touches a file elsewhere. A manifest outside that directory
+is removed and published by the commit itself, not through the journal: a commit
+finished by the next run leaves none there (the next run that writes one writes it).
+
+Readers of local files refuse a set that a journal names (:func:`refuse_unfinished`):
+they would read a mix. A reader by manifest finds none while a commit is unfinished.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import glob
+import json
+import os
+import posixpath
+import signal
+import threading
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from types import FrameType
+from typing import Any
+
+from ..errors import OutputError, SourceError
+from .filesystems import StorageOptions, object_info
+from .listing import move_file, remove_file
+from .locations import FILE, location, relative_url, resolve_url
+from .outputs import publish
+from .sources import read_bytes
+
+JOURNAL_ENDING = ".commit.json"
+JOURNAL_FORMAT, JOURNAL_VERSION = "tarkit-commit", 1
+HELD = (signal.SIGINT, signal.SIGTERM)
+
+ManifestBytes = tuple[str, bytes]  # where a manifest goes, and its bytes
+
+
+@dataclass(frozen=True)
+class Move:
+    """A complete staged file ``source`` that takes the name ``target``; ``size``: its
+    bytes (how a finished move is recognised)."""
+
+    source: str
+    target: str
+    size: int
+
+
+@dataclass(frozen=True)
+class Journal:
+    """What a commit does: the staged files that take their names, the files removed,
+    and the manifest published last (None: none, or one outside the journal's
+    directory)."""
+
+    moves: list[Move]
+    removals: list[str]
+    manifest: ManifestBytes | None
+
+    def to_bytes(self, journal: str) -> bytes:
+        """The journal's file at ``journal``: every location relative to it. Raises
+        :class:`~tarkit.errors.OutputError` for one outside its directory (a bug)."""
+        manifest = self.manifest
+        entries = {
+            "format": JOURNAL_FORMAT,
+            "version": JOURNAL_VERSION,
+            "moves": [
+                [_named(journal, m.source), _named(journal, m.target), m.size] for m in self.moves
+            ],  # fmt: skip
+            "remove": [_named(journal, url) for url in self.removals],
+            "manifest": None
+            if manifest is None
+            else [_named(journal, manifest[0]), manifest[1].decode("utf-8")],
+        }
+        # ASCII: a name that is not UTF-8 survives as a \udcXX escape.
+        return (json.dumps(entries, ensure_ascii=True) + "\n").encode("ascii")
+
+    @classmethod
+    def parse(cls, data: bytes, journal: str) -> Journal:
+        """The journal read from ``journal``; raises :class:`~tarkit.errors.OutputError`
+        when it is not one, or names a file outside its directory."""
+        try:
+            entries = json.loads(data)
+            if (entries["format"], entries["version"]) != (JOURNAL_FORMAT, JOURNAL_VERSION):
+                raise ValueError("another format")
+            moves = [
+                Move(_resolved(journal, source), _resolved(journal, target), int(size))
+                for source, target, size in entries["moves"]
+            ]
+            removals = [_resolved(journal, url) for url in entries["remove"]]
+            manifest = entries["manifest"]
+            if manifest is not None:
+                where, text = manifest
+                manifest = (_resolved(journal, where), str(text).encode("utf-8"))
+        except (ValueError, KeyError, TypeError, AttributeError, UnicodeError):
+            raise OutputError(
+                f"{journal}: not the journal of a tarkit commit, or one naming files outside "
+                "its directory: remove it by hand if nothing else wrote it"
+            ) from None
+        return cls(moves, removals, manifest)
+
+
+def commit_files(
+    journal: str,
+    moves: Sequence[Move],
+    removals: Sequence[str],
+    manifest: ManifestBytes | None = None,
+    storage_options: StorageOptions | None = None,
+) -> None:
+    """Commit a set (the module docstring): the staged files of ``moves`` take their
+    names, ``removals`` (those not also a target) are removed, and ``manifest`` (its
+    location and bytes) is published last, through ``journal``. The files must lie in
+    the journal's directory or below it; the manifest may lie anywhere.
+
+    Raises :class:`~tarkit.errors.OutputError` when a step fails; the journal then stays
+    and the next :func:`finish_commit` completes the set.
+    """
+    targets = {location(move.target).identity() for move in moves}
+    gone = [url for url in removals if location(url).identity() not in targets]
+    outside = manifest is not None and not _inside(relative_url(journal, manifest[0]))
+    entries = Journal(list(moves), gone, None if outside else manifest)
+    data = entries.to_bytes(journal)
+    with _held_signals(not location(journal).remote):
+        try:
+            publish(journal, data, storage_options)
+        except BaseException:  # no journal: the old set stays, the staged files go
+            for move in entries.moves:
+                with contextlib.suppress(OutputError):
+                    remove_file(move.source, storage_options)
+            raise
+        _apply(journal, entries, storage_options, manifest if outside else None)
+
+
+def finish_commit(journal: str, storage_options: StorageOptions | None = None) -> bool:
+    """Complete the commit an interrupted run left at ``journal``, if any: whether there
+    was one. Raises :class:`~tarkit.errors.OutputError` when it cannot be completed
+    (a file it needs is gone) or the journal is not one."""
+    data = read_bytes(journal, storage_options)
+    if data is None:
+        return False
+    entries = Journal.parse(data, journal)
+    with _held_signals(not location(journal).remote):
+        _apply(journal, entries, storage_options)
+    return True
+
+
+def refuse_unfinished(urls: Sequence[str]) -> None:
+    """Raise :class:`~tarkit.errors.SourceError` when one of the local files ``urls`` is
+    named by the journal of an unfinished commit beside it: the files there are a mix
+    of two sets until a writer finishes it."""
+    directories: dict[str, set[str]] = {}
+    for url in urls:
+        where = location(url)
+        if where.is_file:
+            path = os.path.abspath(where.path)
+            directories.setdefault(os.path.dirname(path), set()).add(path)
+    for directory, paths in directories.items():
+        for journal in glob.glob(os.path.join(glob.escape(directory), f".*{JOURNAL_ENDING}")):
+            try:
+                with open(journal, "rb") as stream:
+                    entries = Journal.parse(stream.read(), journal)
+            except (OSError, OutputError):
+                continue  # gone meanwhile (the commit ended), or not a journal
+            named = [move.target for move in entries.moves] + entries.removals
+            if any(os.path.abspath(location(url).path) in paths for url in named):
+                raise SourceError(
+                    f"{directory}: a run that replaced these shards was stopped while "
+                    f"putting the new ones in place ({os.path.basename(journal)}), so they "
+                    "are a mix of two runs: run the writer again (with any mode) to finish "
+                    "it, then read them"
+                )
+
+
+def _named(journal: str, url: str) -> str:
+    """How the journal names ``url``: relative to it, in its directory or below; raises
+    :class:`~tarkit.errors.OutputError` for a location elsewhere (a bug: a commit's files
+    lie there)."""
+    head, _, name = url.rpartition("/")
+    # Beside it, as nearly all are: what relative_url says, without its path arithmetic.
+    named = name if head == journal.rpartition("/")[0] else relative_url(journal, url)
+    if not _inside(named):
+        raise OutputError(f"{url}: not in the directory of the commit journal {journal}")
+    return named
+
+
+def _inside(named: str) -> bool:
+    """Whether ``named`` (as a journal names a location) is a relative path that stays
+    in the journal's directory.
+
+    >>> _inside("s-1.tar"), _inside("sub/.s-1.tar.pending"), _inside("/etc/passwd")
+    (True, True, False)
+    >>> _inside("../x.tar"), _inside("s3://other/x.tar"), _inside("file:x.tar")
+    (False, False, False)
+    """
+    where = location(named)
+    if where.kind != FILE or where.path != named or not named or os.path.isabs(named):
+        return False
+    return ".." not in posixpath.normpath(named).split("/")
+
+
+def _resolved(journal: str, named: object) -> str:
+    """Where ``named``, read from the journal at ``journal``, is; a location that is
+    not inside the journal's directory raises ValueError."""
+    if not isinstance(named, str) or not _inside(named):
+        raise ValueError("not a location inside the journal's directory")
+    return resolve_url(journal, named)
+
+
+def _apply(
+    journal: str, entries: Journal, storage_options: StorageOptions | None,
+    outside: ManifestBytes | None = None,
+) -> None:  # fmt: skip
+    """Steps 2–5 of the module docstring (``outside``: a manifest outside the journal's
+    directory, removed and published here too). Raises
+    :class:`~tarkit.errors.OutputError` when one fails (the journal stays, for the next
+    run) or a file the commit needs is gone."""
+    manifest = entries.manifest or outside
+    try:
+        if manifest is not None:
+            remove_file(manifest[0], storage_options)
+        lost = _moves(entries, storage_options)
+        if lost is None:
+            for url in entries.removals:
+                remove_file(url, storage_options)
+            if manifest is not None:
+                publish(manifest[0], manifest[1], storage_options)
+            remove_file(journal, storage_options)
+    except OutputError as exc:
+        raise OutputError(
+            f"{exc} (the commit of a new set stopped midway: the next run into these files, "
+            "with any mode, finishes it)"
+        ) from None
+    if lost is not None:
+        raise OutputError(
+            f"{lost.target}: cannot finish the commit of {journal}: neither the new file "
+            f"nor its staged copy {lost.source} is there; remove the journal and the files "
+            "by hand and write the set again"
+        )
+
+
+def _moves(entries: Journal, storage_options: StorageOptions | None) -> Move | None:
+    """Give each staged file its name; stop at a move whose files are gone, and return it."""
+    for move in entries.moves:
+        if _size(move.source, storage_options) is not None:
+            move_file(move.source, move.target, storage_options)
+        elif _size(move.target, storage_options) != move.size:
+            return move
+    return None
+
+
+def _size(spec: str, storage_options: StorageOptions | None) -> int | None:
+    """The bytes of the file or object ``spec``; None when there is none."""
+    where = location(spec)
+    if where.remote:
+        found = object_info(spec, storage_options)
+        return None if found is None else found.size
+    try:
+        return os.path.getsize(where.path)
+    except FileNotFoundError:
+        return None
+    except OSError as exc:
+        raise OutputError(f"{spec}: cannot read its details: {exc.strerror}") from None
+
+
+@contextlib.contextmanager
+def _held_signals(hold: bool) -> Iterator[None]:
+    """Hold SIGINT and SIGTERM until the block ends, then deliver the first that came
+    (to the handler that was in place); a second one acts at once (the journal lets the
+    next run finish what is stopped). Only the main thread can; elsewhere, and without
+    ``hold``, signals act at once."""
+    if not hold or threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    arrived: list[int] = []
+    before: dict[int, Any] = {number: signal.getsignal(number) for number in HELD}
+    held = [number for number, handler in before.items() if handler is not None]
+
+    def restore() -> None:
+        for number in held:
+            signal.signal(number, before[number])
+
+    def note(number: int, frame: FrameType | None) -> None:
+        if not arrived:
+            arrived.append(number)
+            return
+        arrived.clear()  # a second signal: the one before is delivered now, with it
+        restore()
+        handler = before[number]
+        if callable(handler):
+            handler(number, frame)
+        else:
+            signal.raise_signal(number)
+
+    for number in held:
+        signal.signal(number, note)
+    try:
+        yield
+    finally:
+        restore()
+        if arrived:
+            signal.raise_signal(arrived[0])

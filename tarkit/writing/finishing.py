@@ -1,0 +1,58 @@
+"""What becomes of complete shards: the commit of an overwrite's new set, and the post
+command each shard gets once it has its name. :class:`~tarkit.writing.shard_writer.ShardWriter`
+and the cluster run (:mod:`tarkit.writing.cluster`) both end here.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable
+
+from ..errors import OutputError
+from ..format.manifest import ShardInfo
+from ..storage import Move, StorageOptions, commit_files, describe_exit, manifest_at
+from .patterns import journal_name
+
+
+def run_post(post: str | Callable[[str], object], path: str) -> None:
+    """Run the post command for a finished shard; raise :class:`OutputError` if it fails.
+
+    A string is a bash command with every ``{}`` replaced by the shell-quoted path (the
+    path is also in ``TARKIT_SHARD``); a callable is called with the path.
+    """
+    if callable(post):
+        post(path)
+        return
+    import shlex
+    import subprocess
+
+    command = post.replace("{}", shlex.quote(path))
+    env = dict(os.environ, TARKIT_SHARD=path)
+    try:
+        status = subprocess.run(["bash", "-c", command], env=env).returncode
+    except OSError as exc:
+        raise OutputError(f"{path}: cannot run the post command: {exc.strerror}") from None
+    if status != 0:
+        raise OutputError(f"{path}: post command {describe_exit(status)}: {command}")
+
+
+def put_in_place(
+    pattern: str, pending: list[str], shards: list[ShardInfo], replaced: list[str],
+    manifest: str | None, post: str | Callable[[str], object] | None,
+    storage_options: StorageOptions | None,
+) -> None:  # fmt: skip
+    """``mode="overwrite"``, once the new set is complete: commit it whole through the
+    journal of ``pattern`` (:mod:`tarkit.storage.commit`): the ``pending`` files take the
+    names of ``shards``, the ``replaced`` files the new set does not reuse are removed
+    and the manifest of ``shards`` is published at ``manifest`` (when given), last; then
+    run ``post`` on each shard. A run stopped during the commit leaves its journal,
+    and the next run into ``pattern`` finishes it (:func:`.patterns.settle_earlier_run`).
+    """
+    moves = [
+        Move(name, shard.url, shard.bytes) for name, shard in zip(pending, shards, strict=True)
+    ]
+    made = None if manifest is None else (manifest, manifest_at(manifest, shards).to_bytes())
+    commit_files(journal_name(pattern), moves, replaced, made, storage_options)
+    if post is not None:
+        for shard in shards:
+            run_post(post, shard.url)

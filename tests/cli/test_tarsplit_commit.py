@@ -1,0 +1,127 @@
+"""tarsplit --overwrite commits a set whole, and --resume keeps only shards the input holds.
+
+An overwrite of 16 one-sample shards by 12 others is stopped in its commit (paused once
+the first new shard has its name, ``conftest.paused_commit_env``, signalled, then let go
+on): Ctrl-C and SIGTERM give the whole new set; ``kill -9`` or Ctrl-C twice leave a
+journal that the next run finishes (``tests/storage/test_commit.py``: whatever its mode),
+and that the loader refuses to read past meanwhile. ``--resume`` with another input is an
+error.
+"""
+
+from __future__ import annotations
+
+import signal
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+from conftest import make_tar, paused_commit_env, run, tool
+
+from tarkit import ShardDataset, ShardWriter, read_samples
+from tarkit.errors import SourceError
+
+OLD = make_tar((f"o{i:03d}.txt", f"old {i}".encode()) for i in range(16))
+NEW = make_tar((f"n{i:03d}.txt", f"new sample {i}".encode()) for i in range(12))
+SPLIT = ["-c", "1", "-o", "out/s-%03d.tar", "--manifest", "out/manifest.json"]
+
+
+def files(directory: Path) -> dict[str, bytes]:
+    """Every file in ``directory``, hidden ones included (name → bytes)."""
+    return {p.name: p.read_bytes() for p in sorted(directory.iterdir())}
+
+
+@pytest.fixture(scope="module")
+def sets(tmp_path_factory: pytest.TempPathFactory) -> dict[str, dict[str, bytes]]:
+    """The whole old set and the whole new set, each written by an uninterrupted run."""
+    made = {}
+    for name, archive in (("old", OLD), ("new", NEW)):
+        where = tmp_path_factory.mktemp(name)
+        assert run(["tarsplit", *SPLIT], input=archive, cwd=where).returncode == 0
+        made[name] = files(where / "out")
+    assert len(made["old"]) == 17 and len(made["new"]) == 13  # the shards and the manifest
+    return made
+
+
+def overwrite_stopped_in_commit(tmp_path: Path, first_new: bytes, *signals: int) -> int:
+    """Write the old set, then overwrite it with the new one, and send ``signals`` once
+    the first new shard has its name, then let the commit go on; the overwrite's exit
+    status."""
+    (tmp_path / "new.tar").write_bytes(NEW)
+    assert run(["tarsplit", *SPLIT], input=OLD, cwd=tmp_path).returncode == 0
+    process = subprocess.Popen(
+        [tool("tarsplit"), "new.tar", *SPLIT, "--overwrite"], cwd=tmp_path,
+        env=paused_commit_env(tmp_path / "go"), stderr=subprocess.PIPE,
+    )  # fmt: skip
+    first = tmp_path / "out" / "s-000.tar"
+    deadline = time.monotonic() + 60
+    while first.read_bytes() != first_new and process.poll() is None:
+        assert time.monotonic() < deadline, "the commit never began"
+        time.sleep(0.005)
+    assert process.poll() is None, "the run ended before it could be stopped"
+    for how in signals:
+        process.send_signal(how)
+        time.sleep(0.05)  # the signal arrives while the commit is paused
+    (tmp_path / "go").touch()
+    _, stderr = process.communicate(timeout=60)
+    assert b"Traceback" not in stderr, stderr.decode()
+    return process.returncode
+
+
+@pytest.mark.parametrize("how", [signal.SIGINT, signal.SIGTERM], ids=["sigint", "sigterm"])
+def test_ctrl_c_or_sigterm_in_an_overwrites_commit_leaves_the_whole_new_set(
+    tmp_path: Path, sets: dict[str, dict[str, bytes]], how: int
+) -> None:
+    status = overwrite_stopped_in_commit(tmp_path, sets["new"]["s-000.tar"], how)
+    assert status == (130 if how == signal.SIGINT else 143)
+    assert files(tmp_path / "out") == sets["new"]  # no pending shard, no journal either
+
+
+@pytest.mark.parametrize(
+    ("signals", "status"),
+    [((signal.SIGKILL,), -signal.SIGKILL), ((signal.SIGINT, signal.SIGINT), 130)],
+    ids=["kill-9", "ctrl-c-twice"],
+)
+def test_a_commit_killed_midway_is_refused_by_the_loader_and_finished_by_resume(
+    tmp_path: Path, sets: dict[str, dict[str, bytes]], signals: tuple[int, ...], status: int
+) -> None:
+    assert overwrite_stopped_in_commit(tmp_path, sets["new"]["s-000.tar"], *signals) == status
+    out = tmp_path / "out"
+    shown = {n: d for n, d in files(out).items() if not n.startswith(".")}
+    assert shown != sets["new"] and shown != sets["old"]  # stopped midway: a mix on disk
+    with pytest.raises(SourceError, match="a mix of two runs: run the writer again"):
+        ShardDataset(str(out))
+    resumed = run(["tarsplit", "new.tar", *SPLIT, "--resume"], cwd=tmp_path)
+    assert resumed.returncode == 0, resumed.stderr
+    assert files(out) == sets["new"]
+
+
+def test_resume_with_a_shorter_input_is_a_usage_error_naming_the_shard(tmp_path: Path) -> None:
+    # 20 kept shards of 10 samples (a run stopped by a truncated input), then 50 samples
+    first = make_tar((f"k{i:03d}.txt", b"x") for i in range(220))
+    split = ["-c", "10", "-o", "out/s-%03d.tar", "--manifest", "out/manifest.json"]
+    assert run(["tarsplit", *split], input=first[: 202 * 1024], cwd=tmp_path).returncode == 2
+    before = files(tmp_path / "out")
+    assert len(before) == 20
+    shorter = first[: 50 * 1024] + bytes(1024)
+    result = run(["tarsplit", *split, "--resume"], input=shorter, cwd=tmp_path)
+    assert result.returncode == 2
+    assert result.stderr == (
+        "tarsplit: error: out/s-005.tar: the input is not the one this kept shard was written "
+        "from: it holds 10 samples, keys 'k050' to 'k059', the input ends after 50 samples. "
+        "--resume (mode='resume') continues a run with the same input; pass --overwrite "
+        "(mode='overwrite') to write the set anew from this input\n"
+    )
+    assert files(tmp_path / "out") == before  # nothing written, no manifest
+
+
+def test_resume_with_a_total_skips_the_kept_samples(tmp_path: Path) -> None:
+    archive = make_tar((f"k{i:03d}.txt", b"x") for i in range(10))
+    (tmp_path / "in.tar").write_bytes(archive)
+    split = ["-c", "2", "-o", "out/s-%03d.tar"]
+    assert run(["tarsplit", *split], input=archive[: 5 * 1024], cwd=tmp_path).returncode == 2
+    result = run(["tarsplit", *split, "--resume", "--total", "10", "in.tar"], cwd=tmp_path)
+    assert result.returncode == 0, result.stderr
+    with ShardWriter(str(tmp_path / "clean" / "s-%03d.tar"), maxcount=2) as writer:
+        writer.write_all(read_samples([str(tmp_path / "in.tar")]))
+    assert files(tmp_path / "out") == files(tmp_path / "clean")

@@ -1,0 +1,133 @@
+"""A set committed through a journal: a commit stopped midway is finished by every writer
+of the pattern, whatever its mode; readers refuse only the files it names; a journal
+that cannot be finished, or is not one, is an error that says what to do."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+
+from tarkit.errors import OutputError, SourceError
+from tarkit.format.encoding import ImageTransform
+from tarkit.format.tar import default_mtime
+from tarkit.storage import Move, commit_files, finish_commit, refuse_unfinished
+from tarkit.writing.cluster import ClusterRun
+from tarkit.writing.items import ItemEncoder
+from tarkit.writing.patterns import journal_name
+from tarkit.writing.shard_writer import ShardWriter
+
+
+def write(directory: Path, keys: str, manifest: bool = True, size: int = 3) -> dict[str, bytes]:
+    """One-sample shards ``s-N.tar`` of ``keys`` in ``directory``, and their manifest."""
+    with ShardWriter(str(directory / "s-%d.tar"), maxcount=1,
+                     manifest=str(directory / "m.json") if manifest else None) as writer:  # fmt: skip
+        for key in keys:
+            writer.write({"__key__": key, "txt": key * size})
+    return files(directory)
+
+
+def files(directory: Path) -> dict[str, bytes]:
+    return {p.name: p.read_bytes() for p in sorted(directory.iterdir())}
+
+
+def stopped_commit(tmp_path: Path) -> tuple[Path, dict[str, bytes], dict[str, bytes]]:
+    """An overwrite of shards a–e by shards v–x stopped after its second move (its third
+    staged file missing for a moment): the directory, the old set and the new set."""
+    new = write(tmp_path / "new", "vwx", size=600)  # (not the old shards' size)
+    out = tmp_path / "out"
+    old = write(out, "abcde")
+    for name in ("s-0.tar", "s-1.tar", "s-2.tar"):
+        shutil.copy(tmp_path / "new" / name, out / f".{name}.pending")
+    (out / ".s-2.tar.pending").rename(tmp_path / "aside")
+    moves = [Move(str(out / f".s-{n}.tar.pending"), str(out / f"s-{n}.tar"),
+                  len(new[f"s-{n}.tar"])) for n in range(3)]  # fmt: skip
+    removals = [str(out / f"s-{n}.tar") for n in range(5)]
+    with pytest.raises(OutputError, match="neither the new file nor its staged copy"):
+        commit_files(journal_name(str(out / "s-%d.tar")), moves, removals,
+                     (str(out / "m.json"), new["m.json"]))  # fmt: skip
+    (tmp_path / "aside").rename(out / ".s-2.tar.pending")
+    shown = {n: d for n, d in files(out).items() if not n.startswith(".")}
+    assert shown["s-0.tar"] == new["s-0.tar"] and shown["s-2.tar"] == old["s-2.tar"]
+    assert "m.json" not in shown  # no manifest claims either set meanwhile
+    return out, old, new
+
+
+def cluster_run(pattern: str, mode: str) -> None:
+    encoder = ItemEncoder([], None, default_mtime(), 90, "png", ImageTransform(None, None, 90))
+    ClusterRun(encoder, [], pattern, maxcount=1, maxsize=1 << 20, mode=mode, start=0,
+               storage_options=None, manifest=None, skipping=False, rejects=None,
+               on_reject=None, post=None, on_shard=None, report=print)  # fmt: skip
+
+
+@pytest.mark.parametrize("mode", ["create", "overwrite", "resume", "cluster create"])
+def test_every_writer_of_the_pattern_finishes_a_stopped_commit_whatever_its_mode(
+    tmp_path: Path, mode: str
+) -> None:
+    out, _, new = stopped_commit(tmp_path)
+    pattern = str(out / "s-%d.tar")
+    if mode == "create":
+        with pytest.raises(OutputError, match="3 files already match"):
+            ShardWriter(pattern)
+    elif mode == "cluster create":
+        with pytest.raises(OutputError, match="3 files already match"):
+            cluster_run(pattern, "create")
+    else:
+        writer = ShardWriter(pattern, mode=mode)
+        assert writer.finished_commit
+        if mode == "resume":
+            assert [s.first_key for s in writer.kept] == ["v", "w", "x"]
+    assert files(out) == new
+
+
+def test_readers_refuse_the_files_of_a_stopped_commit_and_only_those(tmp_path: Path) -> None:
+    out, _, _ = stopped_commit(tmp_path)
+    write(out / "val", "pq", manifest=False)
+    (out / "val" / "s-0.tar").rename(out / "v-0.tar")  # another set in the same directory
+    with pytest.raises(SourceError, match=r"\.s-%d\.tar\.commit\.json\), so they are a mix"):
+        refuse_unfinished([str(out / "s-1.tar")])
+    with pytest.raises(SourceError):
+        refuse_unfinished([str(out / "s-4.tar")])  # to be removed by the commit
+    refuse_unfinished([str(out / "v-0.tar")])
+    assert finish_commit(journal_name(str(out / "s-%d.tar")))
+    refuse_unfinished([str(out / "s-1.tar")])
+
+
+def test_a_journal_that_cannot_be_finished_says_so_and_a_foreign_one_is_not_followed(
+    tmp_path: Path,
+) -> None:
+    out, _, _ = stopped_commit(tmp_path)
+    journal = Path(journal_name(str(out / "s-%d.tar")))
+    (out / ".s-2.tar.pending").unlink()
+    with pytest.raises(OutputError, match=r"s-2\.tar: cannot finish the commit of .*remove the "):
+        finish_commit(str(journal))
+    entries = json.loads(journal.read_text())
+    assert entries["format"] == "tarkit-commit" and entries["moves"][0][:2] == [
+        ".s-0.tar.pending", "s-0.tar"
+    ]  # fmt: skip
+    victim = tmp_path / "victim.txt"
+    victim.write_text("not a shard")
+    for named in (str(victim), "../victim.txt", "file:../victim.txt"):
+        journal.write_text(json.dumps({**entries, "moves": [], "remove": [named]}))
+        with pytest.raises(OutputError, match="or one naming files outside its directory"):
+            ShardWriter(str(out / "s-%d.tar"), mode="overwrite")
+    journal.write_text('{"moves": "rm -rf /"}')
+    with pytest.raises(OutputError, match="not the journal of a tarkit commit"):
+        ShardWriter(str(out / "s-%d.tar"))
+    assert victim.read_text() == "not a shard"
+    assert not finish_commit(str(out / ".none.commit.json"))
+
+
+def test_a_journal_that_cannot_be_written_leaves_the_old_set_and_no_pending_shard(
+    tmp_path: Path,
+) -> None:
+    old = write(tmp_path, "abc")
+    pattern = str(tmp_path / "s-%d.tar")
+    with pytest.raises(OutputError, match="commit.json: cannot rename into place"):
+        with ShardWriter(pattern, maxcount=1, mode="overwrite") as writer:
+            writer.write({"__key__": "v", "txt": "new"})
+            Path(journal_name(pattern)).mkdir()  # where the journal should go
+    Path(journal_name(pattern)).rmdir()
+    assert files(tmp_path) == old
