@@ -17,6 +17,7 @@ from collections.abc import Callable, Iterable, Iterator
 
 from ..errors import InputError, SampleError
 from . import scanner
+from .tar import BLOCK as _BLOCK
 from .tar import DIRECTORY, FILE, Member, MemberReader
 
 # webdataset skips these metadata members without a word; so do we.
@@ -27,6 +28,7 @@ DIRECTORY_MEMBER = "directory member"
 METADATA_MEMBER = "webdataset metadata member"
 # Left out without a warning, by webdataset and by tarkit: they are not samples' data.
 QUIET_SKIPS = frozenset({DIRECTORY_MEMBER, METADATA_MEMBER})
+_NO_PREFIX = bytes(155)  # the ustar name prefix field, empty
 
 
 def split_name(name: str) -> tuple[str, str] | None:
@@ -310,6 +312,41 @@ def group_samples(
     if state.key is not None:
         _check_fields(state.key, state.fields, state.members, source)
         yield Sample(state.key, state.fields, state.members, source)
+
+
+def raw_key(raw: bytes | memoryview, source: str = "sample") -> str:
+    """The key of the one sample whose members' raw blocks are ``raw`` (a sample a writer
+    encoded, or was given as bytes), as every reader reads it.
+
+    Taken from the first header when it is a plain member of the sample (a regular file
+    without an extension header or a name prefix: what tarkit's encoders write), else
+    read by the strict reader. Raises :class:`~tarkit.errors.InputError` naming
+    ``source`` when the bytes are not the members of one sample.
+
+    >>> from tarkit.format.tar import encode_member
+    >>> raw_key(encode_member("a/x.jpg", b"jpeg") + encode_member("a/x.cls", b"1"))
+    'a/x'
+    """
+    header = bytes(raw[:_BLOCK])
+    if header[156:157] in (b"0", b"\0") and header[345:500] == _NO_PREFIX:
+        end = header.find(b"\0", 0, 100)
+        name = header[: end if end >= 0 else 100].decode("utf-8", "surrogateescape")
+        slash = name.rfind("/") + 1
+        dot = name.find(".", slash)
+        if dot > slash and name[:2] != "__" and not name.endswith("/"):
+            return name[:dot]
+    import io
+
+    from .tar import END_OF_ARCHIVE, read_members
+
+    stream = io.BytesIO(bytes(raw) + END_OF_ARCHIVE)
+    try:
+        samples = list(group_samples(read_members(stream, source), source))
+    except InputError as exc:
+        raise InputError(f"not the members of one sample: {exc}", source=source) from None
+    if len(samples) != 1:
+        raise InputError(f"the members of {len(samples)} samples, not of one", source=source)
+    return samples[0].key
 
 
 def same_key_error(previous: Sample, sample: Sample) -> SampleError:

@@ -21,19 +21,22 @@ from ..engines import check_engine, start_engine
 from ..engines.local import default_workers
 from ..engines.running import DONE, RETRY, Outcome, TaskRunner
 from ..errors import MapError, OutputError, ShardFailure, UsageError
+from ..format.compression import compression_for
 from ..format.manifest import ShardInfo
 from ..sizes import check_parallel
 from ..storage import (
     PIPE,
     check_local_files,
     expand_inputs,
+    index_places,
     list_files,
     location,
-    manifest_at,
+    manifest_files,
     publish,
     remove_file,
     save_manifest,
 )
+from ..writing.indexes import index_name
 from ..writing.patterns import CREATE, OVERWRITE, RESUME, check_mode
 from .mappers import Row, SampleMapper, ShardMapper, made_by
 from .records import check_made_by, record_path, recorded_outputs
@@ -144,7 +147,10 @@ def map_shards(
     when attempts are exhausted the other shards still run, and then
     :class:`MapError` is raised, naming the shards, samples and errors. Only when every
     shard is done are ``metadata`` (rows in input order; ``.jsonl`` or ``.tsv``) and
-    ``manifest`` written. ``progress`` is called with a :class:`MapProgress`.
+    ``manifest`` written (version 2; each uncompressed output then gets its shard index,
+    made as it is written: beside it, ``<output>.idx``, when the outputs are named by
+    one numbered pattern, else in ``index/`` beside the manifest). ``progress`` is
+    called with a :class:`MapProgress`.
     ``storage_options`` go to fsspec for remote inputs and outputs; a remote input that
     drops mid-shard reconnects at the byte reached (``TARKIT_RETRIES``,
     ``TARKIT_TIMEOUT``; docs/remote.md), counted in ``reconnections``.
@@ -173,10 +179,13 @@ def map_shards(
     maker = made_by(mapper)
     if mode == RESUME:
         check_made_by(output_list, maker, options)
+    places = _index_places(manifest, output_list)
     tasks = [
-        ShardTask(i, source, output, maker, mode == RESUME, storage_options=options)
-        for i, (source, output) in enumerate(zip(input_list, output_list, strict=True))
-    ]
+        ShardTask(i, source, output, maker, mode == RESUME, storage_options=options,
+                  index_place=place)
+        for i, (source, output, place) in enumerate(zip(input_list, output_list, places,
+                                                         strict=True))
+    ]  # fmt: skip
     state = MapProgress(total=len(tasks))
     result = MapResult(output_list)
     results: dict[int, ShardResult] = {}
@@ -238,15 +247,26 @@ def map_shards(
         for earlier in _earlier_outputs(outputs, output_list):
             remove_file(earlier)
             remove_file(record_path(earlier))
+            remove_file(index_name(earlier))
     rows = [row for r in ordered for row in r.rows]
     result.rows = len(rows)
     if metadata is not None:
         text = format_metadata(rows, metadata_format(metadata))
         publish(metadata, text.encode("utf-8"), options)
     if manifest is not None:
-        save_manifest(manifest_at(manifest, result.shards), manifest, options)
+        indexed = any(place is not None for place in places)
+        save_manifest(manifest_files(manifest, result.shards, indexed), options)
     report("finished")
     return result
+
+
+def _index_places(manifest: str | None, outputs: list[str]) -> list[str | None]:
+    """Where the index of each output goes (:func:`~tarkit.storage.index_places`): with
+    a manifest, for uncompressed outputs; None for the others."""
+    if manifest is None:
+        return [None] * len(outputs)
+    places = index_places(manifest, outputs)
+    return [None if compression_for(o) else p for o, p in zip(outputs, places, strict=True)]
 
 
 def _judge(result: ShardResult) -> tuple[str, bool] | None:

@@ -7,7 +7,9 @@ returns a :class:`ShardResult` whose ``failure`` says which sample failed and wh
 Publishing is atomic and ordered so that a finished-looking output is always complete:
 
 1. the output is written to a :class:`~tarkit.storage.StagedFile` (a temporary file
-   beside it, or staged locally for an ``s3://`` output), which hashes it;
+   beside it, or staged locally for an ``s3://`` output), which hashes it, and with an
+   ``index_place`` its shard index is made from the same bytes
+   (:mod:`tarkit.writing.indexes`) and published first;
 2. its record (:mod:`tarkit.processing.records`) is published;
 3. the output is published (renamed into place, or uploaded: an object appears only
    whole);
@@ -15,7 +17,8 @@ Publishing is atomic and ordered so that a finished-looking output is always com
    the object, if it gives one.
 
 With ``resume``, a task whose output exists and matches its record (same input, same
-maker) is not redone: its record is returned. A remote input that reconnects mid-shard
+maker) is not redone: its record is returned (and its index checked, made again when it
+is not there). A remote input that reconnects mid-shard
 (:mod:`tarkit.storage.retrying`) goes on at the byte reached; the result counts the
 reconnections.
 """
@@ -32,8 +35,16 @@ from ..errors import InputError, SampleError, ShardFailure, SourceError
 from ..format.manifest import ShardInfo
 from ..format.samples import Sample, SkipLog
 from ..format.tar import END_OF_ARCHIVE
-from ..storage import StagedFile, location, open_source, remove_stale_temp, retry_policy
-from ..writing.sample_encoder import SampleEncoder
+from ..storage import (
+    StagedFile,
+    location,
+    open_source,
+    publish,
+    remove_stale_temp,
+    retry_policy,
+)
+from ..writing.indexes import WrittenIndex, settle_index
+from ..writing.sample_encoder import SampleEncoder, key_of
 from .mappers import Maker, Row, ShardMapper
 from .records import completed_record, write_record
 
@@ -44,7 +55,8 @@ PROGRESS_EVERY = 0.5  # seconds between a running task's progress reports
 class ShardTask:
     """What one task does: map ``input`` (shard number ``index``) into ``output``, reading
     and writing remote locations with fsspec's ``storage_options``; ``made_by`` is what
-    the records say made it (:func:`~tarkit.processing.mappers.made_by`). An engine task
+    the records say made it (:func:`~tarkit.processing.mappers.made_by`); ``index_place``
+    where the output's shard index goes (None: it gets none). An engine task
     (:class:`~tarkit.engines.base.Task`) whose shared object is the shard mapper."""
 
     index: int
@@ -54,6 +66,7 @@ class ShardTask:
     resume: bool = True
     attempt: int = 1
     storage_options: dict[str, Any] | None = None
+    index_place: str | None = None
 
     def run(
         self, shared: ShardMapper, inputs: Sequence[bytes], tell: Callable[[int], object] | None
@@ -65,7 +78,9 @@ class ShardTask:
         return replace(self, attempt=self.attempt + 1, resume=False)
 
     def abandon(self) -> None:
-        remove_stale_temp(self.output, self.storage_options)
+        for path in (self.output, self.index_place):
+            if path is not None:
+                remove_stale_temp(path, self.storage_options)
 
 
 @dataclass
@@ -107,8 +122,11 @@ def run_shard(
             if record is not None:
                 result.info, result.rows, result.rejects = record
                 result.resumed = True
+                if task.index_place is not None:
+                    settle_index(task.output, task.index_place, result.info, None, options)
                 return result
-        remove_stale_temp(task.output, options)
+        task.abandon()  # what an earlier attempt left
+        index = WrittenIndex() if task.index_place is not None else None
         policy = retry_policy(on_reconnect=reconnected)
         with (
             StagedFile(task.output, options, hashing=True) as staged,
@@ -129,6 +147,8 @@ def run_shard(
                         raise ShardFailure(task.input, "", None, str(exc), final=True) from None
                     if raw is not None:
                         staged.write(raw)
+                        if index is not None:
+                            index.add(raw, key_of(sample))
                         written += 1
                 if row is not None:
                     result.rows.append(row)
@@ -141,6 +161,8 @@ def run_shard(
             size, sha256 = staged.finish()
             info = ShardInfo(task.output, written, size, sha256)
             source.close()  # a pipe: input's exit status counts before the output is published
+            if index is not None:  # before the output: an output in place has its index
+                publish(task.index_place, index.finish(), options)  # type: ignore[arg-type]
             made_by = task.made_by
             write_record(task.output, task.input, info, result.rows, result.rejects, made_by,
                          None, options)  # fmt: skip

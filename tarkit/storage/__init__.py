@@ -16,7 +16,14 @@ reconnect at the byte reached and bounds how long they wait.
 
 from .commit import JOURNAL_ENDING, Move, commit_files, finish_commit, refuse_unfinished
 from .filesystems import ObjectInfo, StorageOptions, filesystem, object_info
-from .listing import files_below, is_directory, list_files, move_file, remove_file
+from .listing import (
+    files_below,
+    is_directory,
+    list_files,
+    move_file,
+    remove_directory,
+    remove_file,
+)
 from .locations import (
     FILE,
     FSSPEC,
@@ -31,7 +38,18 @@ from .locations import (
     relative_url,
     resolve_url,
 )
-from .manifests import load_manifest, manifest_at, manifest_urls, save_manifest
+from .manifests import (
+    LISTED_INDEX,
+    ManifestFile,
+    index_pattern,
+    index_places,
+    load_manifest,
+    load_table,
+    manifest_at,
+    manifest_files,
+    manifest_urls,
+    save_manifest,
+)
 from .outputs import (
     Publishing,
     Sink,
@@ -40,6 +58,7 @@ from .outputs import (
     remove_stale_temp,
     stdout_stream,
     temp_place,
+    written_in_place,
 )
 from .retrying import Reconnection, RetryPolicy, report_reconnections, retry_policy
 from .sources import (
@@ -60,10 +79,12 @@ __all__ = [
     "FSSPEC",
     "HTTP",
     "JOURNAL_ENDING",
+    "LISTED_INDEX",
     "PIPE",
     "STDIO",
     "HashingReader",
     "Location",
+    "ManifestFile",
     "Move",
     "ObjectInfo",
     "Reconnection",
@@ -80,14 +101,18 @@ __all__ = [
     "display_name",
     "expand_inputs",
     "files_below",
+    "index_pattern",
+    "index_places",
     "filesystem",
     "finish_commit",
     "is_directory",
     "is_remote",
     "list_files",
     "load_manifest",
+    "load_table",
     "location",
     "manifest_at",
+    "manifest_files",
     "manifest_urls",
     "move_file",
     "object_info",
@@ -97,6 +122,7 @@ __all__ = [
     "read_bytes",
     "refuse_unfinished",
     "relative_url",
+    "remove_directory",
     "remove_file",
     "remove_stale_temp",
     "report_reconnections",
@@ -108,4 +134,5 @@ __all__ = [
     "stored_matches",
     "temp_place",
     "write_failure",
+    "written_in_place",
 ]

@@ -1,19 +1,20 @@
 """A set of files committed whole: staged files take their names, the files they replace
 go, and a manifest is published last, through a journal that the next run finishes.
 
-A writer that replaces a set of files (``mode="overwrite"``: new shards under pending
-names, old shards to remove, a manifest listing the new set) must never leave a mix of
-the two sets, whatever stops it. :func:`commit_files` does it in this order:
+A writer that replaces a set of files (``mode="overwrite"``: new shards and their indexes
+under pending names, old ones to remove, a manifest listing the new set) must never leave
+a mix of the two sets, whatever stops it. :func:`commit_files` does it in this order:
 
 1. the journal (a hidden ``.NAME.commit.json`` in the files' directory) is published
-   atomically, listing every move, every removal and the manifest's bytes. It is
-   written only once every new file is complete, so from that moment the new set is
-   whole (in the staged files) and the commit only goes forward;
+   atomically, listing every move, every removal and the bytes of the manifest's files
+   (its columns file, then its JSON). It is written only once every new file is
+   complete, so from that moment the new set is whole (in the staged files) and the
+   commit only goes forward;
 2. the manifest at the manifest's place is removed, so that no reader takes the old
    manifest for files that are changing under it;
 3. each staged file takes its name (a local rename; on an object store a copy within
    the store and a delete), then the replaced files are removed;
-4. the manifest is published: the set is committed;
+4. the manifest's files are published, its JSON last: the set is committed;
 5. the journal is removed.
 
 A run stopped anywhere in 2–5 (SIGKILL, a crash, a failed request) leaves the journal:
@@ -39,6 +40,8 @@ they would read a mix. A reader by manifest finds none while a commit is unfinis
 
 from __future__ import annotations
 
+import base64
+import binascii
 import contextlib
 import glob
 import json
@@ -59,10 +62,10 @@ from .outputs import publish
 from .sources import read_bytes
 
 JOURNAL_ENDING = ".commit.json"
-JOURNAL_FORMAT, JOURNAL_VERSION = "tarkit-commit", 1
+JOURNAL_FORMAT, JOURNAL_VERSION = "tarkit-commit", 2  # 2: the manifest's files, base64
 HELD = (signal.SIGINT, signal.SIGTERM)
 
-ManifestBytes = tuple[str, bytes]  # where a manifest goes, and its bytes
+ManifestBytes = tuple[str, bytes]  # where a file of the manifest goes, and its bytes
 
 
 @dataclass(frozen=True)
@@ -78,17 +81,16 @@ class Move:
 @dataclass(frozen=True)
 class Journal:
     """What a commit does: the staged files that take their names, the files removed,
-    and the manifest published last (None: none, or one outside the journal's
-    directory)."""
+    and the files of the manifest published last, its JSON last of all (none, or a
+    manifest outside the journal's directory: empty)."""
 
     moves: list[Move]
     removals: list[str]
-    manifest: ManifestBytes | None
+    manifest: list[ManifestBytes]
 
     def to_bytes(self, journal: str) -> bytes:
         """The journal's file at ``journal``: every location relative to it. Raises
         :class:`~tarkit.errors.OutputError` for one outside its directory (a bug)."""
-        manifest = self.manifest
         entries = {
             "format": JOURNAL_FORMAT,
             "version": JOURNAL_VERSION,
@@ -96,9 +98,10 @@ class Journal:
                 [_named(journal, m.source), _named(journal, m.target), m.size] for m in self.moves
             ],  # fmt: skip
             "remove": [_named(journal, url) for url in self.removals],
-            "manifest": None
-            if manifest is None
-            else [_named(journal, manifest[0]), manifest[1].decode("utf-8")],
+            "manifest": [
+                [_named(journal, where), base64.b64encode(data).decode("ascii")]
+                for where, data in self.manifest
+            ],
         }
         # ASCII: a name that is not UTF-8 survives as a \udcXX escape.
         return (json.dumps(entries, ensure_ascii=True) + "\n").encode("ascii")
@@ -109,7 +112,8 @@ class Journal:
         when it is not one, or names a file outside its directory."""
         try:
             entries = json.loads(data)
-            if (entries["format"], entries["version"]) != (JOURNAL_FORMAT, JOURNAL_VERSION):
+            version = entries["version"]
+            if entries["format"] != JOURNAL_FORMAT or version not in (1, JOURNAL_VERSION):
                 raise ValueError("another format")
             moves = [
                 Move(_resolved(journal, source), _resolved(journal, target), int(size))
@@ -117,10 +121,14 @@ class Journal:
             ]
             removals = [_resolved(journal, url) for url in entries["remove"]]
             manifest = entries["manifest"]
-            if manifest is not None:
-                where, text = manifest
-                manifest = (_resolved(journal, where), str(text).encode("utf-8"))
-        except (ValueError, KeyError, TypeError, AttributeError, UnicodeError):
+            if version == 1:  # one JSON manifest as text, or null
+                manifest = [] if manifest is None else [(manifest[0], manifest[1].encode())]
+            else:
+                manifest = [
+                    (where, base64.b64decode(data, validate=True)) for where, data in manifest
+                ]
+            manifest = [(_resolved(journal, where), data) for where, data in manifest]
+        except (ValueError, KeyError, TypeError, AttributeError, UnicodeError, binascii.Error):
             raise OutputError(
                 f"{journal}: not the journal of a tarkit commit, or one naming files outside "
                 "its directory: remove it by hand if nothing else wrote it"
@@ -132,21 +140,22 @@ def commit_files(
     journal: str,
     moves: Sequence[Move],
     removals: Sequence[str],
-    manifest: ManifestBytes | None = None,
+    manifest: Sequence[ManifestBytes] = (),
     storage_options: StorageOptions | None = None,
 ) -> None:
     """Commit a set (the module docstring): the staged files of ``moves`` take their
-    names, ``removals`` (those not also a target) are removed, and ``manifest`` (its
-    location and bytes) is published last, through ``journal``. The files must lie in
-    the journal's directory or below it; the manifest may lie anywhere.
+    names, ``removals`` (those not also a target) are removed, and the files of
+    ``manifest`` (location and bytes: its columns file, then its JSON) are published
+    last, in order, through ``journal``. The files must lie in the journal's directory
+    or below it; the manifest may lie anywhere (its files in one directory).
 
     Raises :class:`~tarkit.errors.OutputError` when a step fails; the journal then stays
     and the next :func:`finish_commit` completes the set.
     """
     targets = {location(move.target).identity() for move in moves}
     gone = [url for url in removals if location(url).identity() not in targets]
-    outside = manifest is not None and not _inside(relative_url(journal, manifest[0]))
-    entries = Journal(list(moves), gone, None if outside else manifest)
+    outside = any(not _inside(relative_url(journal, where)) for where, _ in manifest)
+    entries = Journal(list(moves), gone, [] if outside else list(manifest))
     data = entries.to_bytes(journal)
     with _held_signals(not location(journal).remote):
         try:
@@ -156,7 +165,7 @@ def commit_files(
                 with contextlib.suppress(OutputError):
                     remove_file(move.source, storage_options)
             raise
-        _apply(journal, entries, storage_options, manifest if outside else None)
+        _apply(journal, entries, storage_options, manifest if outside else ())
 
 
 def finish_commit(journal: str, storage_options: StorageOptions | None = None) -> bool:
@@ -236,22 +245,22 @@ def _resolved(journal: str, named: object) -> str:
 
 def _apply(
     journal: str, entries: Journal, storage_options: StorageOptions | None,
-    outside: ManifestBytes | None = None,
+    outside: Sequence[ManifestBytes] = (),
 ) -> None:  # fmt: skip
-    """Steps 2–5 of the module docstring (``outside``: a manifest outside the journal's
-    directory, removed and published here too). Raises
+    """Steps 2–5 of the module docstring (``outside``: the files of a manifest outside
+    the journal's directory, removed and published here too). Raises
     :class:`~tarkit.errors.OutputError` when one fails (the journal stays, for the next
     run) or a file the commit needs is gone."""
     manifest = entries.manifest or outside
     try:
-        if manifest is not None:
-            remove_file(manifest[0], storage_options)
+        if manifest:
+            remove_file(manifest[-1][0], storage_options)  # the JSON: the commit point
         lost = _moves(entries, storage_options)
         if lost is None:
             for url in entries.removals:
                 remove_file(url, storage_options)
-            if manifest is not None:
-                publish(manifest[0], manifest[1], storage_options)
+            for where, data in manifest:
+                publish(where, data, storage_options)
             remove_file(journal, storage_options)
     except OutputError as exc:
         raise OutputError(

@@ -16,6 +16,7 @@ Matches come back written as the glob was (``file:`` prefix, ``s3://`` scheme).
 
 from __future__ import annotations
 
+import contextlib
 import glob
 import os
 
@@ -103,6 +104,15 @@ def remove_file(spec: str, storage_options: StorageOptions | None = None) -> Non
         raise OutputError(f"{spec}: cannot remove: {exc.strerror or exc}") from None
     except Exception as exc:  # fsspec back ends raise many kinds
         raise OutputError(f"{spec}: cannot remove: {exc}") from None
+
+
+def remove_directory(spec: str) -> None:
+    """Remove the local directory ``spec`` if it is there and empty (a directory a run
+    made for files it then did not keep); anything else stays, without an error."""
+    where = location(spec)
+    if where.is_file:
+        with contextlib.suppress(OSError):
+            os.rmdir(where.path)
 
 
 def move_file(source: str, target: str, storage_options: StorageOptions | None = None) -> None:

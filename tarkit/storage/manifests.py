@@ -1,33 +1,60 @@
 """Manifests at their locations: read one from a path or URL, publish one, resolve its shards.
 
 The format itself is :mod:`tarkit.format.manifest`; this module only moves it in and out
-of storage, through the same opener and the same atomic publish as every shard.
+of storage, through the same opener and the same atomic publish as every shard. Either
+version is read (:func:`load_table`); writers publish version 2 (:func:`manifest_files`):
+its columns file first, then its JSON, the commit point.
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 from ..errors import InputError, SourceError
-from ..format.manifest import Manifest, ShardInfo, parse
+from ..format.index import SUFFIX
+from ..format.manifest import Manifest, ShardInfo, columns_name, dumps_v2
+from ..format.manifest_reader import read_table
+from ..format.shard_names import ShardNames
+from ..format.shard_table import ShardTable
 from .filesystems import StorageOptions
-from .locations import relative_url, resolve_url
+from .listing import remove_file
+from .locations import FILE, location, relative_url, resolve_url
 from .outputs import publish
-from .sources import open_source
+from .sources import open_source, read_bytes
+
+ManifestFile = tuple[str, bytes]  # where a file of a manifest goes, and its bytes
+LISTED_INDEX = "index/%06d" + SUFFIX  # indexes of shards not named by one pattern
+
+
+def load_table(spec: str, storage_options: StorageOptions | None = None) -> ShardTable:
+    """Read the manifest at a path or URL (anything :func:`open_source` opens), either
+    version, with its columns file (version 2, beside it).
+
+    Raises :class:`~tarkit.errors.SourceError` when it cannot be read and
+    :class:`~tarkit.errors.InputError` when it is not a tarkit manifest, or names a
+    columns file that is not a relative name beside or below it.
+    """
+
+    def columns(name: str) -> bytes:
+        if not _relative(name):
+            raise InputError(f'"columns" names {name!r}, not a file beside it', source=spec)
+        data = read_bytes(resolve_url(spec, name), storage_options)
+        if data is None:
+            raise SourceError(f"{spec}: its columns file {name} is missing",
+                              reason=SourceError.MISSING)  # fmt: skip
+        return data
+
+    with open_source(spec, storage_options) as source:
+        try:
+            return read_table(source.stream, spec, columns)  # type: ignore[arg-type]
+        except OSError as exc:
+            raise SourceError(f"{spec}: cannot read: {exc}") from None
 
 
 def load_manifest(spec: str, storage_options: StorageOptions | None = None) -> Manifest:
-    """Read a manifest from a path or URL (anything :func:`open_source` opens).
-
-    Raises :class:`~tarkit.errors.SourceError` when it cannot be read and
-    :class:`~tarkit.errors.InputError` when it is not a tarkit manifest.
-    """
-    with open_source(spec, storage_options) as source:
-        try:
-            text = source.stream.read().decode("utf-8")
-        except UnicodeDecodeError:
-            raise InputError("manifest is not UTF-8 text", source=spec) from None
-        except OSError as exc:
-            raise SourceError(f"{spec}: cannot read: {exc}") from None
-    return parse(text, spec)
+    """:func:`load_table` as a version 1 :class:`~tarkit.format.manifest.Manifest`, an
+    object per shard (for the readers that take one)."""
+    return load_table(spec, storage_options).to_manifest()
 
 
 def manifest_at(where: str | None, shards: list[ShardInfo]) -> Manifest:
@@ -36,11 +63,76 @@ def manifest_at(where: str | None, shards: list[ShardInfo]) -> Manifest:
     return Manifest(entries, where)
 
 
+def manifest_files(
+    where: str, shards: Sequence[ShardInfo], indexed: bool = False, beside: bool = True
+) -> list[ManifestFile]:
+    """The files of the version 2 manifest of ``shards`` to be published at ``where``
+    (names relative to it), in the order they are published: its columns file, then its
+    JSON (the commit point). With ``indexed`` (each shard has an index, but a compressed
+    one), the manifest says where the indexes are, as :func:`index_places` put them."""
+    manifest = manifest_at(where, list(shards))
+    table = ShardTable.from_infos(manifest.shards, location=where)
+    if indexed:
+        table.index = index_pattern(table.names, beside or _inside(manifest))
+    name = columns_name(where)
+    document, columns = dumps_v2(table, name)
+    return [(location(where).sibling(name), columns), (where, document)]
+
+
+def index_pattern(names: ShardNames, beside: bool = True) -> str:
+    """The manifest's ``index`` for shards named ``names`` (relative to the manifest):
+    ``<names pattern>.idx``, beside each shard, when the names are one pattern and the
+    indexes may lie beside the shards (``beside``); else ``index/%06d.idx`` beside the
+    manifest, by the shard's number.
+
+    >>> index_pattern(ShardNames.of(["s-000.tar", "s-001.tar"]))
+    's-%03d.tar.idx'
+    >>> index_pattern(ShardNames.of(["a.tar", "b.tar"]))
+    'index/%06d.idx'
+    """
+    if beside and names.pattern is not None:
+        return names.pattern + SUFFIX
+    return LISTED_INDEX
+
+
+def index_places(where: str, shards: Sequence[str], beside: bool = True) -> list[str]:
+    """Where the index of each of the shards ``shards`` goes, as the manifest at
+    ``where`` will say (:func:`index_pattern`); ``beside=False`` puts them beside the
+    manifest unless the shards lie in its directory or below it.
+
+    >>> index_places("out/m.json", ["out/s-0.tar", "out/s-1.tar"])
+    ['out/s-0.tar.idx', 'out/s-1.tar.idx']
+    >>> index_places("out/m.json", ["/data/a.tar", "/data/b.tar"], beside=False)
+    ['out/index/000000.idx', 'out/index/000001.idx']
+    """
+    manifest = manifest_at(where, [ShardInfo(shard, 0, 0) for shard in shards])
+    names = ShardNames.of([shard.url for shard in manifest.shards])
+    pattern = index_pattern(names, beside or _inside(manifest))
+    if pattern != LISTED_INDEX:
+        return [shard + SUFFIX for shard in shards]
+    return [location(where).sibling(pattern % names.number(i)) for i in range(len(shards))]
+
+
 def save_manifest(
-    manifest: Manifest, spec: str, storage_options: StorageOptions | None = None
+    files: Sequence[ManifestFile], storage_options: StorageOptions | None = None
 ) -> None:
-    """Publish ``manifest`` at ``spec`` (a path, atomically, or an fsspec URL)."""
-    publish(spec, manifest.to_bytes(), storage_options)
+    """Publish the files of a manifest (:func:`manifest_files`; each atomically, at a
+    path or an fsspec URL): the one there before is removed first, so that no reader
+    takes it with the new columns; the JSON, the commit point, comes last."""
+    remove_file(files[-1][0], storage_options)
+    for where, data in files:
+        publish(where, data, storage_options)
+
+
+def _inside(manifest: Manifest) -> bool:
+    """Whether every shard of ``manifest`` lies in its directory or below (is named
+    relative to it)."""
+    return all(_relative(shard.url) for shard in manifest.shards)
+
+
+def _relative(name: str) -> bool:
+    """Whether ``name``, as a manifest names a file, is relative to the manifest."""
+    return location(name).path == name and location(name).kind == FILE and not name.startswith("/")
 
 
 def manifest_urls(manifest: Manifest) -> list[str]:

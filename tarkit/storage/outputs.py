@@ -397,6 +397,17 @@ class Sink:
             pass
 
 
+def written_in_place(spec: str | None) -> bool:
+    """Whether :class:`Sink` writes the output ``spec`` in place: stdout (``-`` or None),
+    a device or a FIFO; else it is a file or an object, published whole.
+
+    >>> written_in_place("-"), written_in_place("/dev/null"), written_in_place("out/x.tar")
+    (True, True, False)
+    """
+    where = location(spec or "-")
+    return where.kind == STDIO or (where.kind == FILE and _is_special_file(where.path))
+
+
 def _is_special_file(path: str) -> bool:
     try:
         return not stat.S_ISREG(os.stat(path).st_mode)

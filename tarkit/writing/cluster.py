@@ -20,7 +20,9 @@ Uncompressed, bzip2 and xz shards are cut by the driver.
 
 Each shard gets a record (:mod:`tarkit.writing.shard_records`) before it is published,
 so that ``mode="resume"`` keeps every complete shard, wherever it is in the set, and
-writes only the others. An item that fails raises its error once every shard before it
+writes only the others. With a manifest, each uncompressed shard's index is published
+before them (:mod:`tarkit.writing.indexes`), and a resumed run checks the indexes of the
+shards it keeps. An item that fails raises its error once every shard before it
 is written (as on one machine), or with ``on_error="skip"`` is left out; a task whose
 worker dies is tried again (``retries``); a write that keeps failing is raised.
 """
@@ -38,10 +40,11 @@ from ..engines.running import DONE, FAILED, RETRY, Outcome, TaskRunner
 from ..errors import EngineError, OutputError
 from ..format.compression import MEASURED, compression_for
 from ..format.manifest import Manifest, ShardInfo
-from ..storage import location, manifest_at, remove_file, save_manifest
+from ..storage import location, manifest_at, manifest_files, remove_file, save_manifest
 from .cluster_tasks import Encoded, EncodeTask, Slot, WriteTask, Written
 from .cuts import ShardCut
 from .finishing import put_in_place, run_post
+from .indexes import SetIndexes
 from .items import ItemEncoder, ItemFailure
 from .patterns import (
     CREATE,
@@ -117,6 +120,7 @@ class ClusterRun:
         covered = completed_ranges(pattern, start, self.plan, rejects if skipping else None,
                                    self.options) if mode == RESUME else []  # fmt: skip
         self.covered = {c.first: c for c in covered}
+        self.indexes = SetIndexes(pattern, manifest, mode == OVERWRITE, self.options)
         self.shards: dict[int, ShardInfo] = {}
         self.rejected: dict[int, Rejected] = {}  # by position
         self.unplaced: list[Rejected] = []  # rejects of shards without records
@@ -124,6 +128,7 @@ class ClusterRun:
         self.ends: dict[int, int] = {}  # shard number: the position after its range
         self.resumed: set[int] = set()
         for c in covered:
+            self.indexes.keep(c.number, c.shards)
             self.ends[c.after - 1] = c.end
             self.resumed.update(range(c.number, c.after))
             self.shards.update({c.number + i: info for i, info in enumerate(c.shards)})
@@ -263,6 +268,7 @@ class ClusterRun:
             return
         assert result.info is not None and result.record is not None
         self.shards[task.number] = replace(result.info, url=shard_name(self.pattern, task.number))
+        self.indexes.written(self.shards[task.number].url, result.index_size)
         self.ends[task.number] = result.record.end
         self.tally.shards += 1
         if self.chain:
@@ -374,6 +380,7 @@ class ClusterRun:
             last,
             sentinel, self.maxcount, self.maxsize,
             None if self.mode == OVERWRITE else self.plan, self.options,
+            index_place=self.indexes.place(name) if self.indexes.on else None,
         )  # fmt: skip
         runner.add(task, [piece.payload for piece, _ in groups], first=True)
         self.writing[self.number] = task
@@ -453,13 +460,12 @@ class ClusterRun:
         if self.mode == OVERWRITE:
             pending = [pending_name(shard_name(self.pattern, n)) for n in numbers]
             put_in_place(self.pattern, pending, infos, self.replaced, manifest, self.post,
-                         options)  # fmt: skip
+                         options, self.indexes.sizes_of(infos))  # fmt: skip
         for record in existing_shards(record_path(self.pattern), self.start, options):
             remove_file(record.url, options)
-        made = manifest_at(manifest, infos)
         if manifest is not None and self.mode != OVERWRITE:
-            save_manifest(made, manifest, options)
-        return made
+            save_manifest(manifest_files(manifest, infos, self.indexes.on), options)
+        return manifest_at(manifest, infos)
 
     def rejects_in_order(self) -> list[Rejected]:
         """Every item left out, in the order of the items."""

@@ -10,7 +10,8 @@ is the :class:`~tarkit.writing.items.ItemEncoder` (the dataset with it):
 - :class:`WriteTask` writes one shard from the payloads of the encode tasks that hold
   its samples, cutting it with :class:`~tarkit.writing.cuts.ShardCut` exactly as
   :class:`~tarkit.writing.shard_writer.ShardWriter` cuts: the same samples, the same
-  write calls, so the same bytes. It publishes the shard's record
+  write calls, so the same bytes. It publishes the shard's index when it has one
+  (:mod:`tarkit.writing.indexes`, made from the bytes written), the shard's record
   (:mod:`tarkit.writing.shard_records`) and then the shard
   (:class:`~tarkit.storage.StagedFile`: a finished-looking shard is always complete).
 
@@ -35,8 +36,9 @@ from ..errors import OutputError
 from ..format.compression import compression_for
 from ..format.manifest import ShardInfo
 from ..format.tar import END_OF_ARCHIVE
-from ..storage import StagedFile, remove_stale_temp
+from ..storage import StagedFile, publish, remove_stale_temp
 from .cuts import ShardCut
+from .indexes import WrittenIndex
 from .items import CarriedError, ItemEncoder, ItemFailure
 from .shard_records import PositionedReject, ShardRecord, write_record
 
@@ -102,6 +104,7 @@ class Written:
     failure: CarriedError | None = None
     final: bool = False  # the failure would happen again
     name: str = ""
+    index_size: int | None = None  # bytes of the shard's index, when it has one
 
     def failed(self) -> tuple[str, bool] | None:
         if self.failure is None:
@@ -118,8 +121,9 @@ class Written:
 class WriteTask:
     """Write shard ``number`` to ``path`` (its name, or its pending name under
     ``mode="overwrite"``) from the samples ``slots`` (one tuple per input payload) and
-    publish it, with its record first when ``plan`` is given; see the module docstring
-    for ``known``, ``stop``, ``last`` and ``sentinel``."""
+    publish it, with its index at ``index_place`` (when given) and its record (when ``plan``
+    is given) first; see the module docstring for ``known``, ``stop``, ``last`` and
+    ``sentinel``."""
 
     index: int
     number: int
@@ -137,6 +141,7 @@ class WriteTask:
     plan: str | None
     storage_options: dict[str, Any] | None = None
     attempt: int = 1
+    index_place: str | None = None
 
     def run(
         self, shared: ItemEncoder, inputs: Sequence[bytes], tell: Tell | None
@@ -148,8 +153,9 @@ class WriteTask:
 
     def _write(self, inputs: Sequence[bytes]) -> Written:
         options = self.storage_options
-        remove_stale_temp(self.path, options)
+        self.abandon()  # what an earlier attempt left
         cut = ShardCut(self.maxcount, self.maxsize, compression_for(self.name))
+        index = WrittenIndex() if self.index_place is not None else None
         with StagedFile(self.path, options, hashing=True, compressed_as=self.name) as staged:
             end, first_size = None, 0
             for payload, slots in zip(inputs, self.slots, strict=True):
@@ -159,6 +165,8 @@ class WriteTask:
                         end = position
                         break
                     staged.write(view[offset : offset + size])
+                    if index is not None:
+                        index.add(view[offset : offset + size])
                     cut.add(size)
                     first_size = first_size or size
                 if end is not None:
@@ -182,10 +190,15 @@ class WriteTask:
             info = ShardInfo(self.name, count, size, sha256)
             rejects = tuple(r for r in self.rejects if r[0] < end)
             record = ShardRecord(self.plan or "", self.first, end, first_size, rejects)
+            index_size = None
+            if index is not None:
+                data = index.finish()
+                publish(self.index_place, data, options)  # type: ignore[arg-type]
+                index_size = len(data)
             if self.plan is not None:
                 write_record(self.name, record, info, options)
             staged.publish()
-        return Written(self.number, info, record, name=self.name)
+        return Written(self.number, info, record, name=self.name, index_size=index_size)
 
     def _refused(self, why: str) -> Written:
         """A failure another attempt would meet again."""
@@ -196,4 +209,6 @@ class WriteTask:
         return replace(self, attempt=self.attempt + 1)
 
     def abandon(self) -> None:
-        remove_stale_temp(self.path, self.storage_options)
+        for path in (self.path, self.index_place):
+            if path is not None:
+                remove_stale_temp(path, self.storage_options)

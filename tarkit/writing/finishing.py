@@ -10,8 +10,9 @@ from collections.abc import Callable
 
 from ..errors import OutputError
 from ..format.manifest import ShardInfo
-from ..storage import Move, StorageOptions, commit_files, describe_exit, manifest_at
-from .patterns import journal_name
+from ..storage import Move, StorageOptions, commit_files, describe_exit, manifest_files
+from .indexes import index_name
+from .patterns import journal_name, pending_name
 
 
 def run_post(post: str | Callable[[str], object], path: str) -> None:
@@ -39,20 +40,28 @@ def run_post(post: str | Callable[[str], object], path: str) -> None:
 def put_in_place(
     pattern: str, pending: list[str], shards: list[ShardInfo], replaced: list[str],
     manifest: str | None, post: str | Callable[[str], object] | None,
-    storage_options: StorageOptions | None,
+    storage_options: StorageOptions | None, indexes: list[int] | None = None,
 ) -> None:  # fmt: skip
     """``mode="overwrite"``, once the new set is complete: commit it whole through the
     journal of ``pattern`` (:mod:`tarkit.storage.commit`): the ``pending`` files take the
-    names of ``shards``, the ``replaced`` files the new set does not reuse are removed
-    and the manifest of ``shards`` is published at ``manifest`` (when given), last; then
-    run ``post`` on each shard. A run stopped during the commit leaves its journal,
-    and the next run into ``pattern`` finishes it (:func:`.patterns.settle_earlier_run`).
+    names of ``shards`` (and with ``indexes``, the byte counts of their indexes, each
+    shard's pending index takes the name beside it), the ``replaced`` files the new set
+    does not reuse are removed with any index beside them, and the manifest of
+    ``shards`` is published at ``manifest`` (when given), last; then run ``post`` on
+    each shard. A run stopped during the commit leaves its journal, and the next run
+    into ``pattern`` finishes it (:func:`.patterns.settle_earlier_run`).
     """
     moves = [
         Move(name, shard.url, shard.bytes) for name, shard in zip(pending, shards, strict=True)
     ]
-    made = None if manifest is None else (manifest, manifest_at(manifest, shards).to_bytes())
-    commit_files(journal_name(pattern), moves, replaced, made, storage_options)
+    if indexes is not None:
+        moves += [
+            Move(pending_name(index_name(shard.url)), index_name(shard.url), size)
+            for shard, size in zip(shards, indexes, strict=True)
+        ]
+    removals = [name for url in replaced for name in (url, index_name(url))]
+    files = [] if manifest is None else manifest_files(manifest, shards, indexes is not None)
+    commit_files(journal_name(pattern), moves, removals, files, storage_options)
     if post is not None:
         for shard in shards:
             run_post(post, shard.url)

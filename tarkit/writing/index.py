@@ -2,28 +2,43 @@
 
 :func:`index_shard` counts a shard's samples (by the same rules the loader reads them
 with), its stored bytes and their SHA-256, and optionally each sample's key and byte
-offset in the uncompressed tar stream; :func:`index_shards` makes the
-:class:`~tarkit.format.manifest.Manifest` of many. The format is :mod:`tarkit.format.manifest`'s.
+offset in the uncompressed tar stream (:func:`read_shard` also makes its shard index in
+the same pass); :func:`index_shards` makes the
+:class:`~tarkit.format.manifest.Manifest` of many, and :func:`index_set` makes many
+random-access ready (``tarindex -o``: their indexes and a manifest of version 2). The
+format is :mod:`tarkit.format.manifest`'s.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from typing import BinaryIO
 
 from ..errors import UsageError
-from ..format.compression import open_decompressed
+from ..format.compression import open_decompressed, sniff
+from ..format.index import ShardIndex, index_stream
 from ..format.manifest import Manifest, ShardInfo
 from ..format.samples import SkipLog, group_samples
 from ..format.tar import read_members
 from ..storage import (
+    LISTED_INDEX,
     STDIO,
     HashingReader,
     StorageOptions,
     expand_inputs,
+    index_places,
     location,
+    manifest_at,
+    manifest_files,
+    move_file,
     open_source,
+    publish,
     relative_url,
+    remove_directory,
+    remove_file,
+    save_manifest,
 )
+from .patterns import pending_name
 
 
 def index_shard(
@@ -47,31 +62,66 @@ def index_shard(
     the one function that reads a shard whole to count and hash it: ``tarindex``,
     ``--resume`` of the shard writers and the manifest checks all use it.
     """
+    options = (offsets, keys, manifest_path, strict, skips, storage_options)
+    return _read(spec, *options, index=False)[0]
+
+
+def read_shard(
+    spec: str, *, keys: bool = False, strict: bool = False, skips: SkipLog | None = None,
+    storage_options: StorageOptions | None = None,
+) -> tuple[ShardInfo, bytes | None]:  # fmt: skip
+    """Read shard ``spec`` whole, once, for its manifest entry (:func:`index_shard`:
+    with ``keys``, the keys) and its shard index (:mod:`tarkit.format.index`), made in
+    the same pass; None for a compressed shard, which has none."""
+    return _read(spec, False, keys, None, strict, skips, storage_options, index=True)
+
+
+def _read(
+    spec: str, offsets: bool, keys: bool, manifest_path: str | None, strict: bool,
+    skips: SkipLog | None, storage_options: StorageOptions | None, *, index: bool,
+) -> tuple[ShardInfo, bytes | None]:  # fmt: skip
+    """:func:`index_shard`, and with ``index`` :func:`read_shard`'s index."""
     if location(spec).kind == STDIO:
         raise UsageError("tarindex needs shard paths or URLs: a manifest cannot name stdin")
+    found: list[str] | None = None
+    starts: list[int] | None = None
+    made = None
+    with open_source(spec, storage_options) as source:
+        hashing = HashingReader(source.stream)
+        kind, stream = sniff(hashing)  # type: ignore[arg-type]
+        if index and kind is None:
+            made = index_stream(stream, source.name, strict=strict, skips=skips)
+            shard = ShardIndex(made, source.name)
+            count = len(shard)
+            if offsets or keys:
+                found = shard.keys()
+            if offsets:
+                starts = shard.offsets()
+        else:
+            count, found, starts = _count(open_decompressed(stream, source.name), source.name,
+                                          offsets, keys, strict, skips)  # fmt: skip
+        hashing.drain()
+    info = ShardInfo(relative_url(manifest_path, spec), count, hashing.size,
+                     hashing.sha256.hexdigest(), found, starts)  # fmt: skip
+    return info, made
+
+
+def _count(
+    stream: BinaryIO, source: str, offsets: bool, keys: bool, strict: bool,
+    skips: SkipLog | None,
+) -> tuple[int, list[str] | None, list[int] | None]:  # fmt: skip
+    """The samples of the tar ``stream``: how many, and their keys and offsets when asked."""
     found: list[str] = []
     starts: list[int] = []
     count = 0
-    with open_source(spec, storage_options) as source:
-        hashing = HashingReader(source.stream)
-        stream = open_decompressed(hashing, source.name)  # type: ignore[arg-type]
-        for sample in group_samples(
-            read_members(stream, source.name), source.name, strict=strict, skips=skips
-        ):
-            count += 1
-            if offsets or keys:
-                found.append(sample.key)
-            if offsets:
-                starts.append(sample.members[0].offset)
-        hashing.drain()
-    return ShardInfo(
-        relative_url(manifest_path, spec),
-        count,
-        hashing.size,
-        hashing.sha256.hexdigest(),
-        found if offsets or keys else None,
-        starts if offsets else None,
-    )
+    for sample in group_samples(read_members(stream, source), source, strict=strict,
+                                skips=skips):  # fmt: skip
+        count += 1
+        if offsets or keys:
+            found.append(sample.key)
+        if offsets:
+            starts.append(sample.members[0].offset)
+    return count, found if offsets or keys else None, starts if offsets else None
 
 
 def index_shards(
@@ -98,3 +148,50 @@ def index_shards(
         if on_shard is not None:
             on_shard(shard)
     return Manifest(shards, manifest_path)
+
+
+def index_set(
+    specs: Sequence[str],
+    manifest: str,
+    *,
+    strict: bool = False,
+    skips: SkipLog | None = None,
+    storage_options: StorageOptions | None = None,
+    on_shard: Callable[[ShardInfo], object] | None = None,
+) -> Manifest:
+    """``tarindex -o``: make the shards ``specs`` (brace-expanded) random-access ready,
+    each read once: the index of every uncompressed one
+    (:func:`~tarkit.storage.index_places`: beside the shards when they are one numbered
+    pattern in the manifest's directory or below it, else ``index/%06d.idx`` beside the
+    manifest) and the manifest (version 2) at ``manifest``; return the manifest.
+
+    Each index is published under a hidden pending name as its shard is read, and all
+    take their names only once every shard has read cleanly, just before the manifest
+    (an old one is removed first): a shard that does not read raises, and leaves the
+    files there as they were.
+    """
+    shards = expand_inputs(specs)
+    places = index_places(manifest, shards, beside=False)
+    infos: list[ShardInfo] = []
+    pending: list[tuple[str, str]] = []
+    try:
+        for spec, place in zip(shards, places, strict=True):
+            info, index = read_shard(spec, strict=strict, skips=skips,
+                                     storage_options=storage_options)  # fmt: skip
+            if index is not None:
+                pending.append((pending_name(place), place))
+                publish(pending[-1][0], index, storage_options)
+            infos.append(info)
+            if on_shard is not None:
+                on_shard(info)
+    except BaseException:
+        for staged, _ in pending:
+            remove_file(staged, storage_options)
+        remove_directory(location(manifest).sibling(LISTED_INDEX.partition("/")[0]))
+        raise
+    files = manifest_files(manifest, infos, bool(pending), beside=False)
+    remove_file(manifest, storage_options)  # no reader takes it with the new indexes
+    for staged, place in pending:
+        move_file(staged, place, storage_options)
+    save_manifest(files, storage_options)
+    return manifest_at(manifest, infos)

@@ -51,27 +51,38 @@ def keys_digest(keys: Iterable[str]) -> str:
 
 
 def kept_shards(
-    pattern: str, start: int = 0, storage_options: StorageOptions | None = None
-) -> list[KeptShard]:
+    pattern: str, start: int = 0, storage_options: StorageOptions | None = None,
+    indexes: bool = False,
+) -> list[KeptShard]:  # fmt: skip
     """The complete shards present from number ``start`` on, up to the first missing one.
 
-    Each is read whole (:func:`~tarkit.writing.index.index_shard`) to count its samples,
-    hash its bytes and take its keys; a shard that does not read cleanly raises
-    :class:`~tarkit.errors.InputError` (shards appear only when complete, so that means
-    something else wrote it).
+    Each is read whole (:func:`~tarkit.writing.index.read_shard`) to count its samples,
+    hash its bytes and take its keys, and with ``indexes`` to make its index, which is
+    put beside it unless the one there has those bytes
+    (:func:`~tarkit.writing.indexes.settle_index`); a shard that does not read cleanly
+    raises :class:`~tarkit.errors.InputError` (shards appear only when complete, so that
+    means something else wrote it).
     """
-    from .index import index_shard
+    from .index import index_shard, read_shard
+    from .indexes import index_name, settle_index
 
     found: list[KeptShard] = []
     number = start
     while True:
         path = shard_name(pattern, number)
         try:
-            info = index_shard(path, keys=True, strict=True, storage_options=storage_options)
+            if indexes:
+                info, index = read_shard(path, keys=True, strict=True,
+                                         storage_options=storage_options)  # fmt: skip
+            else:
+                info, index = index_shard(path, keys=True, strict=True,
+                                          storage_options=storage_options), None  # fmt: skip
         except SourceError as exc:
             if exc.reason == SourceError.MISSING:
                 break
             raise
+        if index is not None:
+            settle_index(path, index_name(path), info, index, storage_options)
         keys = info.keys or []
         first, last = (keys[0], keys[-1]) if keys else (None, None)
         found.append(KeptShard(replace(info, keys=None, offsets=None), first, last,

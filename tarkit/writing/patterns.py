@@ -40,6 +40,7 @@ import string
 from dataclasses import dataclass
 
 from ..errors import OutputError, UsageError
+from ..format.index import SUFFIX as INDEX_SUFFIX
 from ..storage import (
     JOURNAL_ENDING,
     StorageOptions,
@@ -204,9 +205,11 @@ def journal_name(pattern: str) -> str:
 
 
 def remove_pending(pattern: str, storage_options: StorageOptions | None = None) -> None:
-    """Remove the pending shards an overwrite killed before its commit left behind."""
-    for shard in existing_shards(pending_name(pattern), 0, storage_options):
-        remove_file(shard.url, storage_options)
+    """Remove the pending shards (and their indexes) an overwrite killed before its
+    commit left behind."""
+    for pending in (pending_name(pattern), pending_name(pattern + INDEX_SUFFIX)):
+        for shard in existing_shards(pending, 0, storage_options):
+            remove_file(shard.url, storage_options)
 
 
 def settle_earlier_run(pattern: str, storage_options: StorageOptions | None = None) -> bool:

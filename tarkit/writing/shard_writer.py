@@ -27,6 +27,10 @@ Guarantees, for ``tarsplit``, ``tarkit shard`` and library users alike:
   interrupted run that wrote them (``resume``).
 - Samples are turned into bytes by :class:`SampleEncoder`. The same samples and limits
   always give byte-identical shards.
+- With a manifest, each uncompressed shard gets its index (``<shard>.idx``,
+  :mod:`tarkit.writing.indexes`), made from the bytes as they are written and published
+  just before the shard, and the manifest (version 2) names them: the set is
+  random-access ready.
 
 >>> import os, tempfile
 >>> directory = tempfile.mkdtemp()
@@ -53,12 +57,14 @@ from ..storage import (
     StagedFile,
     StorageOptions,
     manifest_at,
+    manifest_files,
     remove_file,
     remove_stale_temp,
     save_manifest,
 )
 from .cuts import ShardCut
 from .finishing import put_in_place, run_post
+from .indexes import SetIndexes, WrittenIndex
 from .kept import KeptShard, kept_shards, skip_kept
 from .patterns import (
     CREATE,
@@ -122,7 +128,10 @@ class ShardWriter:
     order; :attr:`shards` lists a shard from the moment it is complete. With
     ``overlap=False`` each shard is put in place and announced before the next sample is
     written (for callbacks that record progress beside the shards). ``manifest`` is a
-    path or URL where :meth:`close` writes the manifest of all shards.
+    path or URL where :meth:`close` writes the manifest of all shards (version 2: its
+    columns file beside it); with one, each uncompressed shard numbered in decimal gets
+    its index beside it (:attr:`indexed`; :mod:`tarkit.writing.indexes`), published just
+    before the shard.
     ``checksums=False`` leaves out the sha256 of each shard (``ShardInfo.sha256`` is
     None; a manifest then has none): hashing costs about a sixth of copying small
     samples, for output nobody checks.
@@ -195,6 +204,9 @@ class ShardWriter:
         self._closed = False
         self.discarded: Discarded | None = None
         self.mode = check_mode(mode)
+        self.indexes = SetIndexes(pattern, manifest, mode == OVERWRITE, storage_options)
+        self.indexed = self.indexes.on
+        self._index: WrittenIndex | None = None  # of the shard being written
         # overwrite: the files the new set replaces, and its shards under pending names
         self._replaced: list[str] = []
         self._pending: list[str] = []
@@ -212,7 +224,7 @@ class ShardWriter:
         if self.mode == OVERWRITE:
             self._replaced = [shard.url for shard in existing]
         if self.mode == RESUME:
-            self.kept = kept_shards(pattern, start, storage_options)
+            self.kept = kept_shards(pattern, start, storage_options, indexes=self.indexed)
             self.shards = [shard.info for shard in self.kept]
             self.samples_done = sum(s.samples for s in self.shards)
             kept = {s.url for s in self.shards}
@@ -272,9 +284,10 @@ class ShardWriter:
         raw = self._encoder.encode(sample)
         if raw is None:
             return
-        self.write_raw(raw)
+        key = key_of(sample)
+        self.write_raw(raw, key)
         if self._count == 1:
-            self._first_key = key_of(sample)
+            self._first_key = key
 
     def write_all(self, samples: Iterable[Sample | Mapping[str, Any]]) -> int:
         """Write every sample of ``samples``; return how many.
@@ -285,6 +298,7 @@ class ShardWriter:
         """
         count = 0
         write, admit, cut, measure = self.write, self._encoder.admit, self._cut, self._measure
+        indexed = self.indexed
         sliced = cut.compression is None  # (compressed shards are written sample by sample)
         buffer: bytes | None = None  # the run of contiguous samples not yet written
         start = stop = 0
@@ -300,6 +314,8 @@ class ShardWriter:
                     continue
                 admit(sample)
                 cut.add(span[2] - span[1])
+                if indexed:
+                    self._index.add(memoryview(span[0])[span[1] : span[2]], sample.key)  # type: ignore[union-attr]
                 if buffer is span[0] and span[1] == stop:
                     stop = span[2]
                 else:
@@ -318,8 +334,10 @@ class ShardWriter:
         except OSError as exc:
             raise self._file.failure(exc) from None  # type: ignore[union-attr]
 
-    def write_raw(self, raw: bytes) -> None:
-        """Write one sample given as the complete raw blocks of its members."""
+    def write_raw(self, raw: bytes, key: str | None = None) -> None:
+        """Write one sample given as the complete raw blocks of its members. With
+        :attr:`indexed`, ``key`` is its key; without it the key is read from the bytes
+        (:func:`~tarkit.format.samples.raw_key`: InputError unless one sample's)."""
         if self._closed:
             raise UsageError("the shard writer is closed")
         size = len(raw)
@@ -327,6 +345,8 @@ class ShardWriter:
             self._finish()
         if self._file is None:
             self._open()
+        if self._index is not None:
+            self._index.add(raw, key)
         self._put(raw)
         self._cut.add(size)
 
@@ -356,6 +376,7 @@ class ShardWriter:
         self._name = name
         self._cut.begin()
         self._first_key = None
+        self._index = self.indexes.start()
 
     def _finish(self) -> None:
         shard = self._file
@@ -371,8 +392,18 @@ class ShardWriter:
         try:
             # One sample alone may be larger than maxsize; more than one over it is a bug.
             size, sha256 = shard.seal(self.maxsize if count > 1 else None)
-            # fsync and rename on another thread while the next shard is written
-            publishing = shard.publish_soon(self.overlap)
+            if self._index is not None:  # published first: a shard in place has it
+                try:
+                    self.indexes.publish(self._name, self._index)
+                except BaseException:
+                    shard.abort()
+                    raise
+            try:
+                # fsync and rename on another thread while the next shard is written
+                publishing = shard.publish_soon(self.overlap)
+            except BaseException:
+                self.indexes.drop(self._name)
+                raise
         except OutputError:
             self._file = None  # the shard removed its temporary file
             raise
@@ -400,6 +431,7 @@ class ShardWriter:
             self.samples_done -= info.samples
             if self.mode == OVERWRITE:
                 self._pending.remove(publishing.staged.spec)
+            self.indexes.drop(info.url)
             raise
         self._publishing = None
         if self.on_shard is not None:
@@ -422,9 +454,11 @@ class ShardWriter:
         if self.mode == OVERWRITE:
             pending, self._pending = self._pending, []
             put_in_place(self.pattern, pending, self.shards, self._replaced, self.manifest,
-                         self.post, self.storage_options)  # fmt: skip
+                         self.post, self.storage_options,
+                         self.indexes.sizes_of(self.shards))  # fmt: skip
         elif self.manifest is not None:
-            save_manifest(self.manifest_of(), self.manifest, self.storage_options)
+            files = manifest_files(self.manifest, self.shards, self.indexed)
+            save_manifest(files, self.storage_options)
 
     def manifest_of(self) -> Manifest:
         """The manifest of the shards finished so far, URLs relative to ``manifest``."""
@@ -449,6 +483,9 @@ class ShardWriter:
                 self._file = None
             for pending in self._pending:
                 remove_file(pending, self.storage_options)
+            if self.mode == OVERWRITE:  # every shard is pending, with its index
+                for shard in self.shards:
+                    self.indexes.drop(shard.url)
             self._pending = []
 
     def __enter__(self) -> ShardWriter:

@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 from conftest import make_tar, run, run_shell
+from random_access import check_random_access
 
 from tarkit.format.samples import group_samples
 from tarkit.format.tar import read_members
@@ -70,7 +71,11 @@ def test_manifest_counts_match_gnu_tar_and_load_back(shards: list[Path]) -> None
     # Deterministic: the same shards give the same manifest bytes.
     again = run(["tarindex", *map(str, shards), "-o", str(out.parent / "again.json")])
     assert again.returncode == 0
-    assert (out.parent / "again.json").read_bytes() == out.read_bytes()
+    text = (out.parent / "again.json").read_text().replace("again.columns", "manifest.columns")
+    assert text == out.read_text()
+    assert (out.parent / "again.columns").read_bytes() == (
+        out.parent / "manifest.columns"
+    ).read_bytes()
 
 
 def test_offsets_point_at_each_samples_first_header(shards: list[Path]) -> None:
@@ -124,7 +129,13 @@ def test_shards_outside_the_manifests_directory_keep_their_path(
 ) -> None:
     result = run_shell(f"cd {tmp_path} && tarindex {shards[2]} -o m.json && cat m.json")
     assert result.returncode == 0
-    assert json.loads(result.stdout)["shards"][0]["url"] == str(shards[2])
+    manifest = json.loads(result.stdout)
+    assert load(str(tmp_path / "m.json")).shards[0].url == str(shards[2])
+    # Their indexes go beside the manifest, not among shards tarindex did not write.
+    assert manifest["index"] == "index/%06d.idx"
+    # numbered as the names are (shard-000002.tar: a pattern from 2)
+    assert [p.name for p in (tmp_path / "index").iterdir()] == ["000002.idx"]
+    assert check_random_access(tmp_path / "m.json").indexes.keys() == {str(shards[2])}
 
 
 def test_keys_that_are_not_utf8_are_kept_as_json_escapes(tmp_path: Path) -> None:

@@ -39,15 +39,16 @@ def stopped_commit(tmp_path: Path) -> tuple[Path, dict[str, bytes], dict[str, by
     new = write(tmp_path / "new", "vwx", size=600)  # (not the old shards' size)
     out = tmp_path / "out"
     old = write(out, "abcde")
-    for name in ("s-0.tar", "s-1.tar", "s-2.tar"):
+    staged = [f"s-{n}.tar" for n in range(3)] + [f"s-{n}.tar.idx" for n in range(3)]
+    for name in staged:
         shutil.copy(tmp_path / "new" / name, out / f".{name}.pending")
     (out / ".s-2.tar.pending").rename(tmp_path / "aside")
-    moves = [Move(str(out / f".s-{n}.tar.pending"), str(out / f"s-{n}.tar"),
-                  len(new[f"s-{n}.tar"])) for n in range(3)]  # fmt: skip
-    removals = [str(out / f"s-{n}.tar") for n in range(5)]
+    moves = [Move(str(out / f".{name}.pending"), str(out / name), len(new[name]))
+             for name in staged]  # fmt: skip
+    removals = [str(out / f"s-{n}.tar{index}") for n in range(5) for index in ("", ".idx")]
+    manifest = [(str(out / name), new[name]) for name in ("m.columns", "m.json")]
     with pytest.raises(OutputError, match="neither the new file nor its staged copy"):
-        commit_files(journal_name(str(out / "s-%d.tar")), moves, removals,
-                     (str(out / "m.json"), new["m.json"]))  # fmt: skip
+        commit_files(journal_name(str(out / "s-%d.tar")), moves, removals, manifest)
     (tmp_path / "aside").rename(out / ".s-2.tar.pending")
     shown = {n: d for n, d in files(out).items() if not n.startswith(".")}
     assert shown["s-0.tar"] == new["s-0.tar"] and shown["s-2.tar"] == old["s-2.tar"]

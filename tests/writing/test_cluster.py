@@ -105,7 +105,7 @@ def test_ray_on_two_nodes_writes_the_local_engines_shards_and_manifest(
     assert len(list(marks.glob("node-*"))) == 2, "only one node read items"
     last = reports[-1]
     assert last.finished and (last.samples, last.total) == (150, 150)
-    assert last.shards == len(local) - 1
+    assert last.shards == len(local) - 2  # the manifest and its columns
 
 
 def test_an_item_that_raises_on_ray_is_named_and_the_shards_before_it_stay(
@@ -201,4 +201,5 @@ def test_an_imagefolder_in_s3_sharded_to_s3_on_ray_is_the_local_folders_shards(
                 manifest=str(tmp_path / "local" / "m.json"))  # fmt: skip
     stored = {p.rsplit("/", 1)[1]: fs.cat(p) for p in fs.ls("cluster-out", refresh=True)}
     assert stored == files(tmp_path / "local")
-    assert sorted(stored) == ["classes.json", "m.json", "s-0.tar", "s-1.tar", "s-2.tar"]
+    shards = [f"s-{i}.tar{index}" for i in range(3) for index in ("", ".idx")]
+    assert sorted(stored) == ["classes.json", "m.columns", "m.json", *shards]

@@ -219,8 +219,9 @@ def test_resume_after_sigkill_ends_with_the_bytes_of_a_clean_run(tmp_path: Path)
     process = subprocess.Popen([sys.executable, str(script), str(cut / "s-%03d.tar"), "stall"])
     sigkill_when(process, (cut / "s-001.tar").exists)
     names = sorted(p.name for p in cut.iterdir())
-    assert names[-2:] == ["s-000.tar", "s-001.tar"]  # the third shard only as a temp file
-    assert len(names) == 3 and names[0].startswith(".s-002.tar.") and names[0].endswith(".tmp")
+    # the third shard only as a temp file; each complete one with its index
+    assert names[1:] == ["s-000.tar", "s-000.tar.idx", "s-001.tar", "s-001.tar.idx"]
+    assert len(names) == 5 and names[0].startswith(".s-002.tar.") and names[0].endswith(".tmp")
 
     resumed = subprocess.run([sys.executable, str(script), str(cut / "s-%03d.tar"), "go"],
                              capture_output=True, text=True, timeout=120)  # fmt: skip
@@ -246,7 +247,8 @@ def test_writing_to_s3_uploads_only_complete_shards_and_resumes(
 
     manifest = shard_dataset(Pictures(12), pattern, maxcount=5, storage_options=options,
                              manifest="s3://sharding-lib/data/m.json", on_shard=listing)  # fmt: skip
-    assert seen == [["s-00.tar"], ["s-00.tar", "s-01.tar"], ["s-00.tar", "s-01.tar", "s-02.tar"]]
+    shards = [[f"s-0{i}.tar", f"s-0{i}.tar.idx"] for i in range(3)]
+    assert seen == [shards[0], shards[0] + shards[1], shards[0] + shards[1] + shards[2]]
     assert [s.samples for s in manifest.shards] == [5, 5, 2]
 
     shard_dataset(Pictures(12), str(tmp_path / "s-%02d.tar"), maxcount=5)
@@ -286,8 +288,9 @@ def test_a_killed_s3_run_leaves_a_named_staging_file_that_resume_removes(
                              timeout=120)  # fmt: skip
     assert resumed.returncode == 0, resumed.stderr
     assert os.listdir(staging) == []
+    shards = [f"s-{i:03d}.tar{index}" for i in range(5) for index in ("", ".idx")]
     assert sorted(fs.ls("staging/d", refresh=True)) == [
-        f"staging/d/{name}" for name in ["m.json", *(f"s-{i:03d}.tar" for i in range(5))]
+        f"staging/d/{name}" for name in ["m.columns", "m.json", *shards]
     ]
 
 

@@ -21,7 +21,7 @@ from tarkit.format.encoding import encode_sample
 from tarkit.format.manifest import ShardInfo
 from tarkit.format.samples import group_samples
 from tarkit.format.tar import member_size_on_disk, read_members
-from tarkit.storage import StagedFile
+from tarkit.storage import StagedFile, load_table
 from tarkit.writing.kept import kept_shards
 from tarkit.writing.patterns import check_pattern, shard_name
 from tarkit.writing.shard_writer import ShardWriter
@@ -172,8 +172,8 @@ def test_no_samples_write_no_shard_and_an_empty_manifest(tmp_path: Path) -> None
     with ShardWriter(str(tmp_path / "s-%03d.tar"), manifest=str(manifest)):
         pass
     assert shard_files(tmp_path) == []
-    data = json.loads(manifest.read_text())
-    assert (data["samples"], data["shards"]) == (0, [])
+    table = load_table(str(manifest))
+    assert (table.samples, len(table)) == (0, 0)
 
 
 def test_manifest_lists_each_shard_with_count_size_and_sha256_of_the_file(tmp_path: Path) -> None:
@@ -183,16 +183,17 @@ def test_manifest_lists_each_shard_with_count_size_and_sha256_of_the_file(tmp_pa
         for i in range(10):
             writer.write({"__key__": f"k{i}", "txt": "x" * i})
     data = json.loads(manifest.read_text())
-    assert data["format"] == "tarkit-manifest"
+    assert (data["format"], data["version"]) == ("tarkit-manifest", 2)
     assert data["samples"] == 10
-    urls = [s["url"] for s in data["shards"]]
+    table = load_table(str(manifest))
+    urls = [s.url for s in table]
     assert urls == ["data/s-000.tar", "data/s-001.tar", "data/s-002.tar"]
-    for entry in data["shards"]:
-        content = (tmp_path / entry["url"]).read_bytes()
-        assert entry["bytes"] == len(content)
-        assert entry["sha256"] == hashlib.sha256(content).hexdigest()
-        assert entry["samples"] == len(samples_of(content))
-    assert data["bytes"] == sum(s["bytes"] for s in data["shards"])
+    for entry in table:
+        content = (tmp_path / entry.url).read_bytes()
+        assert entry.bytes == len(content)
+        assert entry.sha256 == hashlib.sha256(content).hexdigest()
+        assert entry.samples == len(samples_of(content))
+    assert data["bytes"] == sum(s.bytes for s in table)
 
 
 # Per compression, a size of random samples at which two of them, compressed, take more
@@ -321,7 +322,7 @@ def test_an_error_mid_shard_removes_its_temporary_file_and_keeps_complete_shards
             for i in range(3):
                 w.write({"__key__": f"k{i}", "txt": "x"})
             raise RuntimeError("the input failed")
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["s-0.tar"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["s-0.tar", "s-0.tar.idx"]
     assert len(samples_of((tmp_path / "s-0.tar").read_bytes())) == 2
 
 
@@ -460,9 +461,9 @@ def test_resume_continues_after_complete_shards_with_identical_bytes(tmp_path: P
     interrupted._file = None  # the killed process never cleans up
     assert [p.read_bytes() for p in shard_files(tmp_path / "cut")] == clean
     assert not [p for p in (tmp_path / "cut").iterdir() if p.name.endswith(".tmp")]
-    data = json.loads(manifest.read_text())
-    assert [e["samples"] for e in data["shards"]] == [3, 3, 3, 2]
-    assert data["shards"][0]["sha256"] == hashlib.sha256(clean[0]).hexdigest()
+    table = load_table(str(manifest))
+    assert [e.samples for e in table] == [3, 3, 3, 2]
+    assert table.shard_sha256(0) == hashlib.sha256(clean[0]).hexdigest()
 
 
 def test_resume_removes_the_temporary_files_of_a_shard_killed_while_being_put_in_place(
@@ -531,6 +532,5 @@ def test_a_manifest_of_shards_named_with_bytes_that_are_not_utf8_is_written(
     pattern = os.path.join(directory, os.fsdecode(b"caf\xe9-%d.tar"))
     with ShardWriter(pattern, maxcount=1, manifest=os.path.join(directory, "m.json")) as writer:
         writer.write({"__key__": "a", "txt": "x"})
-    data = (tmp_path / "m.json").read_bytes()
-    assert json.loads(data)["shards"][0]["url"] == os.fsdecode(b"caf\xe9-0.tar")
+    assert load_table(os.path.join(directory, "m.json")).name(0) == os.fsdecode(b"caf\xe9-0.tar")
     assert os.path.exists(os.fsencode(str(tmp_path)) + b"/caf\xe9-0.tar")
