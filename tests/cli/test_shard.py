@@ -11,6 +11,9 @@ from pathlib import Path
 import pytest
 from conftest import run, samples_of, sigkill_when, tool, webdataset_samples
 from PIL import Image
+from random_access import check_random_access
+
+from tarkit.storage import load_table
 
 
 def image_bytes(color: tuple[int, int, int], size: tuple[int, int] = (40, 30),
@@ -59,8 +62,8 @@ def test_image_folder_becomes_samples_of_image_class_index_and_name(
         "class.txt": b"eel",
     }
     assert json.loads((out / "classes.json").read_text()) == ["cat", "dog", "eel"]
-    manifest = json.loads((out / "manifest.json").read_text())
-    assert [s["samples"] for s in manifest["shards"]] == [5, 5, 5, 1]
+    assert [s.samples for s in load_table(str(out / "manifest.json"))] == [5, 5, 5, 1]
+    assert check_random_access(out / "manifest.json").samples == 16
     for shard in shards_in(out):
         listed = subprocess.run(["tar", "-tvf", str(shard)], capture_output=True, text=True)
         assert listed.returncode == 0 and listed.stderr == ""
@@ -409,7 +412,7 @@ def test_sigkill_then_resume_gives_the_bytes_of_a_clean_run(tmp_path: Path) -> N
     cut = tmp_path / "cut"
     sigkill_when(process, (cut / "s-02.tar").exists)
     names = sorted(p.name for p in cut.iterdir())
-    assert names[1:] == ["s-00.tar", "s-01.tar", "s-02.tar"]
+    assert names[1:] == [f"s-0{i}.tar{index}" for i in range(3) for index in ("", ".idx")]
     assert names[0].startswith(".s-03.tar.") and names[0].endswith(".tmp")
 
     resumed = run(["tarkit", *args, "cut/m.json", "-o", "cut/s-%02d.tar", "--resume"], cwd=tmp_path)
@@ -429,7 +432,8 @@ def test_shards_go_to_s3_through_fsspec(tmp_path: Path, s3_env: dict[str, str],
                   "-c", "6", "--manifest", "s3://shard-cli/d/manifest.json"], env=env)  # fmt: skip
     assert result.returncode == 0, result.stderr
     names = sorted(p.rsplit("/", 1)[-1] for p in fs.ls("shard-cli/d", refresh=True))
-    assert names == ["classes.json", "manifest.json", "s-0.tar", "s-1.tar", "s-2.tar"]
+    shards = [f"s-{i}.tar{index}" for i in range(3) for index in ("", ".idx")]
+    assert names == ["classes.json", "manifest.columns", "manifest.json", *shards]
     local = run(["tarkit", "shard", str(image_folder), "-o", str(tmp_path / "s-%d.tar"), "-c", "6"])
     assert local.returncode == 0
     for i in range(3):
@@ -462,7 +466,6 @@ def test_shards_named_with_bytes_that_are_not_utf8_get_a_manifest(
         capture_output=True, timeout=120,
     )  # fmt: skip
     assert result.returncode == 0, result.stderr
-    manifest = json.loads((tmp_path / "m.json").read_bytes())
-    assert [s["url"] for s in manifest["shards"]] == [
+    assert [s.url for s in load_table(str(tmp_path / "m.json"))] == [
         os.fsdecode(f"out/caf\xe9-{i:03d}.tar".encode("latin-1")) for i in range(4)
     ]

@@ -5,7 +5,6 @@ themselves, and the README's shard-then-load example run as written."""
 from __future__ import annotations
 
 import io
-import json
 import re
 import subprocess
 import sys
@@ -16,6 +15,9 @@ from pathlib import Path
 import pytest
 from conftest import ROOT, run, run_shell, webdataset_samples
 from PIL import Image
+from random_access import check_random_access
+
+from tarkit.storage import load_table
 
 
 def jpeg(color: tuple[int, int, int], size: tuple[int, int]) -> bytes:
@@ -112,15 +114,16 @@ def test_a_rerun_with_another_maxcount_is_refused_then_overwritten_then_resumed(
                     "--manifest", manifest])  # fmt: skip
     assert replaced.returncode == 0, replaced.stderr
     assert [p.name for p in shards_in(tmp_path / "out")] == [f"s-00{i}.tar" for i in range(4)]
-    listed = json.loads(Path(manifest).read_text())["shards"]
-    assert [s["url"] for s in listed] == [f"s-00{i}.tar" for i in range(4)]
+    listed = list(load_table(manifest))
+    assert [s.url for s in listed] == [f"s-00{i}.tar" for i in range(4)]
     assert len(samples_in(tmp_path / "out")) == 20
 
     (tmp_path / "out" / "s-003.tar").unlink()  # as if the run had stopped before it
     resumed = run(["tarkit", "shard", str(photos), "-o", pattern, "-c", "5", "--resume",
                    "--manifest", manifest])  # fmt: skip
     assert resumed.returncode == 0, resumed.stderr
-    assert json.loads(Path(manifest).read_text())["shards"] == listed
+    assert list(load_table(manifest)) == listed
+    assert check_random_access(manifest).samples == 20
 
 
 def test_a_failing_item_costs_only_its_unfinished_shard_and_resume_continues(

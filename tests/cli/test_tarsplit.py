@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import hashlib
-import json
 import os
 import random
 import re
@@ -20,6 +19,9 @@ from conftest import (
     tool,
     webdataset_samples,
 )
+from random_access import check_random_access
+
+from tarkit.storage import load_table
 
 
 def archive_of(count: int, size: int = 300) -> bytes:
@@ -91,14 +93,14 @@ def test_manifest_holds_names_counts_sizes_and_sha256_of_the_files(tmp_path: Pat
     result = run(["tarsplit", str(source), "-c", "5", "-o", str(tmp_path / "out" / "t-%d.tar"),
                   "--manifest", str(manifest)])  # fmt: skip
     assert result.returncode == 0, result.stderr
-    data = json.loads(manifest.read_text())
-    assert [s["url"] for s in data["shards"]] == ["t-0.tar", "t-1.tar", "t-2.tar"]
-    assert [s["samples"] for s in data["shards"]] == [5, 5, 2]
-    assert data["samples"] == 12
-    for entry in data["shards"]:
-        content = (tmp_path / "out" / entry["url"]).read_bytes()
-        assert entry["bytes"] == len(content)
-        assert entry["sha256"] == hashlib.sha256(content).hexdigest()
+    table = load_table(str(manifest))
+    assert [s.url for s in table] == ["t-0.tar", "t-1.tar", "t-2.tar"]
+    assert [s.samples for s in table] == [5, 5, 2]
+    assert table.samples == 12
+    for entry in table:
+        content = (tmp_path / "out" / entry.url).read_bytes()
+        assert entry.bytes == len(content)
+        assert entry.sha256 == hashlib.sha256(content).hexdigest()
 
 
 def test_post_runs_after_each_complete_shard_with_the_quoted_path(tmp_path: Path) -> None:
@@ -146,8 +148,9 @@ def test_input_error_keeps_complete_shards_removes_the_partial_one_and_exits_2(
     assert error.startswith("tarsplit: error: <stdin>: input ends inside member data")
     assert "member s0010.cls" in error
     names = sorted(p.name for p in out.iterdir())
-    assert names == ["s-00.tar", "s-01.tar"]  # no temporary file, no manifest
-    for name in names:
+    # no temporary file, no manifest; each complete shard with its index
+    assert names == ["s-00.tar", "s-00.tar.idx", "s-01.tar", "s-01.tar.idx"]
+    for name in names[::2]:
         assert len(samples_of((out / name).read_bytes())) == 4
 
 
@@ -254,7 +257,7 @@ def test_empty_input_is_an_error_unless_allowed_and_never_makes_a_shard(tmp_path
     assert result.returncode == 2 and "empty input" in result.stderr
     result = run(["tarsplit", "--allow-empty", "--manifest", "m.json"], input=b"", cwd=tmp_path)
     assert result.returncode == 0, result.stderr
-    assert [p.name for p in tmp_path.iterdir()] == ["m.json"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["m.columns", "m.json"]
 
 
 def test_several_inputs_are_split_as_one_stream(tmp_path: Path) -> None:
@@ -355,7 +358,8 @@ def test_a_shard_name_that_is_not_utf8_is_kept_in_the_manifest_as_tarindex_keeps
     tmp_path: Path,
 ) -> None:
     # A Latin-1 byte in the pattern: the manifest names the shards with \udcXX escapes,
-    # byte for byte as tarindex names the same shards (one manifest serializer).
+    # byte for byte as tarindex names the same shards (one manifest serializer), and
+    # tarindex makes the same indexes of them.
     (tmp_path / "in.tar").write_bytes(archive_of(5))
     pattern = os.fsencode(str(tmp_path)) + b"/caf\xe9-%03d.tar"
     result = subprocess.run(
@@ -366,17 +370,17 @@ def test_a_shard_name_that_is_not_utf8_is_kept_in_the_manifest_as_tarindex_keeps
     )
     assert (result.returncode, result.stderr) == (0, b"")
     names = sorted(n for n in os.listdir(os.fsencode(tmp_path)) if n.startswith(b"caf"))
-    assert names == [b"caf\xe9-000.tar", b"caf\xe9-001.tar", b"caf\xe9-002.tar"]
+    assert names[::2] == [b"caf\xe9-000.tar", b"caf\xe9-001.tar", b"caf\xe9-002.tar"]
+    assert names[1::2] == [name + b".idx" for name in names[::2]]
+    written = {n: (tmp_path / os.fsdecode(n)).read_bytes() for n in [*names, b"m.columns"]}
     indexed = subprocess.run(
-        [tool("tarindex"), *(os.fsencode(tmp_path) + b"/" + n for n in names)],
+        [tool("tarindex"), *(os.fsencode(tmp_path) + b"/" + n for n in names[::2]), "-o",
+         "m.json"],
         cwd=tmp_path, capture_output=True, timeout=60,
     )  # fmt: skip
     assert indexed.returncode == 0, indexed.stderr
-    written = (tmp_path / "m.json").read_bytes()
-    assert b'"caf\\udce9-000.tar"' in written
-    assert json.loads(written) == json.loads(
-        indexed.stdout.replace(os.fsencode(tmp_path) + b"/", b"")
-    )
+    assert b'"caf\\udce9-%03d.tar"' in (tmp_path / "m.json").read_bytes()
+    assert {n: (tmp_path / os.fsdecode(n)).read_bytes() for n in written} == written
 
 
 # --- an earlier run's shards: refused, overwritten, resumed --------------------------------
@@ -406,14 +410,16 @@ def test_overwrite_leaves_only_the_new_shards_so_tarcat_meets_each_key_once(
     source = tmp_path / "in.tar"
     source.write_bytes(archive_of(100, size=20))
     pattern = str(tmp_path / "st" / "s-%03d.tar")
-    assert run(["tarsplit", str(source), "-c", "1", "-o", pattern]).returncode == 0
-    result = run(["tarsplit", str(source), "-c", "5", "-o", pattern, "--overwrite",
-                  "--manifest", str(tmp_path / "st" / "m.json")])  # fmt: skip
+    manifest = ["--manifest", str(tmp_path / "st" / "m.json")]
+    assert run(["tarsplit", str(source), "-c", "1", "-o", pattern, *manifest]).returncode == 0
+    result = run(["tarsplit", str(source), "-c", "5", "-o", pattern, "--overwrite", *manifest])
     assert result.returncode == 0, result.stderr
     shards = shards_in(tmp_path / "st")
     assert len(shards) == 20
-    manifest = json.loads((tmp_path / "st" / "m.json").read_text())
-    assert [s["url"] for s in manifest["shards"]] == [p.name for p in shards]
+    assert [s.url for s in load_table(str(tmp_path / "st" / "m.json"))] == [p.name for p in shards]
+    # The new shards' indexes took the old ones' names; the other old indexes are gone.
+    assert check_random_access(tmp_path / "st" / "m.json").samples == 100
+    assert sorted((tmp_path / "st").glob("*.idx")) == [Path(f"{p}.idx") for p in shards]
     everything = run_shell(f"tarcat {tmp_path}/st/s-*.tar | tar -tf - | wc -l")
     assert everything.returncode == 0, everything.stderr
     assert int(everything.stdout) == 300

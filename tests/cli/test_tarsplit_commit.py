@@ -17,6 +17,7 @@ from pathlib import Path
 
 import pytest
 from conftest import make_tar, paused_commit_env, run, tool
+from random_access import check_random_access
 
 from tarkit import ShardDataset, ShardWriter, read_samples
 from tarkit.errors import SourceError
@@ -39,7 +40,8 @@ def sets(tmp_path_factory: pytest.TempPathFactory) -> dict[str, dict[str, bytes]
         where = tmp_path_factory.mktemp(name)
         assert run(["tarsplit", *SPLIT], input=archive, cwd=where).returncode == 0
         made[name] = files(where / "out")
-    assert len(made["old"]) == 17 and len(made["new"]) == 13  # the shards and the manifest
+    # the shards, their indexes and the manifest (its JSON and its columns)
+    assert len(made["old"]) == 34 and len(made["new"]) == 26
     return made
 
 
@@ -93,7 +95,8 @@ def test_a_commit_killed_midway_is_refused_by_the_loader_and_finished_by_resume(
         ShardDataset(str(out))
     resumed = run(["tarsplit", "new.tar", *SPLIT, "--resume"], cwd=tmp_path)
     assert resumed.returncode == 0, resumed.stderr
-    assert files(out) == sets["new"]
+    assert files(out) == sets["new"]  # each shard with its own index: none of the old set's
+    assert check_random_access(out / "manifest.json").samples == 12
 
 
 def test_resume_with_a_shorter_input_is_a_usage_error_naming_the_shard(tmp_path: Path) -> None:
@@ -102,7 +105,7 @@ def test_resume_with_a_shorter_input_is_a_usage_error_naming_the_shard(tmp_path:
     split = ["-c", "10", "-o", "out/s-%03d.tar", "--manifest", "out/manifest.json"]
     assert run(["tarsplit", *split], input=first[: 202 * 1024], cwd=tmp_path).returncode == 2
     before = files(tmp_path / "out")
-    assert len(before) == 20
+    assert len(before) == 40  # 20 shards and their indexes
     shorter = first[: 50 * 1024] + bytes(1024)
     result = run(["tarsplit", *split, "--resume"], input=shorter, cwd=tmp_path)
     assert result.returncode == 2

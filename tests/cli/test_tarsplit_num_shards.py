@@ -3,11 +3,12 @@ total checked against the stream."""
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import pytest
 from conftest import make_tar, run, samples_of
+
+from tarkit.storage import load_table
 
 
 def numbered(count: int, first: int = 0) -> bytes:
@@ -31,8 +32,7 @@ def test_num_shards_cuts_exactly_n_shards_larger_first_in_input_order(tmp_path: 
         k for p in sorted((tmp_path / "out").glob("s-*.tar")) for k, _ in samples_of(p.read_bytes())
     ]
     assert keys == [f"{i:04d}" for i in range(10)]
-    manifest = json.loads((tmp_path / "out" / "m.json").read_text())
-    assert [s["samples"] for s in manifest["shards"]] == [3, 3, 2, 2]
+    assert [s.samples for s in load_table(str(tmp_path / "out" / "m.json"))] == [3, 3, 2, 2]
 
 
 def test_the_total_can_come_from_a_manifest_of_the_inputs(tmp_path: Path) -> None:
@@ -90,7 +90,7 @@ def test_a_stream_of_another_length_fails_keeping_only_complete_shards(
     assert result.returncode == 2
     assert result.stderr.endswith(message)
     # The first shard (5 samples) was complete; the second is removed, no manifest.
-    assert sorted(p.name for p in (tmp_path / "out").iterdir()) == ["s-0.tar"]
+    assert sorted(p.name for p in (tmp_path / "out").iterdir()) == ["s-0.tar", "s-0.tar.idx"]
     assert shard_counts(tmp_path / "out") == [5]
 
 

@@ -62,9 +62,11 @@ def test_every_sample_is_mapped_once_and_metadata_rows_come_in_input_order(tmp_p
         assert len(listing.stdout.splitlines()) == 2 * PER_SHARD
     names = sorted(p.name for p in (tmp_path / "out").iterdir())
     expected = [f".out-{s}.tar.map.json" for s in range(SHARDS)]
+    expected += [f"out-{s}.tar.idx" for s in range(SHARDS)]  # each output's index
     assert names == sorted(
-        expected + ["manifest.json"] + [p.name for p in outputs_of(tmp_path / "out")]
-    )
+        expected + ["manifest.columns", "manifest.json"]
+        + [p.name for p in outputs_of(tmp_path / "out")]
+    )  # fmt: skip
 
 
 def test_fn_may_return_several_samples_or_none(tmp_path: Path) -> None:
