@@ -103,7 +103,10 @@ def map_command(
     manifest: Annotated[
         Optional[str],
         typer.Option(
-            "--manifest", help="Write the manifest of the output shards here.", show_default=False
+            "--manifest",
+            help="Write the manifest of the output shards here, and the index of each "
+            "uncompressed output (beside it, or in index/ beside the manifest).",
+            show_default=False,
         ),
     ] = None,  # fmt: skip
     address: o.RayAddress = None,

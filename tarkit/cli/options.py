@@ -79,7 +79,8 @@ ManifestOut = Annotated[
     Optional[str],
     typer.Option(
         "--manifest",
-        help="Write the JSON manifest of the shards (name, samples, bytes, sha256).",
+        help="Write the JSON manifest of the shards (name, samples, bytes, sha256), and "
+        "each uncompressed shard's index beside it: random access to any sample.",
         show_default=False,
     ),
 ]

@@ -1,8 +1,7 @@
 """The dataset manifest: which shards a dataset has, how many samples, and their bytes.
 
-Version 1 is one JSON document, written by ``tarsplit --manifest``, ``tarindex``,
-``ShardWriter`` and ``shard_dataset``, and read by the loader for ``len()`` and exact
-splitting::
+Version 1 is one JSON document, written by ``tarindex`` to stdout and with ``--offsets``,
+and read by the loader for ``len()`` and exact splitting::
 
     {
       "format": "tarkit-manifest",
@@ -36,7 +35,8 @@ index files (:mod:`.index`)::
      "index": "train-%06d.tar.idx"
     }
 
-:func:`dumps_v2` writes it from a :class:`~tarkit.format.shard_table.ShardTable`;
+Every other writer of a manifest writes version 2 (:func:`dumps_v2`, from a
+:class:`~tarkit.format.shard_table.ShardTable`);
 :func:`~tarkit.format.manifest_reader.read_table` reads either version into one.
 
 This module is the format only (no I/O): :mod:`tarkit.storage.manifests` reads and

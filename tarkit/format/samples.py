@@ -340,10 +340,7 @@ def raw_key(raw: bytes | memoryview, source: str = "sample") -> str:
     from .tar import END_OF_ARCHIVE, read_members
 
     stream = io.BytesIO(bytes(raw) + END_OF_ARCHIVE)
-    try:
-        samples = list(group_samples(read_members(stream, source), source))
-    except InputError as exc:
-        raise InputError(f"not the members of one sample: {exc}", source=source) from None
+    samples = list(group_samples(read_members(stream, source), source))
     if len(samples) != 1:
         raise InputError(f"the members of {len(samples)} samples, not of one", source=source)
     return samples[0].key

@@ -60,9 +60,11 @@ def write_record(
     made_by: Maker,
     etag: str | None = None,
     storage_options: StorageOptions | None = None,
+    index: str | None = None,
 ) -> None:
-    """Publish the record of ``output`` (made from ``source`` by ``made_by``). Raises
-    SampleError when a metadata row is not JSON."""
+    """Publish the record of ``output`` (made from ``source`` by ``made_by``; ``index``:
+    the SHA-256 of its index, when it has one). Raises SampleError when a metadata row is
+    not JSON."""
     where = location(output)
     entry = ShardInfo(where.basename, info.samples, info.bytes, info.sha256)
     record: dict[str, Any] = {
@@ -76,6 +78,8 @@ def write_record(
     }
     if etag is not None:
         record["etag"] = etag
+    if index is not None:
+        record["index"] = index
     try:
         # ASCII: a key or URL that is not UTF-8 survives as a \udcXX escape.
         text = json.dumps(record, allow_nan=False) + "\n"
@@ -89,9 +93,9 @@ def completed_record(
     source: str,
     made_by: Maker,
     storage_options: StorageOptions | None = None,
-) -> tuple[ShardInfo, list[Row], list[str]] | None:
-    """The entry, metadata rows and rejects of ``output`` if it is complete, else None
-    (see the module docstring)."""
+) -> tuple[ShardInfo, list[Row], list[str], str | None] | None:
+    """The entry, metadata rows, rejects and index digest (None: none recorded) of
+    ``output`` if it is complete, else None (see the module docstring)."""
     record = _read_record(output, storage_options)
     if record is None or record.get("input") != source or record.get("made_by") != made_by:
         return None
@@ -101,11 +105,12 @@ def completed_record(
         rows = list(record.get("metadata") or [])
         rejects = [str(r) for r in record.get("rejects") or []]
         etag = record.get("etag")
+        index = record.get("index")
     except (ValueError, KeyError, TypeError):
         return None
     if not stored_matches(output, info.bytes, info.sha256, etag, storage_options):
         return None
-    return info, rows, rejects
+    return info, rows, rejects, index if isinstance(index, str) else None
 
 
 def check_made_by(

@@ -43,7 +43,7 @@ from ..storage import (
     remove_stale_temp,
     retry_policy,
 )
-from ..writing.indexes import WrittenIndex, settle_index
+from ..writing.indexes import WrittenIndex, index_digest, settle_index
 from ..writing.sample_encoder import SampleEncoder, key_of
 from .mappers import Maker, Row, ShardMapper
 from .records import completed_record, write_record
@@ -120,10 +120,10 @@ def run_shard(
         if task.resume:
             record = completed_record(task.output, task.input, task.made_by, options)
             if record is not None:
-                result.info, result.rows, result.rejects = record
+                result.info, result.rows, result.rejects, digest = record
                 result.resumed = True
                 if task.index_place is not None:
-                    settle_index(task.output, task.index_place, result.info, None, options)
+                    settle_index(task.output, task.index_place, None, digest, options)
                 return result
         task.abandon()  # what an earlier attempt left
         index = WrittenIndex() if task.index_place is not None else None
@@ -161,18 +161,21 @@ def run_shard(
             size, sha256 = staged.finish()
             info = ShardInfo(task.output, written, size, sha256)
             source.close()  # a pipe: input's exit status counts before the output is published
+            digest = None
             if index is not None:  # before the output: an output in place has its index
-                publish(task.index_place, index.finish(), options)  # type: ignore[arg-type]
+                data = index.finish()
+                publish(task.index_place, data, options)  # type: ignore[arg-type]
+                digest = index_digest(data)
             made_by = task.made_by
             write_record(task.output, task.input, info, result.rows, result.rejects, made_by,
-                         None, options)  # fmt: skip
+                         None, options, digest)  # fmt: skip
             staged.publish()
             published = staged.info()
             if published is not None and published.etag is not None:
                 # A re-run can then tell this object from another of the same size.
                 write_record(
                     task.output, task.input, info, result.rows, result.rejects, made_by,
-                    published.etag, options,
+                    published.etag, options, digest,
                 )  # fmt: skip
         result.info = info
     except ShardFailure as failure:  # the mapper names the sample that failed

@@ -117,10 +117,10 @@ class ClusterRun:
         if mode == CREATE and existing:
             raise refuse_existing(pattern, existing, start)
         self.replaced = [s.url for s in existing] if mode == OVERWRITE else []
-        covered = completed_ranges(pattern, start, self.plan, rejects if skipping else None,
-                                   self.options) if mode == RESUME else []  # fmt: skip
-        self.covered = {c.first: c for c in covered}
         self.indexes = SetIndexes(pattern, manifest, mode == OVERWRITE, self.options)
+        covered = completed_ranges(pattern, start, self.plan, rejects if skipping else None,
+                                   self.options, self.indexes.on) if mode == RESUME else []  # fmt: skip
+        self.covered = {c.first: c for c in covered}
         self.shards: dict[int, ShardInfo] = {}
         self.rejected: dict[int, Rejected] = {}  # by position
         self.unplaced: list[Rejected] = []  # rejects of shards without records
@@ -128,7 +128,6 @@ class ClusterRun:
         self.ends: dict[int, int] = {}  # shard number: the position after its range
         self.resumed: set[int] = set()
         for c in covered:
-            self.indexes.keep(c.number, c.shards)
             self.ends[c.after - 1] = c.end
             self.resumed.update(range(c.number, c.after))
             self.shards.update({c.number + i: info for i, info in enumerate(c.shards)})

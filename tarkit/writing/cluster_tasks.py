@@ -38,7 +38,7 @@ from ..format.manifest import ShardInfo
 from ..format.tar import END_OF_ARCHIVE
 from ..storage import StagedFile, publish, remove_stale_temp
 from .cuts import ShardCut
-from .indexes import WrittenIndex
+from .indexes import WrittenIndex, index_digest
 from .items import CarriedError, ItemEncoder, ItemFailure
 from .shard_records import PositionedReject, ShardRecord, write_record
 
@@ -189,12 +189,12 @@ class WriteTask:
             size, sha256 = staged.finish(self.maxsize if count > 1 else None)
             info = ShardInfo(self.name, count, size, sha256)
             rejects = tuple(r for r in self.rejects if r[0] < end)
-            record = ShardRecord(self.plan or "", self.first, end, first_size, rejects)
-            index_size = None
+            index_size = digest = None
             if index is not None:
                 data = index.finish()
                 publish(self.index_place, data, options)  # type: ignore[arg-type]
-                index_size = len(data)
+                index_size, digest = len(data), index_digest(data)
+            record = ShardRecord(self.plan or "", self.first, end, first_size, rejects, digest)
             if self.plan is not None:
                 write_record(self.name, record, info, options)
             staged.publish()

@@ -82,7 +82,7 @@ def kept_shards(
                 break
             raise
         if index is not None:
-            settle_index(path, index_name(path), info, index, storage_options)
+            settle_index(path, index_name(path), index, None, storage_options)
         keys = info.keys or []
         first, last = (keys[0], keys[-1]) if keys else (None, None)
         found.append(KeptShard(replace(info, keys=None, offsets=None), first, last,

@@ -7,10 +7,13 @@ each such shard ``NAME`` lies ``.NAME.shard.json``, published before the shard i
 item order it covers (from its first item to the first item of the next shard, the
 items left out by ``on_error="skip"`` between them included), the tar size of its first
 sample (with which a resumed run checks that its cut before the shard falls where the
-shard begins) and the plan of the run (a digest of the item order and the limits). A
-resumed run keeps a shard whose record has the same plan and whose file matches the
-entry (:func:`~tarkit.storage.stored_matches`), and writes only the others. Once the
-whole set is complete the records are removed: they are for interrupted runs only.
+shard begins), the plan of the run (a digest of the item order and the limits) and the
+SHA-256 of the shard's index when it has one. A resumed run keeps a shard whose record
+has the same plan and whose file matches the entry
+(:func:`~tarkit.storage.stored_matches`), and writes only the others; with indexes, it
+keeps an index that matches the record and makes the others again
+(:func:`~tarkit.writing.indexes.settle_index`). Once the whole set is complete the
+records are removed: they are for interrupted runs only.
 
 >>> record_path("out/train-000003.tar"), record_path("s3://b/train-%06d.tar")
 ('out/.train-000003.tar.shard.json', 's3://b/.train-%06d.tar.shard.json')
@@ -28,7 +31,8 @@ from dataclasses import dataclass
 from ..errors import OutputError
 from ..format.manifest import ShardInfo
 from ..storage import StorageOptions, location, publish, read_bytes, stored_matches
-from .index import index_shard
+from .index import index_shard, read_shard
+from .indexes import index_name, settle_index
 from .patterns import existing_shards, refuse_strangers, shard_name
 from .rejects import Rejected, load_rejects
 
@@ -41,13 +45,15 @@ PositionedReject = tuple[int, Rejected]  # (position in the item order, the item
 class ShardRecord:
     """What a shard covers: positions ``first`` to ``end`` (exclusive) of the item order
     of the run whose plan digest is ``plan``; ``first_size``: the tar bytes of its first
-    sample; ``rejects``: the items left out in that range, with their positions."""
+    sample; ``rejects``: the items left out in that range, with their positions;
+    ``index``: the SHA-256 of the shard's index, when it has one."""
 
     plan: str
     first: int
     end: int
     first_size: int
     rejects: tuple[PositionedReject, ...] = ()
+    index: str | None = None
 
 
 def plan_digest(order: Sequence[int], maxcount: int, maxsize: int, compression: str | None) -> str:
@@ -85,6 +91,8 @@ def write_record(
         ).to_json(),
         "rejects": [[p, r.index, r.source, r.cause] for p, r in record.rejects],
     }
+    if record.index is not None:
+        data["index"] = record.index
     # ASCII: a name or cause that is not UTF-8 survives as a \udcXX escape.
     publish(record_path(shard), (json.dumps(data) + "\n").encode("ascii"), storage_options)
 
@@ -108,7 +116,9 @@ def read_record(
             (int(p), Rejected(int(index), str(source), str(cause)))
             for p, index, source, cause in data.get("rejects") or []
         )
-        record = ShardRecord(str(data["plan"]), first, end, int(data["first_size"]), rejects)
+        index = data.get("index")
+        record = ShardRecord(str(data["plan"]), first, end, int(data["first_size"]), rejects,
+                             index if isinstance(index, str) else None)  # fmt: skip
     except (ValueError, KeyError, TypeError):
         return None
     if record.plan != plan or not stored_matches(shard, info.bytes, info.sha256, None,
@@ -144,6 +154,7 @@ def completed_ranges(
     plan: str,
     rejects: str | None,
     storage_options: StorageOptions | None,
+    indexes: bool = False,
 ) -> list[Covered]:
     """What an interrupted run left under ``pattern`` (from shard ``start`` on) that a
     resumed run of plan ``plan`` keeps, in order of position.
@@ -152,7 +163,9 @@ def completed_ranges(
     are those of a run without records: they are read whole (counting their samples)
     and, with the rejects file ``rejects`` (``on_error="skip"``), cover the positions
     their samples and those rejects stand for, as :class:`ShardWriter`'s resume counts
-    them. Every other shard needs a record of this plan. Raises
+    them. Every other shard needs a record of this plan. With ``indexes``, the index of
+    each shard kept is made right (:func:`~tarkit.writing.indexes.settle_index`: made in
+    the read of a shard without a record, else checked against its record). Raises
     :class:`~tarkit.errors.OutputError` for a shard that is neither (another run's), and
     for shards whose positions do not follow one another.
     """
@@ -167,7 +180,12 @@ def completed_ranges(
         first_recorded = read_record(name, plan, storage_options)
         if first_recorded is not None:
             break
-        prefix.append(index_shard(name, strict=True, storage_options=storage_options))
+        if indexes:
+            info, made = read_shard(name, strict=True, storage_options=storage_options)
+            settle_index(name, index_name(name), made, None, storage_options)
+        else:
+            info = index_shard(name, strict=True, storage_options=storage_options)
+        prefix.append(info)
         number += 1
     if prefix:
         unplaced = load_rejects(rejects, storage_options) if rejects is not None else []
@@ -188,6 +206,8 @@ def completed_ranges(
             strangers.append(shard)
             continue
         record, info = recorded
+        if indexes:
+            settle_index(shard.url, index_name(shard.url), None, record.index, storage_options)
         found.append(Covered(shard.number, [info], record.first, record.end,
                              list(record.rejects), record.first_size))  # fmt: skip
     if strangers:

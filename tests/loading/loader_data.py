@@ -13,7 +13,6 @@ from PIL import Image
 
 from tarkit.format.manifest import Manifest, ShardInfo
 from tarkit.format.tar import TarWriter
-from tarkit.storage import save_manifest
 
 
 def jpeg(seed: int) -> bytes:
@@ -55,7 +54,8 @@ def make_shards(
         paths.append(str(path))
         infos.append(ShardInfo(name, count, path.stat().st_size, keys=keys, offsets=offsets))
     manifest = directory / "manifest.json"
-    save_manifest(Manifest(infos, str(manifest)), str(manifest))
+    # version 1: the keys and offsets the loader checks and seeks with
+    manifest.write_bytes(Manifest(infos, str(manifest)).to_bytes())
     return paths, str(manifest)
 
 

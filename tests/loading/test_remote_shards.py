@@ -5,6 +5,7 @@ from __future__ import annotations
 import time
 import warnings
 from collections import Counter
+from pathlib import Path
 
 import pytest
 from conftest import make_tar
@@ -14,7 +15,6 @@ from torch.utils.data import DataLoader
 from tarkit.errors import SourceError
 from tarkit.format.manifest import Manifest
 from tarkit.loading import ShardDataset
-from tarkit.storage import save_manifest
 from tarkit.writing.index import index_shard
 
 SHARDS = 4
@@ -77,7 +77,7 @@ def test_pieces_read_from_manifest_offsets_resume_too(
         entries.append(
             index_shard(str(tmp_path / f"s-{n}.tar"), offsets=True, manifest_path=manifest)
         )
-    save_manifest(Manifest(entries, manifest), manifest)
+    Path(manifest).write_bytes(Manifest(entries, manifest).to_bytes())  # version 1: offsets
     http_server.files["/d/manifest.json"] = (tmp_path / "manifest.json").read_bytes()
     inject(http_server)
     dataset = ShardDataset(f"{http_server.url}/d/manifest.json", timeout=1)

@@ -88,8 +88,10 @@ def test_a_killed_map_to_s3_leaves_only_whole_objects_and_a_rerun_completes_the_
         os.killpg(process.pid, signal.SIGKILL)  # the driver and its workers
         process.wait(30)
     fs.invalidate_cache()
-    names = sorted(p.rsplit("/", 1)[-1] for p in fs.ls(f"{bucket}/out") if "/out/out-" in p)
+    found = sorted(p.rsplit("/", 1)[-1] for p in fs.ls(f"{bucket}/out") if "/out/out-" in p)
+    names = [name for name in found if name.endswith(".tar")]
     assert "out-1.tar" in names and len(names) < 4
+    assert {f"{name}.idx" for name in names} <= set(found)  # each with its index, put first
     for name in names:
         assert fs.cat(f"{bucket}/out/{name}") == local[int(name[4])]
     again = subprocess.run(command, env=env, capture_output=True, text=True, timeout=120)
