@@ -7,6 +7,7 @@ import gzip
 import hashlib
 import io
 import json
+import shutil
 import subprocess
 from pathlib import Path
 
@@ -14,10 +15,14 @@ import pytest
 from conftest import make_tar, run, run_shell
 from random_access import check_random_access
 
+from tarkit import read_samples
+from tarkit.format.index import ShardIndex, sample_from_span
 from tarkit.format.samples import group_samples
 from tarkit.format.tar import read_members
 from tarkit.storage import load_manifest as load
 from tarkit.storage import manifest_urls
+
+PEERS = Path(__file__).resolve().parent.parent / "data" / "peer-shards"
 
 
 @pytest.fixture(scope="module")
@@ -68,6 +73,8 @@ def test_manifest_counts_match_gnu_tar_and_load_back(shards: list[Path]) -> None
         assert info.bytes == path.stat().st_size
         assert info.sha256 == hashlib.sha256(path.read_bytes()).hexdigest()
         assert info.keys is None and info.offsets is None
+    # Random-access ready: each shard's index beside it, spans over the skipped members.
+    assert check_random_access(out).samples == 9
     # Deterministic: the same shards give the same manifest bytes.
     again = run(["tarindex", *map(str, shards), "-o", str(out.parent / "again.json")])
     assert again.returncode == 0
@@ -76,6 +83,45 @@ def test_manifest_counts_match_gnu_tar_and_load_back(shards: list[Path]) -> None
     assert (out.parent / "again.columns").read_bytes() == (
         out.parent / "manifest.columns"
     ).read_bytes()
+
+
+def test_shards_of_webdataset_gnu_tar_and_bsdtar_are_made_random_access_ready(
+    tmp_path: Path,
+) -> None:
+    # Shards webdataset's own writers made (a directory member in one), numbered here.
+    (tmp_path / "wds").mkdir()
+    for number, name in enumerate(("compressed.tar", "testgz.tar", "mpdata.tar", "tendata.tar")):
+        shutil.copy(PEERS / name, tmp_path / "wds" / f"wds-{number:06d}.tar")
+    assert run(["tarindex", str(tmp_path / "wds" / "wds-{000000..000003}.tar"), "-o",
+                str(tmp_path / "wds" / "manifest.json")]).returncode == 0  # fmt: skip
+    ready = check_random_access(tmp_path / "wds" / "manifest.json")  # beside the shards
+    assert sorted(ready.indexes) == [f"wds-{number:06d}.tar" for number in range(4)]
+    tree = tmp_path / "tree"
+    tree.mkdir()
+    for i in range(4):
+        (tree / f"t{i}.txt").write_bytes(b"t" * (300 * i))
+        (tree / f"t{i}.json").write_text("{}")
+    made = tmp_path / "made"
+    made.mkdir()
+    for name, command in (("gnu.tar", ["tar", "--format=gnu", "--sort=name"]),
+                          ("bsd.tar", ["bsdtar", "--format=ustar", "-n"])):  # fmt: skip
+        names = ["."] if name == "gnu.tar" else sorted(p.name for p in tree.iterdir())
+        subprocess.run([*command, "-cf", str(made / name), "-C", str(tree), *names], check=True)
+    (made / "gz.tar.gz").write_bytes(gzip.compress((made / "bsd.tar").read_bytes(), mtime=0))
+    shards = [str(made / name) for name in ("gnu.tar", "bsd.tar", "gz.tar.gz")]
+    result = run(["tarindex", *shards, "-o", str(tmp_path / "manifest.json")])
+    assert (result.returncode, result.stderr) == (0, "")
+    # Names that are no pattern: the indexes beside the manifest, by position; none for
+    # the compressed shard.
+    assert sorted(p.name for p in (tmp_path / "index").iterdir()) == ["000000.idx", "000001.idx"]
+    assert not list(made.glob("*.idx"))
+    table = load(str(tmp_path / "manifest.json"))
+    assert [s.samples for s in table.shards] == [4, 4, 4]
+    data = (made / "bsd.tar").read_bytes()
+    index = ShardIndex((tmp_path / "index" / "000001.idx").read_bytes(), "000001.idx")
+    read = [sample_from_span(e, data[e.offset : e.stop], "bsd.tar").data()
+            for e in map(index.entry, range(4))]  # fmt: skip
+    assert read == [s.data() for s in read_samples([str(made / "bsd.tar")])]
 
 
 def test_offsets_point_at_each_samples_first_header(shards: list[Path]) -> None:

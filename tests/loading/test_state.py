@@ -276,3 +276,30 @@ def test_without_a_manifest_a_resume_is_exact_and_an_elastic_one_is_refused(mani
     other.load_state_dict(state)
     with pytest.raises(UsageError, match="another topology .* needs a manifest"):
         list(other)
+
+
+def test_a_version_2_manifest_gives_the_loader_what_version_1_gives(manifest, tmp_path):
+    # The same shards indexed by tarindex -o: a version 2 manifest, no keys or offsets.
+    from tarkit.writing.index import index_set
+
+    shards = [str(Path(manifest).parent / f"s-{n:03d}.tar") for n in range(len(COUNTS))]
+    v2 = str(tmp_path / "v2.json")
+    index_set(shards, v2)
+    assert json.loads(Path(v2).read_text())["version"] == 2
+    for options in ({}, {"batch_size": 5, "drop_last": True}, {"rank": 1, "world_size": 3}):
+        assert len(tarkit.ShardDataset(v2, **options)) == len(
+            tarkit.ShardDataset(manifest, **options)
+        )
+    for rank in range(2):
+        old, new = (make(m, workers=0, rank=rank, world=2, equal_batches=True)
+                    for m in (manifest, v2))  # fmt: skip
+        assert epochs(new, 1) == epochs(old, 1)
+    whole = epochs(make(v2, workers=0), 2)
+    taken, rest, following, state = run_with_cut(v2, 5, {}, workers=0)
+    assert (taken + rest, following) == (whole[0], whole[1])
+    elastic = make(v2, workers=0, rank=0, world=2)
+    elastic.load_state_dict(state)
+    other = make(v2, workers=0, rank=1, world=2)
+    other.load_state_dict(state)
+    rest = Counter(k for loader in (elastic, other) for b in loader for k in keys(b))
+    assert rest + Counter(k for b in taken for k in b) == all_keys(COUNTS)

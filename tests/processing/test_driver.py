@@ -15,11 +15,13 @@ import map_functions as fns
 import pytest
 from conftest import make_tar, samples_of, webdataset_samples
 from map_functions import PER_SHARD, SHARDS, write_inputs
+from random_access import check_random_access
 
 from tarkit.errors import EngineError, UsageError
-from tarkit.processing.driver import MapError, MapProgress, map_shards
+from tarkit.processing.driver import MapError, MapProgress, MapResult, map_shards
 from tarkit.processing.mappers import ShellCommand
 from tarkit.processing.records import record_path
+from tarkit.storage import load_table
 
 
 @pytest.fixture
@@ -67,6 +69,44 @@ def test_every_sample_is_mapped_once_and_metadata_rows_come_in_input_order(tmp_p
         expected + ["manifest.columns", "manifest.json"]
         + [p.name for p in outputs_of(tmp_path / "out")]
     )  # fmt: skip
+
+
+def test_outputs_with_a_manifest_are_random_access_ready_and_a_rerun_mends_their_indexes(
+    tmp_path: Path,
+) -> None:
+    inputs = write_inputs(tmp_path / "in")
+    out = tmp_path / "out"
+
+    def mapped() -> MapResult:
+        return map_shards(fns.shout, inputs, f"{out}/out-{{0..3}}.tar", workers=1,
+                          manifest=str(out / "manifest.json"))  # fmt: skip
+
+    mapped()
+    ready = check_random_access(out / "manifest.json")
+    assert (ready.samples, sorted(ready.indexes)) == (20, [f"out-{s}.tar" for s in range(4)])
+    before = {p.name: p.read_bytes() for p in out.iterdir()}
+    assert {f"out-{s}.tar.idx" for s in range(4)} <= set(before)  # beside each output
+    (out / "out-1.tar.idx").unlink()
+    (out / "out-2.tar.idx").write_bytes(before["out-0.tar.idx"])  # another output's
+    assert mapped().resumed == 4
+    assert {p.name: p.read_bytes() for p in out.iterdir()} == before
+
+
+def test_outputs_named_by_no_one_pattern_get_their_indexes_beside_the_manifest(
+    tmp_path: Path,
+) -> None:
+    inputs = write_inputs(tmp_path / "in", shards=2)
+    for number, name in enumerate(("cats", "dogs")):
+        (tmp_path / "in" / f"in-{number}.tar").rename(tmp_path / "in" / f"{name}.tar")
+    named = [str(tmp_path / "in" / f"{name}.tar") for name in ("cats", "dogs")]
+    assert inputs.endswith("in-{0..1}.tar")
+    map_shards(fns.shout, named, str(tmp_path / "out") + "/", workers=1,
+               manifest=str(tmp_path / "manifest.json"))  # fmt: skip
+    assert load_table(str(tmp_path / "manifest.json")).index == "index/%06d.idx"
+    assert sorted(p.name for p in (tmp_path / "index").iterdir()) == ["000000.idx", "000001.idx"]
+    assert sorted(check_random_access(tmp_path / "manifest.json").indexes) == [
+        "out/cats.tar", "out/dogs.tar"
+    ]  # fmt: skip
 
 
 def test_fn_may_return_several_samples_or_none(tmp_path: Path) -> None:
