@@ -98,8 +98,8 @@ def _read(
             if offsets:
                 starts = shard.offsets()
         else:
-            count, found, starts = _count(open_decompressed(stream, source.name), source.name,
-                                          offsets, keys, strict, skips)  # fmt: skip
+            tar = stream if kind is None else open_decompressed(stream, source.name)
+            count, found, starts = _count(tar, source.name, offsets, keys, strict, skips)
         hashing.drain()
     info = ShardInfo(relative_url(manifest_path, spec), count, hashing.size,
                      hashing.sha256.hexdigest(), found, starts)  # fmt: skip
