@@ -113,7 +113,7 @@ def test_resume_makes_the_indexes_of_the_kept_shards_again_when_missing_or_wrong
     assert files(cut) == files(clean)
 
 
-def test_the_cluster_run_on_the_local_engine_writes_one_machines_files_and_resumes_them(
+def test_the_cluster_run_on_the_local_engine_writes_one_machines_files_resumed_or_not(
     tmp_path: Path,
 ) -> None:
     here, there = tmp_path / "here", tmp_path / "there"
@@ -139,4 +139,7 @@ def test_the_cluster_run_on_the_local_engine_writes_one_machines_files_and_resum
     (there / "s-01.tar.idx").unlink()  # a kept shard's index lost
     (there / "s-02.tar.idx").write_bytes((there / "s-00.tar.idx").read_bytes())  # another's
     cluster("resume")
+    assert files(there) == files(here)
+    (there / "s-00.tar.idx").write_bytes(b"stale")
+    cluster("overwrite")  # each shard and its index through the commit, under pending names
     assert files(there) == files(here)
