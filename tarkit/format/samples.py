@@ -12,13 +12,13 @@ True
 
 from __future__ import annotations
 
+import io
 import re
 from collections.abc import Callable, Iterable, Iterator
 
 from ..errors import InputError, SampleError
 from . import scanner
-from .tar import BLOCK as _BLOCK
-from .tar import DIRECTORY, FILE, Member, MemberReader
+from .tar import BLOCK, DIRECTORY, END_OF_ARCHIVE, FILE, Member, MemberReader, read_members
 
 # webdataset skips these metadata members without a word; so do we.
 _META = re.compile(r"__[^/]*__($|/)")
@@ -327,7 +327,7 @@ def raw_key(raw: bytes | memoryview, source: str = "sample") -> str:
     >>> raw_key(encode_member("a/x.jpg", b"jpeg") + encode_member("a/x.cls", b"1"))
     'a/x'
     """
-    header = bytes(raw[:_BLOCK])
+    header = bytes(raw[:BLOCK])
     if header[156:157] in (b"0", b"\0") and header[345:500] == _NO_PREFIX:
         end = header.find(b"\0", 0, 100)
         name = header[: end if end >= 0 else 100].decode("utf-8", "surrogateescape")
@@ -335,10 +335,6 @@ def raw_key(raw: bytes | memoryview, source: str = "sample") -> str:
         dot = name.find(".", slash)
         if dot > slash and name[:2] != "__" and not name.endswith("/"):
             return name[:dot]
-    import io
-
-    from .tar import END_OF_ARCHIVE, read_members
-
     stream = io.BytesIO(bytes(raw) + END_OF_ARCHIVE)
     samples = list(group_samples(read_members(stream, source), source))
     if len(samples) != 1:

@@ -324,12 +324,9 @@ def _item_key(encoded: bytes | ItemFailure) -> str | None:
     """The key of an encoded item (None for one that failed)."""
     if isinstance(encoded, ItemFailure):
         return None
-    import io
+    from ..format.samples import raw_key
 
-    from ..format.samples import group_samples
-    from ..format.tar import END_OF_ARCHIVE, read_members
-
-    return next(group_samples(read_members(io.BytesIO(encoded + END_OF_ARCHIVE)))).key
+    return raw_key(encoded)
 
 
 def _check_kept_iterable(
