@@ -7,6 +7,7 @@
 :mod:`~tarkit.storage.listing` lists, moves and removes the files already there,
 :mod:`~tarkit.storage.filesystems` is the one fsspec opener,
 :mod:`~tarkit.storage.manifests` reads and writes manifests,
+:mod:`~tarkit.storage.shards` resolves which shards a source names,
 :mod:`~tarkit.storage.cache` caches remote shards on local disk (filled by
 :mod:`~tarkit.storage.downloads`), and :mod:`~tarkit.storage.retrying` (with
 :mod:`~tarkit.storage.http` and :mod:`~tarkit.storage.timed_http`) makes remote reads
@@ -40,6 +41,7 @@ from .outputs import (
     temp_place,
 )
 from .retrying import Reconnection, RetryPolicy, report_reconnections, retry_policy
+from .shards import names_shard_set, resolve_shards
 from .sources import (
     HashingReader,
     Source,
@@ -84,6 +86,7 @@ __all__ = [
     "manifest_at",
     "manifest_urls",
     "move_file",
+    "names_shard_set",
     "object_info",
     "open_source",
     "open_source_at",
@@ -93,6 +96,7 @@ __all__ = [
     "remove_file",
     "remove_stale_temp",
     "report_reconnections",
+    "resolve_shards",
     "resolve_url",
     "retry_policy",
     "save_manifest",
