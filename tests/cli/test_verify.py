@@ -229,4 +229,3 @@ def test_members_the_loader_skips_are_warned_about_in_order_and_strict_fails_the
     assert report(strict)[0].startswith(f"{tmp_path}/shard-0.tar: FAILED: ")
     assert report(strict)[0].endswith("is not allowed with --strict (byte 1024, member README)")
     assert "2 good" not in report(strict)[2] and "0 good, 2 bad" in report(strict)[2]
-
