@@ -85,7 +85,7 @@ def verify(
             for check in verification:
                 skips.merge(check.skips)
                 if as_json:
-                    line = json.dumps(check.to_json(), ensure_ascii=False) + "\n"
+                    line = json.dumps(check.to_json()) + "\n"  # ASCII: any name stays valid
                 elif verbose or not check.ok:
                     line = shard_line(check)
                 else:
@@ -93,6 +93,7 @@ def verify(
                 if line:
                     out.write(line.encode("utf-8", "surrogateescape"))
                     out.flush()
+                shown.note(f"{verification.summary.samples} samples")
                 shown.advance()
             summary = verification.summary
             if as_json:
