@@ -209,6 +209,14 @@ class SkipLog:
                 self.notify(reason, source, member)
         self.counts[reason] += 1
 
+    def merge(self, other: SkipLog) -> None:
+        """Add the skips ``other`` counted (a log kept apart, e.g. by another thread)."""
+        for reason, count in other.counts.items():
+            if reason not in self.counts:
+                self.add(reason, *other.first[reason])
+                count -= 1
+            self.counts[reason] += count
+
     @property
     def total(self) -> int:
         return sum(self.counts.values())

@@ -8,6 +8,7 @@
 :mod:`~tarkit.storage.filesystems` is the one fsspec opener,
 :mod:`~tarkit.storage.manifests` reads and writes manifests,
 :mod:`~tarkit.storage.commit` commits a set of files whole through a journal,
+:mod:`~tarkit.storage.shards` resolves which shards a source names,
 :mod:`~tarkit.storage.cache` caches remote shards on local disk (filled by
 :mod:`~tarkit.storage.downloads`), and :mod:`~tarkit.storage.retrying` (with
 :mod:`~tarkit.storage.http` and :mod:`~tarkit.storage.timed_http`) makes remote reads
@@ -42,6 +43,7 @@ from .outputs import (
     temp_place,
 )
 from .retrying import Reconnection, RetryPolicy, report_reconnections, retry_policy
+from .shards import names_shard_set, resolve_shards
 from .sources import (
     HashingReader,
     Source,
@@ -90,6 +92,7 @@ __all__ = [
     "manifest_at",
     "manifest_urls",
     "move_file",
+    "names_shard_set",
     "object_info",
     "open_source",
     "open_source_at",
@@ -100,6 +103,7 @@ __all__ = [
     "remove_file",
     "remove_stale_temp",
     "report_reconnections",
+    "resolve_shards",
     "resolve_url",
     "retry_policy",
     "save_manifest",

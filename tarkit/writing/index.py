@@ -13,7 +13,7 @@ from collections.abc import Callable, Sequence
 from ..errors import UsageError
 from ..format.compression import open_decompressed
 from ..format.manifest import Manifest, ShardInfo
-from ..format.samples import SkipLog, group_samples
+from ..format.samples import Sample, SkipLog, group_samples
 from ..format.tar import read_members
 from ..storage import (
     STDIO,
@@ -35,6 +35,7 @@ def index_shard(
     skips: SkipLog | None = None,
     storage_options: StorageOptions | None = None,
     keys: bool = False,
+    on_sample: Callable[[Sample], object] | None = None,
 ) -> ShardInfo:
     """Read shard ``spec`` whole and return its manifest entry.
 
@@ -45,7 +46,9 @@ def index_shard(
     relative to ``manifest_path`` (:func:`~tarkit.storage.relative_url`). Raises
     :class:`~tarkit.errors.TarkitError` for a shard that does not read cleanly. This is
     the one function that reads a shard whole to count and hash it: ``tarindex``,
-    ``--resume`` of the shard writers and the manifest checks all use it.
+    ``--resume`` of the shard writers, the manifest checks and ``tarkit verify`` all use
+    it. ``on_sample`` is called with each sample as it is read (so that a caller knows
+    how far a shard that fails was read).
     """
     if location(spec).kind == STDIO:
         raise UsageError("tarindex needs shard paths or URLs: a manifest cannot name stdin")
@@ -61,6 +64,8 @@ def index_shard(
             count += 1
             if offsets or keys:
                 found.append(sample.key)
+            if on_sample is not None:
+                on_sample(sample)
             if offsets:
                 starts.append(sample.members[0].offset)
         hashing.drain()

@@ -1,5 +1,5 @@
-"""Which shards a dataset reads: brace patterns, lists, manifests and directories, resolved
-once when the dataset is built.
+"""Which shards a source names: brace patterns, lists, manifests and directories, resolved
+once, when a dataset is built or a command starts (``ShardDataset``, ``tarkit verify``).
 
 >>> import os, tempfile
 >>> directory = tempfile.mkdtemp()
@@ -17,14 +17,10 @@ from typing import Literal
 
 from ..errors import InputError, SourceError, UsageError
 from ..format.manifest import Manifest, ShardInfo
-from ..storage import (
-    StorageOptions,
-    expand_inputs,
-    load_manifest,
-    location,
-    manifest_urls,
-    refuse_unfinished,
-)
+from .commit import refuse_unfinished
+from .filesystems import StorageOptions
+from .locations import expand_inputs, location
+from .manifests import load_manifest, manifest_urls
 
 _TAR_SUFFIXES = (
     ".tar",
@@ -43,22 +39,25 @@ def resolve_shards(
     urls: str | Sequence[str] | None,
     manifest: str | Manifest | Literal[False] | None,
     storage_options: StorageOptions | None = None,
+    *,
+    missing_ok: bool = False,
 ) -> tuple[list[str], list[ShardInfo] | None]:
     """Shard URLs and, with a manifest, their entries (see :class:`ShardDataset`'s ``urls``).
 
     Without a manifest (None), a ``manifest.json`` beside the shards is used when it
     lists exactly those shards; ``manifest=False`` reads them without one. Raises :class:`~tarkit.errors.SourceError` when local shards
-    do not exist (naming the first and how many), :class:`~tarkit.errors.UsageError`
+    do not exist (naming the first and how many; ``missing_ok`` leaves them to the
+    caller, which reports each), :class:`~tarkit.errors.UsageError`
     when nothing is named or a named shard is not in the manifest, and
     :class:`~tarkit.errors.InputError` for a malformed manifest.
     """
     beside = manifest is None
     if manifest is False:
         manifest = None
-    if isinstance(urls, str) and manifest is None:
-        if urls.endswith(".json"):
+    if isinstance(urls, str) and manifest is None and names_shard_set(urls):
+        if not os.path.isdir(urls):
             urls, manifest = None, urls
-        elif os.path.isdir(urls):
+        else:
             listing = os.path.join(urls, "manifest.json")
             if beside and os.path.exists(listing):
                 urls, manifest = None, listing
@@ -75,7 +74,8 @@ def resolve_shards(
     if manifest is None:
         if not expanded or expanded == ["-"]:
             raise UsageError("ShardDataset needs shard URLs or a manifest")
-        _check_local_shards(expanded)
+        if not missing_ok:
+            _check_local_shards(expanded)
         manifest = _manifest_beside(expanded) if beside else None
         if manifest is None:
             return expanded, None
@@ -92,7 +92,8 @@ def resolve_shards(
     if expanded is None:
         if not manifest.shards:
             raise UsageError(f"{manifest.location}: the manifest lists no shards")
-        _check_local_shards(urls)
+        if not missing_ok:
+            _check_local_shards(urls)
         return urls, list(manifest.shards)
     infos: list[ShardInfo] = []
     for url in expanded:
@@ -101,6 +102,16 @@ def resolve_shards(
             raise UsageError(f"{url}: not in the manifest {manifest.location or ''}".rstrip())
         infos.append(info)
     return expanded, infos
+
+
+def names_shard_set(source: str) -> bool:
+    """Whether ``source`` names a set of shards (a manifest, a directory) rather than
+    shards themselves: what :func:`resolve_shards` resolves alone.
+
+    >>> names_shard_set("data/manifest.json"), names_shard_set("data/train-{000..009}.tar")
+    (True, False)
+    """
+    return source.endswith(".json") or os.path.isdir(source)
 
 
 def _check_local_shards(urls: Sequence[str]) -> None:
