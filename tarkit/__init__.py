@@ -20,6 +20,7 @@ from .errors import (
 )
 from .format.samples import Sample, SkipLog, group_samples, split_name
 from .format.tar import Member, TarWriter, read_members
+from .seeds import KeySplit
 from .stream.stages import read_samples, shuffle_samples, slice_samples, take, write_samples
 
 __version__ = "0.1.0"
@@ -47,6 +48,7 @@ __all__ = [
     "CompressionError",
     "HeaderError",
     "InputError",
+    "KeySplit",
     "MapError",
     "Member",
     "OutputError",
