@@ -152,7 +152,7 @@ class ShardDataset(IterableDataset):
         self._reader = PieceReader(
             self.urls, self.infos, handler=handler, cache=self.cache, skip=self._skip,
             storage_options=storage_options, retries=retries, timeout=timeout,
-            reconnected=self._reconnected,
+            reconnected=self._reconnected, split=split,
         )  # fmt: skip
         if isinstance(urls, Mapping):
             readers, base = {}, 0

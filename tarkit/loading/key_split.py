@@ -4,8 +4,10 @@ The rule is :class:`tarkit.seeds.KeySplit`'s, the one ``tarcat --fraction`` (``-
 uses, so the loader reads exactly the samples that ``tarcat`` would copy, with no copy of
 the data. Each worker drops the samples the split leaves out as they come out of its
 shuffle buffer, before ``decode``, ``map`` and batching: they are neither delivered nor
-skipped. Positions, and so checkpoints, go on counting every sample of the shards (a
-dropped sample is *taken* without an item), which keeps exact and elastic resume exact.
+skipped (a bad shard under ``handler="skip"`` counts the samples it took with it on the
+split's side only, when their keys are known: :class:`~tarkit.loading.reading.PieceReader`).
+Positions, and so checkpoints, go on counting every sample of the shards (a dropped sample
+is *taken* without an item), which keeps exact and elastic resume exact.
 
 What the split changes, refused rather than made up:
 
