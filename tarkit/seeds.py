@@ -6,6 +6,8 @@ schedules) is seeded here, and the key split (:func:`in_split`, :class:`KeySplit
 from __future__ import annotations
 
 import hashlib
+import math
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -29,14 +31,34 @@ def in_split(key: str, fraction: float, seed: int = 0) -> bool:
     that is not UTF-8 as tarkit reads it, surrogate escapes back to its bytes), read as a
     big-endian integer, is below ``fraction × 2**64``. The key alone decides: the same
     answer in any order, shard, process, machine or Python version; with one seed, a
-    smaller fraction keeps a subset of what a larger one keeps.
+    smaller fraction keeps a subset of what a larger one keeps. For many keys,
+    :func:`split_test` prepares the test once.
 
     >>> [in_split(key, 0.6, seed=1) for key in ("a", "b", "c", "d")]
     [True, False, False, True]
     """
-    text = f"{seed}:{key}".encode("utf-8", "surrogateescape")
-    draw = int.from_bytes(hashlib.blake2b(text, digest_size=8).digest(), "big")
-    return draw < fraction * 2**64
+    return split_test(fraction, seed)(key)
+
+
+def split_test(fraction: float, seed: int = 0, invert: bool = False) -> Callable[[str], bool]:
+    """:func:`in_split` as a function of the key (with ``invert``, its complement), with the
+    seed's part of the digest and the bound computed once: about 1 µs a key.
+
+    >>> keep = split_test(0.6, seed=1, invert=True)
+    >>> [keep(key) for key in ("a", "b", "c", "d")]
+    [False, True, True, False]
+    """
+    # For an integer draw, draw < fraction × 2**64 exactly when draw < ceil(fraction × 2**64)
+    # (a float times a power of two is exact).
+    bound = math.ceil(fraction * 2.0**64)
+    copy = hashlib.blake2b(f"{seed}:".encode(), digest_size=8).copy
+
+    def test(key: str) -> bool:
+        draw = copy()
+        draw.update(key.encode("utf-8", "surrogateescape"))
+        return (int.from_bytes(draw.digest(), "big") < bound) is not invert
+
+    return test
 
 
 @dataclass(frozen=True)
@@ -65,7 +87,11 @@ class KeySplit:
 
     def keeps(self, key: str) -> bool:
         """Whether the sample ``key`` is on this side of the split."""
-        return in_split(key, self.fraction, self.seed) is not self.invert
+        return self.test()(key)
+
+    def test(self) -> Callable[[str], bool]:
+        """:meth:`keeps` prepared once, for many keys (:func:`split_test`)."""
+        return split_test(self.fraction, self.seed, self.invert)
 
     def to_json(self) -> dict[str, Any]:
         """The split as JSON types (a loader state records it)."""

@@ -53,7 +53,7 @@ def check_split(split: KeySplit | None, *, mixture: bool, equal_batches: bool) -
 
 def kept(samples: Iterator[dict[str, Any]], split: KeySplit) -> Iterator[dict[str, Any]]:
     """The samples (webdataset dicts) on ``split``'s side, in order."""
-    keeps = split.keeps
+    keeps = split.test()
     return (sample for sample in samples if keeps(sample["__key__"]))
 
 

@@ -150,7 +150,7 @@ class PieceReader:
             return piece_length(piece, info) - delivered
         else:
             keys = info.keys[piece.start + delivered : piece.start + piece_length(piece, info)]
-        return len(keys) if self.split is None else sum(map(self.split.keeps, keys))
+        return len(keys) if self.split is None else sum(map(self.split.test(), keys))
 
     def _open(self, url: str, offset: int, info: ShardInfo | None) -> tuple[Any, BinaryIO]:
         """Open a shard; the returned tar stream starts at byte ``offset`` of the tar.

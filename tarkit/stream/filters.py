@@ -110,7 +110,7 @@ def keep_fraction(fraction: float, seed: int = 0, invert: bool = False) -> Predi
         split = KeySplit(fraction, seed, invert)
     except UsageError:
         raise UsageError(f"--fraction must be between 0 and 1 (got {fraction})") from None
-    keeps = split.keeps
+    keeps = split.test()
     return lambda sample: keeps(sample.key)
 
 
