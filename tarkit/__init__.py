@@ -20,13 +20,13 @@ from .errors import (
 )
 from .format.samples import Sample, SkipLog, group_samples, split_name
 from .format.tar import Member, TarWriter, read_members
-from .seeds import KeySplit
 from .stream.stages import read_samples, shuffle_samples, slice_samples, take, write_samples
 
 __version__ = "0.1.0"
 
 # Imported on first use, so ``import tarkit`` does not load torch and the tools start fast.
 _LAZY = {
+    "KeySplit": "seeds",
     "ShardDataset": "loading.dataset",
     "ShardLoader": "loading.loader",
     "loader": "loading.loader",

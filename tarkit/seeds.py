@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import hashlib
 import math
+import numbers
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -80,10 +81,14 @@ class KeySplit:
 
     def __post_init__(self) -> None:
         fraction, seed = self.fraction, self.seed
-        if not isinstance(fraction, (int, float)) or not 0 <= fraction <= 1:
+        if not isinstance(fraction, numbers.Real) or not 0 <= fraction <= 1:
             raise UsageError(f"a split's fraction must be between 0 and 1 (got {fraction!r})")
-        if not isinstance(seed, int) or isinstance(seed, bool):
+        if not isinstance(seed, numbers.Integral) or isinstance(seed, bool):
             raise UsageError(f"a split's seed must be an integer (got {seed!r})")
+        # Plain numbers (numpy's too), as a loader state records them in JSON.
+        object.__setattr__(self, "fraction", float(fraction))
+        object.__setattr__(self, "seed", int(seed))
+        object.__setattr__(self, "invert", bool(self.invert))
 
     def keeps(self, key: str) -> bool:
         """Whether the sample ``key`` is on this side of the split."""

@@ -80,6 +80,14 @@ def test_the_split_is_the_same_in_another_process_whatever_its_hash_seed() -> No
         assert json.loads(result.stdout) == here
 
 
+def test_a_split_records_plain_numbers_whatever_it_was_given() -> None:
+    import numpy as np
+
+    split = KeySplit(np.float32(0.5), np.int64(7), invert=1)  # type: ignore[arg-type]
+    assert json.dumps(split.to_json()) == '{"fraction": 0.5, "seed": 7, "invert": true}'
+    assert split == KeySplit(0.5, 7, True) and KeySplit(1, 0).fraction == 1.0
+
+
 @pytest.mark.parametrize(
     "fraction, seed, message",
     [

@@ -25,7 +25,6 @@ from typing import Any
 
 from ..errors import InputError, SourceError, UsageError
 from ..format.samples import Sample, split_name
-from ..seeds import KeySplit
 from ..storage import expand_inputs, open_source
 from .stages import close_iterator
 
@@ -106,6 +105,8 @@ def keep_fraction(fraction: float, seed: int = 0, invert: bool = False) -> Predi
     >>> [(keep(Sample(k, [], [], "-")), rest(Sample(k, [], [], "-"))) for k in "ab"]
     [(True, False), (False, True)]
     """
+    from ..seeds import KeySplit  # imported here: tarcat --where starts without hashlib
+
     try:
         split = KeySplit(fraction, seed, invert)
     except UsageError:
