@@ -325,7 +325,7 @@ class ShardDataset(IterableDataset):
             epoch, new, resumed = self._clock.begin(physical, seed)
             resume = self._resume if resumed else None
         if self.split is not None and resume is not None:
-            check_resumable(resume, topology, rank)
+            check_resumable(resume, topology, rank, physical)
         if new:
             self._state.reset()  # skip counts are per epoch
             if self.mixture is not None:

@@ -65,10 +65,10 @@ def no_length() -> TypeError:
     )
 
 
-def check_resumable(state: LoaderState, topology: Topology, rank: int) -> None:
-    """Refuse ``state`` when resuming it on ``rank`` of ``topology`` would need positions of
-    a rank that the state does not record: under a split they cannot be derived from the
-    items delivered, since ranks keep different numbers of samples."""
+def check_resumable(state: LoaderState, topology: Topology, rank: int, worker: int) -> None:
+    """Refuse ``state`` when resuming it on ``worker`` of ``rank`` of ``topology`` would need
+    positions that the state does not record: under a split they cannot be derived from
+    the items delivered, since ranks and workers keep different numbers of samples."""
     current = state.generation
     if current is None:
         return
@@ -78,6 +78,12 @@ def check_resumable(state: LoaderState, topology: Topology, rank: int) -> None:
             f"the loader state was taken on rank {current.rank}: with split= the position "
             f"of rank {rank} cannot be derived from it (the split keeps a different number "
             "of samples on each rank): resume each rank from its own state_dict()"
+        )
+    if same and worker not in state.covers:
+        raise UsageError(
+            f"the loader state covers workers {state.covers}: with split= the position of "
+            f"worker {worker} cannot be derived from it: resume from the loader's "
+            "state_dict(), which covers all its workers"
         )
     for generation in [*state.history, *([] if same else [current])]:
         if generation.topology.world > 1:
