@@ -27,6 +27,7 @@ __version__ = "0.1.0"
 # Imported on first use, so ``import tarkit`` does not load torch and the tools start fast.
 _LAZY = {
     "BlockSampler": "loading.sampler",
+    "KeySplit": "seeds",
     "ShardDataset": "loading.dataset",
     "ShardLoader": "loading.loader",
     "loader": "loading.loader",
@@ -49,6 +50,7 @@ __all__ = [
     "CompressionError",
     "HeaderError",
     "InputError",
+    "KeySplit",
     "MapError",
     "Member",
     "OutputError",

@@ -66,10 +66,19 @@ def tarcat(
             "--fraction",
             metavar="F",
             help="Keep each sample with this probability (0 to 1), drawn from a hash of "
-            "--seed and its key: the same samples in every run and in any order.",
+            "--seed and its key alone: the same samples in every run, in any order and "
+            "however the shards are cut.",
             show_default=False,
         ),
     ] = None,
+    invert: Annotated[
+        bool,
+        typer.Option(
+            "--invert",
+            help="With --fraction: keep exactly the samples it drops instead (the other "
+            "side of a split: --fraction 0.9 --seed 1 for train, add --invert for val).",
+        ),
+    ] = False,
     interleave: Annotated[
         bool,
         typer.Option(
@@ -118,12 +127,11 @@ def tarcat(
 
             raise UsageError("--skip must not be negative")
         keep = None
-        if where is not None or keys is not None or fraction is not None:
+        if where is not None or keys is not None or fraction is not None or invert:
             from ..stream.filters import filter_samples, sample_filter
 
-            keep = sample_filter(
-                expression=where, keys=keys, fraction=fraction, seed=seed, inputs=inputs or []
-            )
+            keep = sample_filter(expression=where, keys=keys, fraction=fraction, seed=seed,
+                                 invert=invert, inputs=inputs or [])  # fmt: skip
         skips = skip_log(tool)
         samples = combine_inputs(
             inputs or [], interleaved=interleave, weights=mix, seed=seed, until_all=until_all,

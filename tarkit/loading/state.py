@@ -6,7 +6,7 @@ torchdata's ``StatefulDataLoader`` asks for it)::
 
     {"format": "tarkit-loader-state", "version": 1,
      "dataset": {"fingerprint": "…", "shards": 200, "samples": 100000},
-     "settings": {"seed": 0, "shuffle": 1000},
+     "settings": {"seed": 0, "shuffle": 1000},   # and "mixture", "split" when set
      "epoch": 3,
      "history": [<generation>, …],   # earlier topologies of this epoch (elastic resumes)
      "generation": {"topology": {"world": 2, "workers": 4, "batch_size": 64, …},
@@ -66,6 +66,7 @@ class LoaderState:
     generation: Generation | None = None
     covers: list[int] = field(default_factory=list)
     mixture: dict[str, Any] | None = None  # {"weights": {name: w}, "epoch_samples": n}
+    split: dict[str, Any] | None = None  # KeySplit.to_json(): fraction, seed, invert
 
     def to_json(self) -> dict[str, Any]:
         """The state as a dict of plain JSON types."""
@@ -82,7 +83,8 @@ class LoaderState:
                 "samples": self.samples,
             },
             "settings": {"seed": self.seed, "shuffle": self.shuffle}
-            | ({"mixture": self.mixture} if self.mixture is not None else {}),
+            | ({"mixture": self.mixture} if self.mixture is not None else {})
+            | ({"split": self.split} if self.split is not None else {}),
             "epoch": self.epoch,
             "history": [g.to_json() for g in self.history],
             "generation": current,
@@ -109,42 +111,48 @@ class LoaderState:
                 generation=None if current is None else Generation.from_json(current),
                 covers=[] if current is None else [int(w) for w in current.get("covers") or []],
                 mixture=settings.get("mixture"),
+                split=settings.get("split"),
             )
         except (KeyError, TypeError, ValueError) as exc:
             raise UsageError(
                 f"malformed tarkit loader state ({type(exc).__name__}: {exc})"
             ) from None
 
-    def check(
-        self,
-        *,
-        fingerprint: str,
-        shards: int,
-        seed: int,
-        shuffle: int,
-        mixture: dict[str, Any] | None = None,
-    ) -> None:
-        """Refuse a state of another dataset or of other settings, naming what differs."""
+    def check(self, expected: LoaderState) -> None:
+        """Refuse a state of another dataset or of other settings than ``expected`` (the
+        state a fresh pass of the dataset would have), naming what differs."""
+        shards, fingerprint = expected.shards, expected.fingerprint
         if self.shards != shards or self.fingerprint != fingerprint:
             raise UsageError(
                 f"the loader state belongs to another dataset: it was taken over {self.shards} "
                 f"shards with fingerprint {self.fingerprint}, this dataset has {shards} shards "
                 f"with fingerprint {fingerprint} (the shards' names or sample counts differ)"
             )
-        if self.seed != seed:
-            raise UsageError(
-                f"the loader state was taken with seed={self.seed}, this dataset has "
-                f"seed={seed}: its orders would differ"
-            )
-        if self.shuffle != shuffle:
-            raise UsageError(
-                f"the loader state was taken with shuffle={self.shuffle}, this dataset has "
-                f"shuffle={shuffle}: its orders would differ"
-            )
-        was, now = self.mixture or {}, mixture or {}
-        for name in ("weights", "epoch_samples"):
-            if was.get(name) != now.get(name):
+        for name, was, now in (
+            ("seed", self.seed, expected.seed),
+            ("shuffle", self.shuffle, expected.shuffle),
+        ):
+            if was != now:
                 raise UsageError(
-                    f"the loader state was taken with {name}={was.get(name)!r}, this dataset "
-                    f"has {name}={now.get(name)!r}: its mixture would differ"
+                    f"the loader state was taken with {name}={was}, this dataset has "
+                    f"{name}={now}: its orders would differ"
                 )
+        was_mixed, now_mixed = self.mixture or {}, expected.mixture or {}
+        for name in ("weights", "epoch_samples"):
+            if was_mixed.get(name) != now_mixed.get(name):
+                raise UsageError(
+                    f"the loader state was taken with {name}={was_mixed.get(name)!r}, this "
+                    f"dataset has {name}={now_mixed.get(name)!r}: its mixture would differ"
+                )
+        if self.split != expected.split:
+            raise UsageError(
+                f"the loader state was taken with split={_shown(self.split)}, this dataset "
+                f"has split={_shown(expected.split)}: it reads other samples"
+            )
+
+
+def _shown(split: Any) -> str:
+    """A recorded split as the call that makes it."""
+    if not isinstance(split, dict):
+        return repr(split)
+    return "KeySplit(" + ", ".join(f"{name}={value!r}" for name, value in split.items()) + ")"
