@@ -44,7 +44,9 @@ class InputError(TarkitError):
     tar stream, ``member`` the member name when one is known. ``reason`` classifies the
     error for code that must tell cases apart (never the message): :attr:`TRUNCATED`
     for an input that ends too early (every :class:`TruncatedError`, and a compressed
-    stream cut short), :attr:`MISMATCH` for a shard that differs from its manifest.
+    stream cut short), :attr:`MISMATCH` for a shard that differs from its manifest,
+    :attr:`UNTRUSTED` for a location read out of a manifest or a plan that the trust rule
+    refuses (a command, or a local path named by a remote document).
 
     >>> str(InputError("bad header checksum", source="a.tar", offset=1024, member="x.jpg"))
     'a.tar: bad header checksum (byte 1024, member x.jpg)'
@@ -52,6 +54,7 @@ class InputError(TarkitError):
 
     TRUNCATED = "truncated"
     MISMATCH = "manifest mismatch"
+    UNTRUSTED = "untrusted location"
     reason: str | None = None
 
     def __init__(
