@@ -16,8 +16,10 @@ torchdata's ``StatefulDataLoader`` asks for it)::
 
 Its size does not grow with the shuffle buffer (a buffer's contents are recomputed from
 positions) nor with the number of samples; it grows by one generation per elastic
-resume within an epoch. :func:`check` refuses, with a :class:`~tarkit.errors.UsageError`
-naming the setting, a state that belongs to another dataset or settings.
+resume within an epoch. A state may come from anyone, so :meth:`LoaderState.from_json`
+checks every part's type and range (the bounds below) before any loop's length comes from
+it, and :meth:`LoaderState.check` refuses a state that belongs to another dataset or
+settings; both with a :class:`~tarkit.errors.UsageError` naming the part or the setting.
 """
 
 from __future__ import annotations
