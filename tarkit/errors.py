@@ -46,7 +46,9 @@ class InputError(TarkitError):
     for an input that ends too early (every :class:`TruncatedError`, and a compressed
     stream cut short), :attr:`MISMATCH` for a shard that differs from its manifest,
     :attr:`STALE` for a shard that changed after it was indexed (a sample read by its
-    index is not the one recorded).
+    index is not the one recorded), :attr:`UNTRUSTED` for a location read out of a
+    manifest or a plan that the trust rule refuses (a command, or a local path named by a
+    remote document).
 
     >>> str(InputError("bad header checksum", source="a.tar", offset=1024, member="x.jpg"))
     'a.tar: bad header checksum (byte 1024, member x.jpg)'
@@ -55,6 +57,7 @@ class InputError(TarkitError):
     TRUNCATED = "truncated"
     MISMATCH = "manifest mismatch"
     STALE = "stale index"
+    UNTRUSTED = "untrusted location"
     reason: str | None = None
 
     def __init__(

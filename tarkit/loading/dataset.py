@@ -393,9 +393,10 @@ class ShardDataset(IterableDataset):
         Raises :class:`~tarkit.errors.UsageError` naming the setting when the state
         belongs to another dataset, seed or shuffle, or (in a DataLoader worker) to
         another number of workers, ranks or batch size: torchdata restores each worker
-        on its own state, so only tarkit's loader can resume on another topology.
+        on its own state, so only tarkit's loader can resume on another topology; and
+        naming the part of a state that is malformed or out of its bounds (:mod:`.state`).
         """
-        parsed = LoaderState.from_json(state)
+        parsed = LoaderState.from_json(state, like=self._fresh_state(0))
         parsed.check(self._fresh_state(parsed.epoch))
         info = get_worker_info()
         if info is not None:

@@ -43,6 +43,15 @@ def save_manifest(
     publish(spec, manifest.to_bytes(), storage_options)
 
 
-def manifest_urls(manifest: Manifest) -> list[str]:
-    """The shard URLs of ``manifest``, resolved against the location it was loaded from."""
-    return [resolve_url(manifest.location, shard.url) for shard in manifest.shards]
+def manifest_urls(manifest: Manifest, *, opened: bool = True) -> list[str]:
+    """The shard URLs of ``manifest``, resolved against the location it was loaded from.
+
+    A manifest loaded from a location is data, not the user's word: an entry that is a
+    command, or a local path in a remote manifest, raises
+    :class:`~tarkit.errors.InputError` naming the manifest and the shard
+    (:func:`~tarkit.storage.resolve_url`, the trust rule). ``opened=False``: the URLs are
+    only matched with shards the caller named itself, never opened, and none is refused.
+    """
+    where = manifest.location
+    return [resolve_url(where, shard.url, f"shard {i}", opened=opened)
+            for i, shard in enumerate(manifest.shards)]  # fmt: skip

@@ -49,7 +49,10 @@ def resolve_shards(
     do not exist (naming the first and how many; ``missing_ok`` leaves them to the
     caller, which reports each), :class:`~tarkit.errors.UsageError`
     when nothing is named or a named shard is not in the manifest, and
-    :class:`~tarkit.errors.InputError` for a malformed manifest.
+    :class:`~tarkit.errors.InputError` for a malformed manifest and for one whose shards
+    the trust rule refuses (:func:`~tarkit.storage.manifest_urls`): shards the caller
+    names (``pipe:`` ones too) are read with a manifest's counts, but a manifest's own
+    entries never run a command, and a remote one's never name a local file.
     """
     beside = manifest is None
     if manifest is False:
@@ -79,8 +82,6 @@ def resolve_shards(
         manifest = _manifest_beside(expanded) if beside else None
         if manifest is None:
             return expanded, None
-    urls = manifest_urls(manifest)
-    entries = dict(zip((location(u).identity() for u in urls), manifest.shards, strict=True))
     for entry in manifest.shards:
         for listed in (entry.keys, entry.offsets):
             if listed is not None and len(listed) != entry.samples:
@@ -92,9 +93,13 @@ def resolve_shards(
     if expanded is None:
         if not manifest.shards:
             raise UsageError(f"{manifest.location}: the manifest lists no shards")
+        urls = manifest_urls(manifest)  # opened: the trust rule refuses what data may not name
         if not missing_ok:
             _check_local_shards(urls)
         return urls, list(manifest.shards)
+    # The shards the caller named are opened; the manifest only gives their counts.
+    named = manifest_urls(manifest, opened=False)
+    entries = dict(zip((location(u).identity() for u in named), manifest.shards, strict=True))
     infos: list[ShardInfo] = []
     for url in expanded:
         info = entries.get(location(url).identity())
@@ -141,7 +146,7 @@ def _manifest_beside(urls: Sequence[str]) -> Manifest | None:
         manifest = load_manifest(beside)
     except (InputError, SourceError):
         return None  # not a tarkit manifest: the shards are read without one
-    listed = {location(u).identity() for u in manifest_urls(manifest)}
+    listed = {location(u).identity() for u in manifest_urls(manifest, opened=False)}
     if listed != {p.identity() for p in places} or len(manifest.shards) != len(urls):
         return None
     return manifest
