@@ -23,7 +23,7 @@ import re
 from collections.abc import Iterable, Iterator
 from typing import BinaryIO
 
-from ..format.samples import Sample
+from ..format.samples import Sample, field_positions, find_field
 
 # Control characters other than tab, newline and carriage return mark binary data.
 _BINARY = re.compile(r"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f]")
@@ -94,15 +94,8 @@ def pick(sample: Sample, alternatives: list[str]) -> bytes | None:
 
     Names match case-insensitively, as in ``tarcat -f`` (webdataset lowercases fields).
     """
-    return _pick(sample, [alternative.lower() for alternative in alternatives])
-
-
-def _pick(sample: Sample, folded_alternatives: list[str]) -> bytes | None:
-    folded = [field.lower() for field in sample.fields]
-    for alternative in folded_alternatives:
-        if alternative in folded:
-            return sample.data_at(folded.index(alternative))
-    return None
+    index = find_field(field_positions(sample.fields), [a.lower() for a in alternatives])
+    return None if index is None else sample.data_at(index)
 
 
 def tsv_lines(
@@ -138,7 +131,12 @@ def tsv_lines(
 
 
 def _line(sample: Sample, columns: list[list[str]], key: bool) -> str:
-    cells = [cell(_pick(sample, alternatives)) for alternatives in columns]
+    # One look-up table and one pass over the sample's data, whatever the number of
+    # columns: a sample may have many thousands of fields.
+    positions = field_positions(sample.fields)
+    picked = [find_field(positions, alternatives) for alternatives in columns]
+    data = iter(sample.data_of([index for index in picked if index is not None]))
+    cells = [cell(None if index is None else next(data)) for index in picked]
     if key:
         cells.insert(0, escape(sample.key))
     return "\t".join(cells) + "\n"
