@@ -61,14 +61,14 @@ def field_positions(fields: list[str]) -> dict[str, int]:
 
 
 def find_field(positions: dict[str, int], alternatives: Iterable[str]) -> int | None:
-    """The index of the first of ``alternatives`` (in lower case) that ``positions``
-    (:func:`field_positions`) has, or None.
+    """The index of the first of ``alternatives`` (matched in lower case) that
+    ``positions`` (:func:`field_positions`) has, or None.
 
-    >>> find_field(field_positions(["JPG", "cls"]), ["png", "jpg"])
+    >>> find_field(field_positions(["JPG", "cls"]), ["png", "Jpg"])
     0
     """
     for alternative in alternatives:
-        index = positions.get(alternative)
+        index = positions.get(alternative.lower())
         if index is not None:
             return index
     return None
@@ -429,8 +429,8 @@ def select_fields(sample: Sample, spec: list[list[str]]) -> Sample:
     lowercases fields (``-f jpg`` keeps ``x.JPG``).
     """
     positions = field_positions(sample.fields)
-    found = (find_field(positions, [a.lower() for a in alternatives]) for alternatives in spec)
-    indices = sorted({index for index in found if index is not None})
+    found = {find_field(positions, alternatives) for alternatives in spec}
+    indices = sorted(index for index in found if index is not None)
     return Sample(
         sample.key,
         [sample.fields[i] for i in indices],

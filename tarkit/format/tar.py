@@ -340,15 +340,16 @@ def _spill(own: io.BytesIO | None, parts: list[Carry], n: int) -> io.BytesIO:
     return own
 
 
-_PRESIZED = 64 << 20
+_PRESIZED = 33 << 20
 _GATHERING_READ = 1 << 20
 
 
 def _own_buffer(n: int) -> io.BytesIO:
     """An empty buffer for the ``n`` bytes to come. One over a megabyte is allocated at
-    once, up to 64 MiB (what a size field beyond the input can cost before it fails),
-    rather than grown write by write: each step would leave the memory of the one before
-    resident (glibc's heap); beyond 64 MiB it is its own mapping, which grows in place.
+    once (zero-filled), up to 33 MiB, rather than grown write by write: in glibc's heap
+    each step would leave the memory of the one before resident. A block over 32 MiB is
+    always a mapping of its own, which grows in place; so a size field far beyond the
+    input costs at most 33 MiB before it fails, not what it claims.
     """
     own = io.BytesIO()
     if n > 1 << 20:

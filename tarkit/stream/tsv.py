@@ -94,7 +94,7 @@ def pick(sample: Sample, alternatives: list[str]) -> bytes | None:
 
     Names match case-insensitively, as in ``tarcat -f`` (webdataset lowercases fields).
     """
-    index = find_field(field_positions(sample.fields), [a.lower() for a in alternatives])
+    index = find_field(field_positions(sample.fields), alternatives)
     return None if index is None else sample.data_at(index)
 
 
@@ -123,23 +123,43 @@ def tsv_lines(
     if header:
         names = [escape(";".join(alternatives)) for alternatives in columns]
         yield "\t".join([KEY, *names] if key else names) + "\n"
-    folded = [[alternative.lower() for alternative in column] for column in columns]
+    where = _Columns(columns)
     if first is not None:
-        yield _line(first, folded, key)
+        yield _line(first, where, key)
     for sample in iterator:
-        yield _line(sample, folded, key)
+        yield _line(sample, where, key)
 
 
-def _line(sample: Sample, columns: list[list[str]], key: bool) -> str:
-    # One look-up table and one pass over the sample's data, whatever the number of
-    # columns: a sample may have many thousands of fields.
-    positions = field_positions(sample.fields)
-    picked = [find_field(positions, alternatives) for alternatives in columns]
-    data = iter(sample.data_of([index for index in picked if index is not None]))
-    cells = [cell(None if index is None else next(data)) for index in picked]
+def _line(sample: Sample, where: _Columns, key: bool) -> str:
+    picked, present = where.find(sample.fields)
+    data = iter(sample.data_of(present))  # one pass over the sample's members
+    cells = [cell(next(data)) if index is not None else "" for index in picked]
     if key:
         cells.insert(0, escape(sample.key))
     return "\t".join(cells) + "\n"
+
+
+class _Columns:
+    """Where each column's field is in a sample, found in one pass over its fields (a
+    sample may have many thousands) and remembered for its list of field names, which
+    the samples of a dataset mostly share."""
+
+    def __init__(self, columns: list[list[str]]) -> None:
+        self.columns = columns
+        self.known: dict[tuple[str, ...], tuple[list[int | None], list[int]]] = {}
+
+    def find(self, fields: list[str]) -> tuple[list[int | None], list[int]]:
+        """The field index of each column (None when missing), and those present."""
+        names = tuple(fields)
+        found = self.known.get(names)
+        if found is None:
+            positions = field_positions(fields)
+            picked = [find_field(positions, alternatives) for alternatives in self.columns]
+            found = (picked, [index for index in picked if index is not None])
+            if len(self.known) >= 64:
+                self.known.clear()
+            self.known[names] = found
+        return found
 
 
 WRITE_CHUNK = 1 << 16
