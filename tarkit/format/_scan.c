@@ -23,6 +23,8 @@
  *     The data of one member of a span sample, without making the member objects.
  * span_data_all(span) -> list[bytes]
  *     The data of every member of a span sample, in order.
+ * span_data_of(span, indices) -> list[bytes]
+ *     The data of the members numbered indices, in that order, in one pass over the span.
  *
  * TARKIT_SCAN_PORTABLE builds it without the x86 and little-endian shortcuts (to test the
  * plain C that other machines run).
@@ -359,8 +361,35 @@ new_sample(PyObject *key, PyObject *fields, PyObject *members, PyObject *source,
     return sample;
 }
 
+/* Two ASCII fields ordered by length, then by their bytes ignoring ASCII case: 0 when they
+ * are the same field. */
+static int
+order_fields(PyObject *a, PyObject *b)
+{
+    Py_ssize_t la = PyUnicode_GET_LENGTH(a), lb = PyUnicode_GET_LENGTH(b);
+    if (la != lb)
+        return la < lb ? -1 : 1;
+    const unsigned char *sa = PyUnicode_1BYTE_DATA(a), *sb = PyUnicode_1BYTE_DATA(b);
+    for (Py_ssize_t k = 0; k < la; k++) {
+        int ca = Py_TOLOWER(sa[k]), cb = Py_TOLOWER(sb[k]);
+        if (ca != cb)
+            return ca - cb;
+    }
+    return 0;
+}
+
+static int
+compare_fields(const void *x, const void *y)
+{
+    return order_fields(*(PyObject *const *)x, *(PyObject *const *)y);
+}
+
+/* Samples with more fields than this are checked by sorting, not pair by pair. */
+#define FIELDS_PAIRWISE 16
+
 /* 1 when the fields are distinct ignoring ASCII case; 0 when two may be the same field
- * (or one is not ASCII: then samples.py decides, with str.lower). */
+ * (or one is not ASCII: then samples.py decides, with str.lower). Linear-logarithmic in
+ * the number of fields: a sample may have many thousands. */
 static int
 fields_surely_distinct(PyObject *fields)
 {
@@ -372,23 +401,24 @@ fields_surely_distinct(PyObject *fields)
         if (!PyUnicode_Check(a) || !PyUnicode_IS_ASCII(a))
             return 0;
     }
-    for (Py_ssize_t i = 0; i < n; i++) {
-        PyObject *a = PyList_GET_ITEM(fields, i);
-        Py_ssize_t la = PyUnicode_GET_LENGTH(a);
-        const unsigned char *sa = PyUnicode_1BYTE_DATA(a);
-        for (Py_ssize_t j = i + 1; j < n; j++) {
-            PyObject *b = PyList_GET_ITEM(fields, j);
-            if (PyUnicode_GET_LENGTH(b) != la)
-                continue;
-            const unsigned char *sb = PyUnicode_1BYTE_DATA(b);
-            Py_ssize_t k = 0;
-            while (k < la && Py_TOLOWER(sa[k]) == Py_TOLOWER(sb[k]))
-                k++;
-            if (k == la)
-                return 0;
-        }
+    if (n <= FIELDS_PAIRWISE) {
+        for (Py_ssize_t i = 0; i < n; i++)
+            for (Py_ssize_t j = i + 1; j < n; j++)
+                if (order_fields(PyList_GET_ITEM(fields, i), PyList_GET_ITEM(fields, j)) == 0)
+                    return 0;
+        return 1;
     }
-    return 1;
+    PyObject **sorted = PyMem_Malloc((size_t)n * sizeof(PyObject *));
+    if (!sorted)
+        return 0; /* samples.py decides */
+    for (Py_ssize_t i = 0; i < n; i++)
+        sorted[i] = PyList_GET_ITEM(fields, i);
+    qsort(sorted, (size_t)n, sizeof(PyObject *), compare_fields);
+    int distinct = 1;
+    for (Py_ssize_t i = 1; i < n && distinct; i++)
+        distinct = order_fields(sorted[i - 1], sorted[i]) != 0;
+    PyMem_Free(sorted);
+    return distinct;
 }
 
 /* The grouping state shared with samples.py: the open sample and the keys seen. */
@@ -722,6 +752,51 @@ span_data_all(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
 }
 
 static PyObject *
+span_data_of(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
+{
+    const char *usage = "span_data_of(span, indices)";
+    Py_ssize_t start, stop, count = 0;
+    PyObject *buf;
+    Header header;
+    if (nargs != 2 || !PyList_Check(args[1])) {
+        PyErr_SetString(PyExc_TypeError, usage);
+        return NULL;
+    }
+    if (!span_bounds(args[0], usage, &buf, &start, &stop))
+        return NULL;
+    const unsigned char *data = (const unsigned char *)PyBytes_AS_STRING(buf);
+    /* Where each member starts (its header), found in one pass. */
+    for (Py_ssize_t pos = start; span_next(data, pos, stop, &header); pos += header.total)
+        count++;
+    Py_ssize_t *starts = PyMem_Malloc((size_t)(count ? count : 1) * sizeof(Py_ssize_t));
+    if (!starts)
+        return PyErr_NoMemory();
+    count = 0;
+    for (Py_ssize_t pos = start; span_next(data, pos, stop, &header); pos += header.total)
+        starts[count++] = pos;
+    PyObject *indices = args[1];
+    PyObject *result = PyList_New(0);
+    for (Py_ssize_t i = 0; result && i < PyList_GET_SIZE(indices); i++) {
+        Py_ssize_t index;
+        if (!parse_position(PyList_GET_ITEM(indices, i), &index))
+            Py_CLEAR(result);
+        else if (index < 0 || index >= count) {
+            PyErr_SetString(PyExc_IndexError, "tarkit scanner: no such member in the span");
+            Py_CLEAR(result);
+        }
+        else {
+            span_next(data, starts[index], stop, &header);
+            PyObject *item = PyBytes_FromStringAndSize(
+                (const char *)data + starts[index] + BLOCK, header.size);
+            if (append_new(result, item) < 0)
+                Py_CLEAR(result);
+        }
+    }
+    PyMem_Free(starts);
+    return result;
+}
+
+static PyObject *
 init_member(PyObject *module, PyObject *args)
 {
     PyObject *type, *kind;
@@ -774,6 +849,8 @@ static PyMethodDef scan_methods[] = {
      "span_data(span, index) -> the data of the index-th member of a span sample."},
     {"span_data_all", (PyCFunction)(void (*)(void))span_data_all, METH_FASTCALL,
      "span_data_all(span) -> the data of every member of a span sample, in order."},
+    {"span_data_of", (PyCFunction)(void (*)(void))span_data_of, METH_FASTCALL,
+     "span_data_of(span, indices) -> the data of the members numbered indices, in order."},
     {"init_member", init_member, METH_VARARGS, "init_member(Member, FILE)"},
     {"init_sample", init_sample, METH_O, "init_sample(Sample)"},
     {NULL, NULL, 0, NULL},

@@ -46,6 +46,34 @@ def split_name(name: str) -> tuple[str, str] | None:
     return name[:dot], name[dot + 1 :]
 
 
+def field_positions(fields: list[str]) -> dict[str, int]:
+    """Each field name in lower case, to its index: how a field is looked up by name,
+    case-insensitively as webdataset lowercases fields (``-f jpg`` finds ``x.JPG``). Made
+    once per sample, so that looking up many names costs one pass over the fields.
+
+    >>> field_positions(["jpg", "CLS", "cls"])  # the first of two that fold alike
+    {'jpg': 0, 'cls': 1}
+    """
+    positions: dict[str, int] = {}
+    for index, field in enumerate(fields):
+        positions.setdefault(field.lower(), index)
+    return positions
+
+
+def find_field(positions: dict[str, int], alternatives: Iterable[str]) -> int | None:
+    """The index of the first of ``alternatives`` (matched in lower case) that
+    ``positions`` (:func:`field_positions`) has, or None.
+
+    >>> find_field(field_positions(["JPG", "cls"]), ["png", "Jpg"])
+    0
+    """
+    for alternative in alternatives:
+        index = positions.get(alternative.lower())
+        if index is not None:
+            return index
+    return None
+
+
 def is_metadata(name: str) -> bool:
     """Whether ``name`` is webdataset metadata: its first part is ``__name__``.
 
@@ -124,6 +152,15 @@ class Sample:
             data: bytes = _compiled.span_data(self.span, index)
             return data
         return self.members[index].data
+
+    def data_of(self, indices: list[int]) -> list[bytes]:
+        """The bytes of the fields numbered ``indices``, in that order (:meth:`data_at` of
+        each, in one pass over a sample still in its read buffer)."""
+        if self._members is None and self.span is not None and _compiled is not None:
+            data: list[bytes] = _compiled.span_data_of(self.span, indices)
+            return data
+        members = self.members
+        return [members[index].data for index in indices]
 
     def data_all(self) -> list[bytes]:
         """The bytes of every field, in order (as :meth:`data_at` of each, in one call)."""
@@ -399,14 +436,9 @@ def select_fields(sample: Sample, spec: list[list[str]]) -> Sample:
     Fields keep their archive order. Names match case-insensitively, as webdataset
     lowercases fields (``-f jpg`` keeps ``x.JPG``).
     """
-    keep: set[int] = set()
-    folded = [f.lower() for f in sample.fields]
-    for alternatives in spec:
-        for alternative in alternatives:
-            if alternative.lower() in folded:
-                keep.add(folded.index(alternative.lower()))
-                break
-    indices = sorted(keep)
+    positions = field_positions(sample.fields)
+    found = {find_field(positions, alternatives) for alternatives in spec}
+    indices = sorted(index for index in found if index is not None)
     return Sample(
         sample.key,
         [sample.fields[i] for i in indices],

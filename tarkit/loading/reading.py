@@ -92,7 +92,7 @@ class PieceReader:
         try:
             source, stream = self._open(url, offset, info)
             with source:
-                members: Iterator[Any] = read_members(stream, url)
+                members: Iterator[Any] = read_members(stream, url, data_only=True)
                 if expected is None and self.handler == "skip":
                     # Only then is what a bad shard loses counted from the last member
                     # read: watching each member keeps the compiled scanner from grouping.

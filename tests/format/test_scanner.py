@@ -18,6 +18,7 @@ from pathlib import Path
 import pytest
 from conftest import ROOT, make_tar
 
+from tarkit.errors import SampleError
 from tarkit.format import scanner
 from tarkit.format.samples import Sample, group_samples
 from tarkit.format.tar import read_members
@@ -129,6 +130,29 @@ def test_field_bytes_read_from_a_span_equal_the_members_data(reader: str) -> Non
         data = [m.data for m in sample.detached().members]
         assert sample.data_all() == data
         assert [sample.data_at(i) for i in range(len(sample.fields))] == data
+        picks = [3, 0, 0, 2]
+        assert sample.data_of(picks) == [data[i] for i in picks]
+        assert sample.data_of([]) == []
+        with pytest.raises(IndexError):
+            sample.data_of([4])
+
+
+@pytest.mark.parametrize("fields", [3, 17, 2000])
+@pytest.mark.parametrize("twin", [None, "f0000x", "F0000X"])
+def test_a_field_twice_fails_a_sample_of_any_width(
+    reader: str, fields: int, twin: str | None
+) -> None:
+    # Up to 16 fields the scanner compares them pair by pair, more after sorting them.
+    names = [f"f{i:04d}x" for i in range(fields)]
+    if twin is not None:
+        names[-1] = twin  # the first field again, or again but for its case
+    archive = make_tar([(f"{key}.{name}", b"") for key in "ab" for name in names])
+    samples = group_samples(read_members(io.BytesIO(archive), "x.tar"))
+    if twin is None:
+        assert [(s.key, len(s.fields)) for s in samples] == [("a", fields), ("b", fields)]
+    else:
+        with pytest.raises(SampleError, match="appears twice in sample 'a'"):
+            list(samples)
 
 
 def test_a_pickled_sample_keeps_its_members_not_the_read_buffer(reader: str) -> None:
