@@ -27,6 +27,7 @@ __version__ = "0.1.0"
 # Imported on first use, so ``import tarkit`` does not load torch and the tools start fast.
 _LAZY = {
     "BlockSampler": "loading.sampler",
+    "IndexedDataset": "loading.indexed",
     "ShardDataset": "loading.dataset",
     "ShardLoader": "loading.loader",
     "loader": "loading.loader",
@@ -48,6 +49,7 @@ __all__ = [
     "BlockSampler",
     "CompressionError",
     "HeaderError",
+    "IndexedDataset",
     "InputError",
     "MapError",
     "Member",

@@ -7,6 +7,7 @@
 :mod:`~tarkit.storage.listing` lists, moves and removes the files already there,
 :mod:`~tarkit.storage.filesystems` is the one fsspec opener,
 :mod:`~tarkit.storage.manifests` reads and writes manifests,
+:mod:`~tarkit.storage.ranges` reads byte ranges (one sample of an indexed shard),
 :mod:`~tarkit.storage.cache` caches remote shards on local disk (filled by
 :mod:`~tarkit.storage.downloads`), and :mod:`~tarkit.storage.retrying` (with
 :mod:`~tarkit.storage.http` and :mod:`~tarkit.storage.timed_http`) makes remote reads
@@ -29,7 +30,7 @@ from .locations import (
     relative_url,
     resolve_url,
 )
-from .manifests import load_manifest, manifest_at, manifest_urls, save_manifest
+from .manifests import load_manifest, load_table, manifest_at, manifest_urls, save_manifest
 from .outputs import (
     Publishing,
     Sink,
@@ -39,6 +40,7 @@ from .outputs import (
     stdout_stream,
     temp_place,
 )
+from .ranges import RangeSource, open_ranges
 from .retrying import Reconnection, RetryPolicy, report_reconnections, retry_policy
 from .sources import (
     HashingReader,
@@ -65,6 +67,7 @@ __all__ = [
     "Reconnection",
     "RetryPolicy",
     "Publishing",
+    "RangeSource",
     "Sink",
     "Source",
     "StagedFile",
@@ -80,11 +83,13 @@ __all__ = [
     "is_remote",
     "list_files",
     "load_manifest",
+    "load_table",
     "location",
     "manifest_at",
     "manifest_urls",
     "move_file",
     "object_info",
+    "open_ranges",
     "open_source",
     "open_source_at",
     "publish",
