@@ -214,9 +214,9 @@ def _http(shards: list[Path], workdir: Path) -> list[str]:
         cache_shards, window = 4, 2
         cache_size = cache_shards * max(s.stat().st_size for s in shards)
         with tempfile.TemporaryDirectory(dir=workdir) as cache:
+            server.sent = 0
             cached = tarkit.IndexedDataset(urls, cache_dir=cache, cache_size=cache_size)
             sampler = tarkit.BlockSampler(cached, window=window)
-            server.sent = 0
             loader = DataLoader(cached, batch_size=64, sampler=sampler,
                                 collate_fn=lambda batch: len(batch))  # fmt: skip
             delivered = sum(loader)

@@ -44,7 +44,7 @@ def wids_get(data: list[str]) -> tuple[int, Callable[[int], Any]]:
 
     import tarkit
 
-    sizes = tarkit.IndexedDataset(data).shard_sizes
+    sizes = tarkit.IndexedDataset(data).shard_sizes.tolist()
     shards = [{"url": url, "nsamples": n} for url, n in zip(data, sizes, strict=True)]
     dataset = wids.ShardListDataset(shards, transformations=[])
 

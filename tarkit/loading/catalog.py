@@ -20,7 +20,6 @@ from array import array
 from bisect import bisect_right
 from collections.abc import Sequence
 from itertools import accumulate
-from operator import sub
 
 from ..errors import SourceError, UsageError
 from ..format.compression import compression_for
@@ -74,11 +73,6 @@ class Catalog:
 
     def shard_samples(self, shard: int) -> int:
         return int(self.starts[shard + 1] - self.starts[shard])
-
-    def shard_sizes(self) -> array:
-        """The samples of each shard, in order."""
-        starts = self.starts
-        return array("q", map(sub, starts[1:], starts[:-1]))
 
     def locate(self, position: int) -> tuple[int, int]:
         """(shard, position in it) of dataset position ``position`` (0 ≤ it < samples)."""

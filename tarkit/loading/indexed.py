@@ -38,6 +38,8 @@ class IndexedDataset(Dataset):
     paths or URLs (``http(s)://``, ``s3://``…, with fsspec's ``storage_options``). Each
     shard's index is where the manifest's ``"index"`` pattern says, else beside the shard
     (``<shard>.idx``); a listed shard's index header is read on opening, for its count.
+    Opening a manifest reads the manifest only: a shard and its index are opened on the
+    first read of one of its samples (so 10⁶ shards open in about a second).
 
     Positions run over the shards in order, the samples of each in archive order, so
     ``[ds.key(i) for i in range(len(ds))]`` are the keys ``tarcat`` gives over the same
@@ -101,8 +103,6 @@ class IndexedDataset(Dataset):
         self._state = SharedState(len(self._catalog))
         self._shards = OpenShards(self._open_shard)
         self._keys: _KeyTable | None = None
-        if len(self._catalog):
-            self._shards.get(0)  # a missing index or a compressed shard is refused now
 
     # -- sizes and keys -----------------------------------------------------------------
 
@@ -110,9 +110,11 @@ class IndexedDataset(Dataset):
         return self._catalog.samples
 
     @property
-    def shard_sizes(self) -> Sequence[int]:
-        """The samples of each shard, in position order (for :class:`BlockSampler`)."""
-        return self._catalog.shard_sizes()
+    def shard_sizes(self) -> torch.Tensor:
+        """The samples of each shard, in position order, as a tensor of int64 (for
+        :class:`~tarkit.loading.sampler.BlockSampler`)."""
+        starts = torch.frombuffer(self._catalog.starts, dtype=torch.int64)
+        return starts.diff() if len(starts) else starts
 
     @property
     def urls(self) -> list[str]:
