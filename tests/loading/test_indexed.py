@@ -318,7 +318,7 @@ dataset = tarkit.IndexedDataset(paths, to_tuple="__key__")
 report = {}
 for name, sampler in (("distributed", DistributedSampler(dataset, shuffle=True, seed=1)),
                       ("block", tarkit.BlockSampler(dataset, seed=1))):
-    loader = DataLoader(dataset, batch_size=4, sampler=sampler, num_workers=1)
+    loader = DataLoader(dataset, batch_size=4, sampler=sampler)
     report[name] = [k for batch in loader for k in batch[0]]
 gathered = [None, None]
 dist.all_gather_object(gathered, report)
