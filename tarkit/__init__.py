@@ -28,6 +28,7 @@ __version__ = "0.1.0"
 _LAZY = {
     "BlockSampler": "loading.sampler",
     "KeySplit": "seeds",
+    "IndexedDataset": "loading.indexed",
     "ShardDataset": "loading.dataset",
     "ShardLoader": "loading.loader",
     "loader": "loading.loader",
@@ -49,6 +50,7 @@ __all__ = [
     "BlockSampler",
     "CompressionError",
     "HeaderError",
+    "IndexedDataset",
     "InputError",
     "KeySplit",
     "MapError",

@@ -118,6 +118,12 @@ class ShardTable:
         """The name of the index file of shard ``shard``, None without an index."""
         return None if self.index is None else self.index % self.names.number(shard)
 
+    @property
+    def starts(self) -> array:
+        """The position of each shard's first sample, and the total last (S + 1 numbers:
+        the cumulative counts). Not a copy: do not change it."""
+        return self._starts
+
     def start(self, shard: int) -> int:
         """The position in the dataset of the first sample of shard ``shard``."""
         return self._starts[shard]

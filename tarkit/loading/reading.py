@@ -20,7 +20,7 @@ from typing import Any, BinaryIO
 from ..errors import InputError, SourceError, TruncatedError
 from ..format.compression import compression_for, open_decompressed, sniff
 from ..format.manifest import ShardInfo
-from ..format.samples import group_samples, split_name
+from ..format.samples import Sample, group_samples, split_name
 from ..format.tar import read_members
 from ..seeds import KeySplit
 from ..storage import (
@@ -108,12 +108,7 @@ class PieceReader:
                     if skip:
                         skip -= 1
                         continue
-                    result: dict[str, Any] = {"__key__": sample.key, "__url__": url}
-                    if local_path is not None:
-                        result["__local_path__"] = local_path
-                    for name, data in zip(sample.fields, sample.data_all(), strict=True):
-                        result[name.lower()] = data
-                    yield result
+                    yield sample_dict(sample, url, local_path)
                     delivered += 1
                     if delivered == expected and piece.stop is not None:
                         source.close(early=True)
@@ -189,6 +184,17 @@ class PieceReader:
         except EOFError:
             raise TruncatedError(f"the shard ends before byte {offset}", source=url) from None
         return tar
+
+
+def sample_dict(sample: Sample, url: str, local_path: str | None) -> dict[str, Any]:
+    """A sample as the loader gives it: ``__key__``, ``__url__`` (and ``__local_path__``
+    for a local shard), then each field, lowercased, with its bytes."""
+    result: dict[str, Any] = {"__key__": sample.key, "__url__": url}
+    if local_path is not None:
+        result["__local_path__"] = local_path
+    for name, data in zip(sample.fields, sample.data_all(), strict=True):
+        result[name.lower()] = data
+    return result
 
 
 def piece_length(piece: Piece, info: ShardInfo) -> int:

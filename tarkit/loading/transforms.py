@@ -21,6 +21,8 @@ from ..errors import InputError
 from .reading import SkipReport
 from .skips import MAP_FAILED, MISSING, UNDECODABLE
 
+DROPPED = object()  # what Transforms.apply gives for a sample that yields no item
+
 
 class Transforms:
     """``decode``, ``to_tuple`` and ``map`` as :class:`~tarkit.loading.ShardDataset` takes
@@ -42,6 +44,7 @@ class Transforms:
         self.skip = skip
         # The sample dict the item last yielded came from (its shard and key name it).
         self.current: dict[str, Any] = {}
+        self._stages: tuple[Any, _Columns | None] | None = None  # made on first use
 
     @property
     def active(self) -> bool:
@@ -50,32 +53,51 @@ class Transforms:
     def __call__(self, samples: Iterator[dict[str, Any]], row: int) -> Iterator[Any]:
         """Run the stages over ``samples``; a failure raises or is counted (``row``: the
         worker). An error of ``samples`` itself (the shard reader's) goes through."""
-        decoder = _decoder(self.decode) if self.decode is not None else None
-        columns = _Columns(self.to_tuple) if self.to_tuple is not None else None
-        mapper = self.map
+        apply = self.apply
         for sample in samples:
-            stage = UNDECODABLE
-            try:
-                item: Any = sample if decoder is None else decoder(sample)
-                if columns is not None:
-                    stage = MISSING
-                    item = columns.take(item)
-                if mapper is not None:
-                    stage = MAP_FAILED
-                    result = mapper(item)
-                    if result is None:
-                        continue  # webdataset's map drops it, uncounted
-                    if isinstance(result, dict) and isinstance(item, dict):
-                        result["__key__"] = item.get("__key__")
-                    item = result
-            except Exception as exc:
-                error = _sample_error(stage, sample, exc)
-                if self.handler == "raise":
-                    raise error from exc
-                self.skip(row, stage, 1, None, str(error))
-                continue
-            self.current = sample
-            yield item
+            item = apply(sample, row)
+            if item is not DROPPED:
+                self.current = sample
+                yield item
+
+    def apply(self, sample: dict[str, Any], row: int) -> Any:
+        """The stages on one sample: its item, or :data:`DROPPED` when ``map`` gave None
+        (webdataset's map drops it, uncounted) or a failure was counted (``handler=
+        "skip"``); else the failure raises, naming the sample's shard and key."""
+        stages = self._stages
+        if stages is None:
+            stages = self._stages = (
+                _decoder(self.decode) if self.decode is not None else None,
+                _Columns(self.to_tuple) if self.to_tuple is not None else None,
+            )
+        decoder, columns = stages
+        mapper = self.map
+        stage = UNDECODABLE
+        try:
+            item: Any = sample if decoder is None else decoder(sample)
+            if columns is not None:
+                stage = MISSING
+                item = columns.take(item)
+            if mapper is not None:
+                stage = MAP_FAILED
+                result = mapper(item)
+                if result is None:
+                    return DROPPED
+                if isinstance(result, dict) and isinstance(item, dict):
+                    result["__key__"] = item.get("__key__")
+                item = result
+        except Exception as exc:
+            error = _sample_error(stage, sample, exc)
+            if self.handler == "raise":
+                raise error from exc
+            self.skip(row, stage, 1, None, str(error))
+            return DROPPED
+        return item
+
+    def __getstate__(self) -> dict[str, Any]:
+        state = self.__dict__.copy()
+        state["_stages"] = None  # made again where it is used (a worker)
+        return state
 
 
 def _decoder(decode: Any) -> wds.autodecode.Decoder:

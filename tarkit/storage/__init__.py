@@ -9,6 +9,7 @@
 :mod:`~tarkit.storage.manifests` reads and writes manifests,
 :mod:`~tarkit.storage.commit` commits a set of files whole through a journal,
 :mod:`~tarkit.storage.shards` resolves which shards a source names,
+:mod:`~tarkit.storage.ranges` reads byte ranges (one sample of an indexed shard),
 :mod:`~tarkit.storage.cache` caches remote shards on local disk (filled by
 :mod:`~tarkit.storage.downloads`), and :mod:`~tarkit.storage.retrying` (with
 :mod:`~tarkit.storage.http` and :mod:`~tarkit.storage.timed_http`) makes remote reads
@@ -32,7 +33,7 @@ from .locations import (
     relative_url,
     resolve_url,
 )
-from .manifests import load_manifest, manifest_at, manifest_urls, save_manifest
+from .manifests import load_manifest, load_table, manifest_at, manifest_urls, save_manifest
 from .outputs import (
     Publishing,
     Sink,
@@ -42,6 +43,7 @@ from .outputs import (
     stdout_stream,
     temp_place,
 )
+from .ranges import RangeSource, open_ranges
 from .retrying import Reconnection, RetryPolicy, report_reconnections, retry_policy
 from .shards import names_shard_set, resolve_shards
 from .sources import (
@@ -71,6 +73,7 @@ __all__ = [
     "Reconnection",
     "RetryPolicy",
     "Publishing",
+    "RangeSource",
     "Sink",
     "Source",
     "StagedFile",
@@ -88,12 +91,14 @@ __all__ = [
     "is_remote",
     "list_files",
     "load_manifest",
+    "load_table",
     "location",
     "manifest_at",
     "manifest_urls",
     "move_file",
     "names_shard_set",
     "object_info",
+    "open_ranges",
     "open_source",
     "open_source_at",
     "publish",

@@ -38,6 +38,7 @@ import urllib.parse
 from ..sizes import parse_size
 from .downloads import PART, Download, mark_used
 from .filesystems import StorageOptions
+from .ranges import LocalRanges
 from .retrying import RetryPolicy
 from .sources import PIPE_BUFFER, Source, open_source
 
@@ -130,6 +131,39 @@ class ShardCache:
             if remote is not None:
                 remote.close(early=True)
             raise
+
+    def fetch(
+        self,
+        url: str,
+        storage_options: StorageOptions | None = None,
+        policy: RetryPolicy | None = None,
+        size: int | None = None,
+        sha256: str | None = None,
+    ) -> LocalRanges | None:
+        """The shard from ``url`` whole in the cache, open for ranged reads
+        (:mod:`~tarkit.storage.ranges`): downloaded first when it is not there (once per
+        machine, as :meth:`open` downloads, kept only if whole and matching ``size`` and
+        ``sha256``). None when the cache cannot hold it (a shard larger than the cache, or
+        a name taken by something the cache did not make): read it from its URL. Raises
+        what a download that is not whole raises.
+        """
+        path = self.path_for(url)
+        for _ in range(3):  # a shard evicted by another process right after its download
+            try:
+                cached = _open_cached(url, path, size)
+            except _Occupied:
+                return None
+            if cached is not None:
+                with cached.stream as stream:
+                    return LocalRanges(url, path, os.dup(stream.fileno()))
+            source = self.open(url, storage_options, policy, size, sha256)
+            if not isinstance(source, Download):  # cached meanwhile, or past the cache
+                source.close(early=True)
+                continue
+            source.close()  # waits for the whole shard; raises if it is not whole
+            if not source.kept:
+                return None
+        return None
 
     def usage(self) -> int:
         """Bytes held: finished shards plus the room reserved by downloads in progress."""

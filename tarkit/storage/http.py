@@ -4,7 +4,8 @@
 :class:`~tarkit.storage.retrying.WaitBudget` of ``timeout`` (:mod:`.timed_http`): the
 connection, the answer's headers, and the body at its pace. A reconnection asks for ``Range: bytes=N-`` with ``If-Range`` set to the
 validator learnt on the first connection (a strong ETag, else Last-Modified), and checks
-the answer:
+the answer (a ranged read of a sample asks for ``bytes=N-M`` alike, see
+:mod:`~tarkit.storage.ranges`):
 
 - ``206``: the range must start at N, and the reply's ETag, Last-Modified and total
   length must be those of the first connection;
@@ -64,7 +65,10 @@ class HttpObject:
         self.modified: str | None = None
         self._known = False  # validators learnt from a first answer
 
-    def connect(self, offset: int, timeout: float) -> _HttpConnection:
+    def connect(self, offset: int, timeout: float, stop: int | None = None) -> _HttpConnection:
+        """A connection from byte ``offset`` (to ``stop``, excluded, when given: one
+        ``Range: bytes=offset-(stop-1)`` request, whose answer may end at the object's
+        end, before ``stop``)."""
         import http.client
         import urllib.error
         import urllib.request
@@ -72,8 +76,8 @@ class HttpObject:
         from .timed_http import open_url
 
         headers = {}
-        if offset:
-            headers["Range"] = f"bytes={offset}-"
+        if offset or stop is not None:
+            headers["Range"] = f"bytes={offset}-{'' if stop is None else stop - 1}"
             if_range = self._if_range()
             if if_range is not None:
                 headers["If-Range"] = if_range
@@ -83,9 +87,12 @@ class HttpObject:
             response = open_url(request, budget)
         except urllib.error.HTTPError as exc:
             exc.close()
-            if exc.code == 416 and not self._known and _total(exc.headers) == offset:
-                self._known, self.size = True, offset  # asked for the bytes from the end
-                return _HttpConnection(None, budget)
+            total = _total(exc.headers)
+            if exc.code == 416 and not self._known and total is not None:
+                # Bytes from the end on (a range past it: none, the object is shorter).
+                if total == offset or (stop is not None and total < offset):
+                    self._known, self.size = True, total
+                    return _HttpConnection(None, budget)
             raise self._status_error(exc.code, str(exc.reason), exc.headers, offset) from None
         except (urllib.error.URLError, OSError, http.client.HTTPException) as exc:
             raise self._connect_error(exc, budget) from None

@@ -6,12 +6,17 @@ of storage, through the same opener and the same atomic publish as every shard.
 
 from __future__ import annotations
 
+import os
+
 from ..errors import InputError, SourceError
+from ..format.columns import Buffer
 from ..format.manifest import Manifest, ShardInfo, parse
+from ..format.manifest_reader import read_table
+from ..format.shard_table import ShardTable
 from .filesystems import StorageOptions
-from .locations import relative_url, resolve_url
+from .locations import location, relative_url, resolve_url
 from .outputs import publish
-from .sources import open_source
+from .sources import open_source, read_bytes
 
 
 def load_manifest(spec: str, storage_options: StorageOptions | None = None) -> Manifest:
@@ -28,6 +33,36 @@ def load_manifest(spec: str, storage_options: StorageOptions | None = None) -> M
         except OSError as exc:
             raise SourceError(f"{spec}: cannot read: {exc}") from None
     return parse(text, spec)
+
+
+def load_table(spec: str, storage_options: StorageOptions | None = None) -> ShardTable:
+    """Read the manifest at ``spec`` (version 1 or 2) into a
+    :class:`~tarkit.format.shard_table.ShardTable` in bounded memory: a version 1
+    manifest in slices, a version 2 one with its columns file (memory-mapped when local,
+    so that only the pages asked for are read). Raises like :func:`load_manifest`.
+    """
+    import mmap
+
+    def columns(name: str) -> Buffer:
+        where = location(resolve_url(spec, name))
+        if where.is_file:
+            try:
+                with open(where.path, "rb") as file:
+                    if os.fstat(file.fileno()).st_size == 0:
+                        return b""
+                    return mmap.mmap(file.fileno(), 0, access=mmap.ACCESS_READ)
+            except OSError as exc:
+                raise SourceError(f"{where.spec}: cannot read: {exc.strerror}") from None
+        data = read_bytes(where.spec, storage_options)
+        if data is None:
+            raise SourceError(f"{where.spec}: no such file", reason=SourceError.MISSING)
+        return data
+
+    with open_source(spec, storage_options) as source:
+        try:
+            return read_table(source.stream, spec, columns)  # type: ignore[arg-type]
+        except OSError as exc:
+            raise SourceError(f"{spec}: cannot read: {exc}") from None
 
 
 def manifest_at(where: str | None, shards: list[ShardInfo]) -> Manifest:
