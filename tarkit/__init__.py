@@ -33,6 +33,7 @@ _LAZY = {
     "shard_dataset": "writing.from_dataset",
     "ShardWriter": "writing.shard_writer",
     "map_shards": "processing.driver",
+    "dataset_stats": "processing.stats",
 }
 
 
@@ -63,6 +64,7 @@ __all__ = [
     "TarkitError",
     "TruncatedError",
     "UsageError",
+    "dataset_stats",
     "group_samples",
     "loader",
     "map_shards",

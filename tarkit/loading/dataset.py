@@ -1,7 +1,7 @@
 """A torch ``IterableDataset`` over tar shards that gives every sample exactly once.
 
 :class:`ShardDataset` puts together the loader's parts, one module each: which shards
-(:mod:`~tarkit.loading.shards`), who reads what in an epoch
+(:mod:`~tarkit.storage.shards`), who reads what in an epoch
 (:mod:`~tarkit.loading.splitting`), reading pieces of shards with tarkit's strict reader
 (:mod:`~tarkit.loading.reading`), webdataset's per-sample stages
 (:mod:`~tarkit.loading.transforms`) and what was skipped (:mod:`~tarkit.loading.skips`).
@@ -23,7 +23,7 @@ from torch.utils.data import IterableDataset, default_collate, get_worker_info
 
 from ..errors import UsageError
 from ..format.manifest import Manifest
-from ..storage import Reconnection, RetryPolicy, retry_policy
+from ..storage import Reconnection, RetryPolicy, resolve_shards, retry_policy
 from ..storage.cache import ShardCache
 from . import splitting
 from .batching import batches, padded
@@ -35,7 +35,6 @@ from .plans import EpochPlan, Generation, Shuffling, Topology, WorkerPosition, d
 from .reading import PieceReader
 from .resume import Derive, check_worker_state, resume_point, rotation
 from .runs import INITIAL, WorkerRun
-from .shards import resolve_shards
 from .shuffle import buffer_size
 from .skips import COUNTER_ROWS, WARNED_IDLE, SharedState, SkipCounts
 from .state import LoaderState

@@ -7,6 +7,8 @@
 :mod:`~tarkit.storage.listing` lists, moves and removes the files already there,
 :mod:`~tarkit.storage.filesystems` is the one fsspec opener,
 :mod:`~tarkit.storage.manifests` reads and writes manifests,
+:mod:`~tarkit.storage.shards` resolves which shards a source names (patterns, lists,
+manifests, directories),
 :mod:`~tarkit.storage.cache` caches remote shards on local disk (filled by
 :mod:`~tarkit.storage.downloads`), and :mod:`~tarkit.storage.retrying` (with
 :mod:`~tarkit.storage.http` and :mod:`~tarkit.storage.timed_http`) makes remote reads
@@ -40,7 +42,9 @@ from .outputs import (
     temp_place,
 )
 from .retrying import Reconnection, RetryPolicy, report_reconnections, retry_policy
+from .shards import resolve_shards
 from .sources import (
+    CountingReader,
     HashingReader,
     Source,
     check_local_files,
@@ -54,6 +58,7 @@ from .sources import (
 from .write_failures import descriptor_failure, write_failure
 
 __all__ = [
+    "CountingReader",
     "FILE",
     "FSSPEC",
     "HTTP",
@@ -93,6 +98,7 @@ __all__ = [
     "remove_file",
     "remove_stale_temp",
     "report_reconnections",
+    "resolve_shards",
     "resolve_url",
     "retry_policy",
     "save_manifest",

@@ -1,5 +1,8 @@
-"""Which shards a dataset reads: brace patterns, lists, manifests and directories, resolved
-once when the dataset is built.
+"""Which shards a source names: brace patterns, lists, manifests and directories, resolved
+once (for :class:`~tarkit.ShardDataset` when it is built, and for ``tarkit stats``).
+
+Here in storage/, not in loading/, so that a command can resolve shards as the loader
+does without importing torch.
 
 >>> import os, tempfile
 >>> directory = tempfile.mkdtemp()
@@ -17,7 +20,9 @@ from typing import Literal
 
 from ..errors import InputError, SourceError, UsageError
 from ..format.manifest import Manifest, ShardInfo
-from ..storage import StorageOptions, expand_inputs, load_manifest, location, manifest_urls
+from .filesystems import StorageOptions
+from .locations import expand_inputs, location
+from .manifests import load_manifest, manifest_urls
 
 _TAR_SUFFIXES = (
     ".tar",
@@ -36,12 +41,15 @@ def resolve_shards(
     urls: str | Sequence[str] | None,
     manifest: str | Manifest | Literal[False] | None,
     storage_options: StorageOptions | None = None,
+    *,
+    must_exist: bool = True,
 ) -> tuple[list[str], list[ShardInfo] | None]:
     """Shard URLs and, with a manifest, their entries (see :class:`ShardDataset`'s ``urls``).
 
     Without a manifest (None), a ``manifest.json`` beside the shards is used when it
     lists exactly those shards; ``manifest=False`` reads them without one. Raises :class:`~tarkit.errors.SourceError` when local shards
-    do not exist (naming the first and how many), :class:`~tarkit.errors.UsageError`
+    do not exist (naming the first and how many; not with ``must_exist=False``, for a
+    caller that reads only the manifest), :class:`~tarkit.errors.UsageError`
     when nothing is named or a named shard is not in the manifest, and
     :class:`~tarkit.errors.InputError` for a malformed manifest.
     """
@@ -68,7 +76,8 @@ def resolve_shards(
     if manifest is None:
         if not expanded or expanded == ["-"]:
             raise UsageError("ShardDataset needs shard URLs or a manifest")
-        _check_local_shards(expanded)
+        if must_exist:
+            _check_local_shards(expanded)
         manifest = _manifest_beside(expanded) if beside else None
         if manifest is None:
             return expanded, None
@@ -85,7 +94,8 @@ def resolve_shards(
     if expanded is None:
         if not manifest.shards:
             raise UsageError(f"{manifest.location}: the manifest lists no shards")
-        _check_local_shards(urls)
+        if must_exist:
+            _check_local_shards(urls)
         return urls, list(manifest.shards)
     infos: list[ShardInfo] = []
     for url in expanded:
