@@ -242,11 +242,11 @@ class Tally:
         check, up to :data:`KEY_LIMIT` keys."""
         if self.keys is None:
             return
+        self.keys_checked += len(keys)  # checked against the keys held before them
         if len(self.keys) + len(keys) > KEY_LIMIT:
             self.keys = None  # the check stops here: keys_checked says how far it got
             return
         self.keys.update(keys)
-        self.keys_checked += len(keys)
 
     def _layout(self, fields: list[str], layouts: dict[tuple[str, ...], _Layout]) -> _Layout:
         layout = layouts[tuple(fields)] = _Layout(fields)
@@ -314,8 +314,10 @@ class Tally:
             self.labels[name] = None
 
     def _merge_keys(self, other: Tally) -> None:
-        if other.keys is None:
-            self.keys = None  # keys not known, or not held: the check stops here
+        if other.keys is None:  # keys not known, or not held: the check stops here
+            if self.keys is not None and not self.keys:
+                self.keys_checked += other.keys_checked  # nothing before them to check
+            self.keys = None
         else:
             self.check_keys(other.keys)
 
