@@ -11,7 +11,7 @@ from .runner import report_skips, run, skip_log, typer_main
 
 if TYPE_CHECKING:
     from tarkit.stream.distribution import Spread
-    from tarkit.stream.stats import ClassHistogram, DatasetStats, Tally
+    from tarkit.stream.summary import ClassHistogram, DatasetStats, Tally
 
 app = typer.Typer(add_completion=False, rich_markup_mode=None)
 
@@ -79,10 +79,13 @@ def stats(
     tool = ctx.command_path
 
     def body() -> int:
+        from tarkit.errors import UsageError
         from tarkit.processing.stats import dataset_stats
         from tarkit.storage import stdout_stream
         from tarkit.stream.stages import output_errors, write_all
 
+        if top < 0:
+            raise UsageError(f"--top must not be negative (got {top})")
         out = stdout_stream()
         skips = skip_log(tool)
         with Progress(tool, wanted(progress, to_stdout=True), unit="shards") as shown:
@@ -176,12 +179,13 @@ def summary_lines(summary: DatasetStats, top: int) -> list[str]:
 
 
 def _histogram_lines(histogram: ClassHistogram, top: int) -> list[str]:
-    from tarkit.stream.stats import LABEL_LIMIT
+    from tarkit.stream.summary import LABEL_BYTES, LABEL_LIMIT
     from tarkit.stream.tsv import escape
 
     name = escape(histogram.field)
     if histogram.distinct is None:
-        return [f"{name}: more than {LABEL_LIMIT:,} distinct values, so no histogram"]
+        return [f"{name}: not a class field (more than {LABEL_LIMIT:,} distinct values, or one "
+                f"longer than {LABEL_BYTES} bytes): no histogram"]  # fmt: skip
     counts = histogram.counts
     total = sum(c.samples for c in counts)
     shown = counts

@@ -5,7 +5,7 @@ Which shards a source names is resolved as :class:`~tarkit.ShardDataset` resolve
 (:func:`~tarkit.storage.resolve_shards`: shards, brace patterns, a manifest, a directory
 with its ``manifest.json`` or its shards). Class names come from ``classes.json`` beside
 the shards, else beside the manifest (:mod:`tarkit.format.classes`), or from the file
-named. What is counted, and how: :mod:`tarkit.stream.stats`.
+named. What is counted, and how: :mod:`tarkit.stream.summary`.
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ from ..format.classes import CLASSES_FILE, ClassNames, parse_class_names
 from ..format.samples import SkipLog
 from ..sizes import check_parallel
 from ..storage import StorageOptions, location, read_bytes, resolve_shards
-from ..stream.stats import DatasetStats, Tally, tally_shard
+from ..stream.summary import DatasetStats, Tally, tally_shard
 
 _TICK = 0.5  # seconds between looks at the workers
 
@@ -35,7 +35,7 @@ def dataset_stats(
     storage_options: StorageOptions | None = None,
     on_shard: Callable[[Tally], object] | None = None,
 ) -> DatasetStats:
-    """The :class:`~tarkit.stream.stats.DatasetStats` of the shards ``sources`` name (none,
+    """The :class:`~tarkit.stream.summary.DatasetStats` of the shards ``sources`` name (none,
     or ``-``: the one stream on stdin).
 
     With ``read``, every shard is read whole (``workers`` at a time, in worker processes

@@ -77,6 +77,15 @@ def test_text_summary_of_an_image_folders_shards(made: Path) -> None:
         "0      cat         3  60.0%",
         "1      dog         2  40.0%",
     ]
+    assert lines(run(["tarkit", "stats", "--top", "1", str(made)]))[-4:] == [
+        "cls: 2 values, the 1 most common",
+        "value  name  samples  share",
+        "0      cat         3  60.0%",
+        "… 1 more values, 2 samples (--top 0 shows them all)",
+    ]
+    refused = run(["tarkit", "stats", "--top", "-1", str(made)])
+    assert (refused.returncode, refused.stderr) == (
+        2, "tarkit stats: error: --top must not be negative (got -1)\n")  # fmt: skip
 
 
 def test_json_has_every_figure(made: Path) -> None:

@@ -14,9 +14,9 @@ from PIL import Image
 
 from tarkit.format.manifest import ShardInfo
 from tarkit.format.samples import SkipLog
-from tarkit.stream import stats
+from tarkit.stream import summary as summaries
 from tarkit.stream.distribution import Spread
-from tarkit.stream.stats import ClassCount, Tally, tally_shard
+from tarkit.stream.summary import ClassCount, Tally, tally_shard
 
 pytestmark = pytest.mark.usefixtures("reader")
 
@@ -86,8 +86,8 @@ def test_class_values_that_are_not_indices_keep_text_order_and_get_no_names(
 def test_a_field_with_too_many_values_gets_no_histogram(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(stats, "LABEL_LIMIT", 3)
-    monkeypatch.setattr(stats, "_FOLD", 2)
+    monkeypatch.setattr(summaries, "LABEL_LIMIT", 3)
+    monkeypatch.setattr(summaries, "_FOLD", 2)
     path = shard(tmp_path / "a.tar", [(f"k{i}", {"cls": b"%d" % i}) for i in range(6)])
     [histogram] = tally_shard(path).summary().classes
     assert (histogram.counts, histogram.distinct) == ([], None)
@@ -95,6 +95,8 @@ def test_a_field_with_too_many_values_gets_no_histogram(
     few.merge(tally_shard(shard(tmp_path / "b.tar", [("a", {"cls": b"1"})])))
     few.merge(tally_shard(path))  # many merged into few: none
     assert few.summary().classes[0].distinct is None
+    long = shard(tmp_path / "c.tar", [("a", {"cls": b"1"}), ("b", {"cls": b"x" * 257})])
+    assert tally_shard(long).summary().classes[0].distinct is None  # a value no class has
 
 
 def test_keys_in_more_than_one_shard_are_counted_and_named(tmp_path: Path) -> None:
@@ -113,7 +115,7 @@ def test_keys_in_more_than_one_shard_are_counted_and_named(tmp_path: Path) -> No
 def test_past_the_key_limit_the_check_says_how_many_keys_it_checked(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(stats, "KEY_LIMIT", 4)
+    monkeypatch.setattr(summaries, "KEY_LIMIT", 4)
     total = Tally()
     for name, keys in (("a", "pq"), ("b", "rp"), ("c", "pz"), ("d", "qw")):
         total.merge(tally_shard(shard(tmp_path / f"{name}.tar", [(k, {"t": b""}) for k in keys])))

@@ -21,8 +21,8 @@ Per sample the work is small: sizes and class values are read where the reader l
 bytes (:meth:`~tarkit.format.samples.Sample.extents`), and sizes are gathered in lists
 that are counted in bulk. Memory is bounded: distributions as
 :mod:`~tarkit.stream.distribution` says, a class field's values up to
-:data:`LABEL_LIMIT` distinct ones, and keys up to :data:`KEY_LIMIT` for the duplicate
-check (about 100 bytes each).
+:data:`LABEL_LIMIT` distinct ones of :data:`LABEL_BYTES` bytes at most, and keys up to
+:data:`KEY_LIMIT` (and :data:`KEY_BYTES` characters) for the duplicate check.
 """
 
 from __future__ import annotations
@@ -41,7 +41,9 @@ from ..storage import CountingReader, StorageOptions, open_source
 from .distribution import Distribution, Spread
 
 LABEL_LIMIT = 100_000  # distinct values a class field may have
+LABEL_BYTES = 256  # bytes a class value may have
 KEY_LIMIT = 20_000_000  # keys held for the duplicate check
+KEY_BYTES = 1 << 30  # characters of the keys held
 EXAMPLES = 5  # duplicate keys named
 _FOLD = 1 << 16  # samples whose sizes wait in lists before they are counted
 
@@ -96,7 +98,7 @@ class ClassCount:
 class ClassHistogram:
     """The values of a class field, in label order (numeric when all are integers).
     ``counts`` is empty and ``distinct`` None when it had more than :data:`LABEL_LIMIT`
-    distinct values (not a class field, then)."""
+    distinct values, or one longer than :data:`LABEL_BYTES` (not a class field, then)."""
 
     field: str
     counts: list[ClassCount]
@@ -164,12 +166,14 @@ class Tally:
         self.shard_bytes = Distribution()
         self.field_samples: dict[str, int] = {}
         self.sizes: dict[str, Distribution] = {}
-        self.labels: dict[str, dict[bytes, int] | None] = {}
+        # a class field's values and their counts (None: too many, or one too long)
+        self.labels: dict[str, dict[bytes | None, int] | None] = {}
         self.widths: dict[str, Distribution] = {}
         self.heights: dict[str, Distribution] = {}
         self.unread: dict[str, int] = {}
         self.keys: set[str] | None = set()  # None: not known, or past KEY_LIMIT
         self.keys_checked = 0
+        self.key_bytes = 0  # characters of the keys held
         self.duplicates = 0
         self.examples: list[str] = []
 
@@ -204,24 +208,30 @@ class Tally:
         """Count the fields, classes, images and keys of ``samples`` (one shard's: their
         keys are not checked against each other); return how many there were."""
         layouts: dict[tuple[str, ...], _Layout] = {}
-        layout: _Layout | None = None
         last: list[str] | None = None
+        sizes: list[list[int]] = []
+        labels: list[tuple[int, dict[bytes | None, int]]] = []
+        images: list[tuple[int, list[int], list[int]]] = []
         keys: list[str] = []
+        size_of = image_size
         count = 0
+        # The loop runs once per sample: what it needs is kept in locals.
         for sample in samples:
             fields = sample.fields
-            if fields != last or layout is None:
+            if fields != last:
                 layout = layouts.get(tuple(fields)) or self._layout(fields, layouts)
-                last = fields
+                sizes, labels, images, last = layout.sizes, layout.labels, layout.images, fields
             extents = sample.extents()
-            for column, (_, start, stop) in zip(layout.sizes, extents, strict=True):
-                column.append(stop - start)
-            for index, counts in layout.labels:
+            # As long as each other, by the layout's making (strict= costs here).
+            for column, extent in zip(sizes, extents, strict=False):
+                column.append(extent[2] - extent[1])
+            for index, counts in labels:
                 buffer, start, stop = extents[index]
-                label = buffer[start:stop]
+                label = buffer[start:stop] if stop - start <= LABEL_BYTES else None
                 counts[label] = counts.get(label, 0) + 1
-            for index, widths, heights in layout.images:
-                size = image_size(*extents[index])
+            for index, widths, heights in images:
+                buffer, start, stop = extents[index]
+                size = size_of(buffer, start, stop)
                 if size is None:
                     widths.append(-1)
                 else:
@@ -233,6 +243,7 @@ class Tally:
                 self._fold(layouts)
                 self.add_keys(keys)
                 keys.clear()
+                last = None  # a class field may have been dropped from the layouts
         self._fold(layouts)
         self.add_keys(keys)
         return count
@@ -243,7 +254,8 @@ class Tally:
         if self.keys is None:
             return
         self.keys_checked += len(keys)  # checked against the keys held before them
-        if len(self.keys) + len(keys) > KEY_LIMIT:
+        self.key_bytes += sum(map(len, keys))
+        if len(self.keys) + len(keys) > KEY_LIMIT or self.key_bytes > KEY_BYTES:
             self.keys = None  # the check stops here: keys_checked says how far it got
             return
         self.keys.update(keys)
@@ -279,9 +291,10 @@ class Tally:
                 widths.clear()
                 heights.clear()
             for index, counts in layout.labels:
-                if len(counts) > LABEL_LIMIT:
+                if len(counts) > LABEL_LIMIT or None in counts:
                     self.labels[layout.fields[index]] = None
-            layout.labels = [(i, c) for i, c in layout.labels if len(c) <= LABEL_LIMIT]
+            layout.labels = [(i, c) for i, c in layout.labels
+                             if self.labels[layout.fields[i]] is not None]  # fmt: skip
 
     def merge(self, other: Tally) -> None:
         """Add ``other``, the tally of the shards after these."""
@@ -303,14 +316,14 @@ class Tally:
             self._merge_labels(name, counts)
         self._merge_keys(other)
 
-    def _merge_labels(self, name: str, counts: dict[bytes, int] | None) -> None:
+    def _merge_labels(self, name: str, counts: dict[bytes | None, int] | None) -> None:
         mine = self.labels.setdefault(name, {})
         if mine is None:
             return
         if counts is not None:
             for label, n in counts.items():
                 mine[label] = mine.get(label, 0) + n
-        if counts is None or len(mine) > LABEL_LIMIT:
+        if counts is None or len(mine) > LABEL_LIMIT or None in mine:
             self.labels[name] = None
 
     def _merge_keys(self, other: Tally) -> None:
@@ -376,18 +389,18 @@ class _Layout:
     def __init__(self, fields: list[str]) -> None:
         self.fields = list(fields)
         self.sizes: list[list[int]] = [[] for _ in fields]
-        self.labels: list[tuple[int, dict[bytes, int]]] = []
+        self.labels: list[tuple[int, dict[bytes | None, int]]] = []
         self.images: list[tuple[int, list[int], list[int]]] = []
 
 
 def _histogram(
-    name: str, counts: dict[bytes, int] | None, names: list[str] | None
+    name: str, counts: dict[bytes | None, int] | None, names: list[str] | None
 ) -> ClassHistogram:
     if counts is None:
         return ClassHistogram(name, [], None)
     merged: dict[str, int] = {}
     for raw, n in counts.items():
-        label = raw.decode("utf-8", "surrogateescape").strip()
+        label = (raw or b"").decode("utf-8", "surrogateescape").strip()
         merged[label] = merged.get(label, 0) + n
     try:
         order, numeric = sorted(merged, key=int), True
