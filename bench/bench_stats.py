@@ -114,8 +114,8 @@ def run(workdir: Path, quick: bool) -> str:
         f"set's JPEGs: {header:.2f} µs an image; Pillow's `Image.open(…).size`, which reads "
         f"the same header but makes an image object and a file around it, {pillow:.1f} µs "
         "(that alone would take longer than the whole of `tar2tsv -f cls`). `-p 2` starts two "
-        "worker processes (a few tenths of a second): it pays on larger sets when there are "
-        "cores to spare.",
+        "worker processes (a few tenths of a second): it gains only where reading takes longer "
+        "than that and there are cores to spare (see the load average in the header).",
         "",
     ]
     return "\n".join(rows)

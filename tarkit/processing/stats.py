@@ -59,18 +59,18 @@ def dataset_stats(
         return tally.summary(_class_names(classes, [], storage_options))
     source: str | list[str] = sources[0] if len(sources) == 1 else list(sources)
     urls, infos = resolve_shards(source, None, storage_options, must_exist=read)
-    places = [location(url).sibling(CLASSES_FILE) for url in urls if _has_siblings(url)]
-    beside = [places[0]] if places and len(set(places)) == 1 else []
-    if isinstance(source, str) and source.endswith(".json"):
-        beside.append(location(source).sibling(CLASSES_FILE))
-    names = _class_names(classes, beside, storage_options)
-    if not read:
+    if not read:  # no class histogram: no class names either
         if infos is None:
             raise UsageError(
                 f"{urls[0]}: no manifest lists these shards, so their samples are known only "
                 "by reading them (leave out --no-read, or name their manifest)"
             )
-        return Tally.of_manifest(infos).summary(names)
+        return Tally.of_manifest(infos).summary()
+    places = [location(url).sibling(CLASSES_FILE) for url in urls if _has_siblings(url)]
+    beside = [places[0]] if places and len(set(places)) == 1 else []
+    if isinstance(source, str) and source.endswith(".json"):
+        beside.append(location(source).sibling(CLASSES_FILE))
+    names = _class_names(classes, beside, storage_options)
     tasks = [_ShardStats(i, url, strict, storage_options) for i, url in enumerate(urls)]
     tally = Tally()
     for part in _tallies(tasks, min(workers, len(tasks)), skips):
