@@ -159,3 +159,15 @@ def test_the_json_shape(tmp_path: Path) -> None:
     assert data["classes"] == {"cls": {"distinct": 1, "labels": [{"label": "0", "name": "zero",
                                                                     "samples": 1}]}}  # fmt: skip
     assert data["keys"] == {"checked": 1, "duplicates": 0, "examples": []}
+
+
+def test_fields_behind_extension_headers_and_in_the_read_buffer_count_alike(
+    tmp_path: Path,
+) -> None:
+    long = "d/" * 80 + "x"  # a name that needs an extension header: the Python reader's
+    path = shard(tmp_path / "a.tar", [(long, {"txt": b"hello", "cls": b"3"}),
+                                      ("b", {"txt": b"hi", "cls": b"3"})])  # fmt: skip
+    summary = tally_shard(path).summary()
+    assert [(f.name, f.samples, f.size.total) for f in summary.fields] == [("txt", 2, 7),
+                                                                          ("cls", 2, 2)]  # fmt: skip
+    assert summary.classes[0].counts == [ClassCount("3", None, 2)]
