@@ -35,6 +35,7 @@ _LAZY = {
     "shard_dataset": "writing.from_dataset",
     "ShardWriter": "writing.shard_writer",
     "map_shards": "processing.driver",
+    "dataset_stats": "processing.stats",
 }
 
 
@@ -67,6 +68,7 @@ __all__ = [
     "TarkitError",
     "TruncatedError",
     "UsageError",
+    "dataset_stats",
     "group_samples",
     "loader",
     "map_shards",

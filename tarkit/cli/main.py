@@ -23,6 +23,7 @@ COMMANDS = [
     ("first", "tarfirst", "tarfirst", "Write the bytes of the first matching field (tarfirst)."),
     ("index", "tarindex", "tarindex", "Write the dataset manifest of shards (tarindex)."),
     ("verify", "verify", "verify", "Check that shards read whole and match their manifest."),
+    ("stats", "stats", "stats", "Summarize shards: samples, fields, sizes, classes, images."),
     ("shard", "shard", "shard", "Turn a directory, plan or Dataset into shards."),
     ("map", "map", "map_command", "Process many shards in parallel, locally or on Ray."),
     ("demo", "demo", "demo", "Run the end-to-end demo on a real dataset."),

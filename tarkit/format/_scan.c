@@ -33,6 +33,9 @@
  * crc32(data, crc=0) -> int
  *     zlib's crc32, folded with carry-less multiplication where the processor has it
  *     (CRC32_ACCELERATED): a sample's span is checked against its index at memory speed.
+ * span_extents(span) -> list[tuple[bytes, int, int]]
+ *     Where the data of each member of a span sample lies, without copying it: the span's
+ *     buffer, and the start and stop of the data in it.
  *
  * TARKIT_SCAN_PORTABLE builds it without the x86 and little-endian shortcuts (to test the
  * plain C that other machines run).
@@ -742,10 +745,15 @@ span_data(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
     return NULL;
 }
 
+/* What a list of a span's members holds for each: made from the buffer object, its bytes,
+ * and the member's header at pos. A new reference, or NULL with an exception set. */
+typedef PyObject *(*span_item)(PyObject *buf, const unsigned char *data, Py_ssize_t pos,
+                               const Header *header);
+
+/* One item for each member of the span args[0], in order. */
 static PyObject *
-span_data_all(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
+span_list(PyObject *const *args, Py_ssize_t nargs, const char *usage, span_item item)
 {
-    const char *usage = "span_data_all(span)";
     Py_ssize_t start, stop;
     PyObject *buf;
     Header header;
@@ -760,8 +768,7 @@ span_data_all(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
     if (!result)
         return NULL;
     for (Py_ssize_t pos = start; span_next(data, pos, stop, &header); pos += header.total) {
-        PyObject *item = PyBytes_FromStringAndSize((const char *)data + pos + BLOCK, header.size);
-        if (append_new(result, item) < 0) {
+        if (append_new(result, item(buf, data, pos, &header)) < 0) {
             Py_DECREF(result);
             return NULL;
         }
@@ -1003,6 +1010,43 @@ span_data_of(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
 }
 
 static PyObject *
+member_data(PyObject *buf, const unsigned char *data, Py_ssize_t pos, const Header *header)
+{
+    return PyBytes_FromStringAndSize((const char *)data + pos + BLOCK, header->size);
+}
+
+static PyObject *
+span_data_all(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
+{
+    return span_list(args, nargs, "span_data_all(span)", member_data);
+}
+
+/* (buffer, start, stop) of a member's data. */
+static PyObject *
+member_extent(PyObject *buf, const unsigned char *data, Py_ssize_t pos, const Header *header)
+{
+    PyObject *item = PyTuple_New(3);
+    PyObject *first = PyLong_FromSsize_t(pos + BLOCK);
+    PyObject *last = PyLong_FromSsize_t(pos + BLOCK + header->size);
+    if (!item || !first || !last) {
+        Py_XDECREF(item);
+        Py_XDECREF(first);
+        Py_XDECREF(last);
+        return NULL;
+    }
+    PyTuple_SET_ITEM(item, 0, Py_NewRef(buf));
+    PyTuple_SET_ITEM(item, 1, first);
+    PyTuple_SET_ITEM(item, 2, last);
+    return item;
+}
+
+static PyObject *
+span_extents(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
+{
+    return span_list(args, nargs, "span_extents(span)", member_extent);
+}
+
+static PyObject *
 init_member(PyObject *module, PyObject *args)
 {
     PyObject *type, *kind;
@@ -1061,6 +1105,8 @@ static PyMethodDef scan_methods[] = {
      "span_sample(buf, base, source) -> the one sample of an index's span, or None."},
     {"crc32", (PyCFunction)(void (*)(void))crc32, METH_FASTCALL,
      "crc32(data, crc=0) -> zlib's crc32 of data, continuing crc."},
+    {"span_extents", (PyCFunction)(void (*)(void))span_extents, METH_FASTCALL,
+     "span_extents(span) -> (buffer, start, stop) of each member's data."},
     {"init_member", init_member, METH_VARARGS, "init_member(Member, FILE)"},
     {"init_sample", init_sample, METH_O, "init_sample(Sample)"},
     {NULL, NULL, 0, NULL},

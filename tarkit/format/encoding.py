@@ -35,7 +35,6 @@ from __future__ import annotations
 import io
 import json
 import numbers
-import pickle
 from collections.abc import Mapping
 from typing import Any
 
@@ -180,6 +179,8 @@ def _encode_by_extension(ext: str, value: object, quality: int) -> bytes | str |
         torch.save(value, out)
         return out.getvalue()
     if ext in PICKLE_EXTENSIONS:
+        import pickle  # here: the shell tools start faster without it
+
         return pickle.dumps(value, protocol=4)
     return None
 

@@ -169,6 +169,18 @@ class Sample:
             return data
         return [m.data for m in self.members]
 
+    def extents(self) -> list[tuple[bytes, int, int]]:
+        """Where each field's bytes lie, in field order: ``(buffer, start, stop)``, field
+        ``i`` being ``buffer[start:stop]``.
+
+        The buffers are those the bytes were read into, nothing is copied: a field's
+        size, or its first bytes, cost nothing more to look at.
+        """
+        if self._members is None and self.span is not None and _compiled is not None:
+            extents: list[tuple[bytes, int, int]] = _compiled.span_extents(self.span)
+            return extents
+        return [(m[4], m[5], m[5] + m[2]) for m in self.members]
+
     @property
     def raw(self) -> bytes:
         """All the sample's members as they were read."""

@@ -47,6 +47,7 @@ from .ranges import RangeSource, open_ranges
 from .retrying import Reconnection, RetryPolicy, report_reconnections, retry_policy
 from .shards import names_shard_set, resolve_shards
 from .sources import (
+    CountingReader,
     HashingReader,
     Source,
     check_local_files,
@@ -60,6 +61,7 @@ from .sources import (
 from .write_failures import descriptor_failure, write_failure
 
 __all__ = [
+    "CountingReader",
     "FILE",
     "FSSPEC",
     "HTTP",

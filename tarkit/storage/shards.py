@@ -1,5 +1,7 @@
 """Which shards a source names: brace patterns, lists, manifests and directories, resolved
-once, when a dataset is built or a command starts (``ShardDataset``, ``tarkit verify``).
+once, when a dataset is built or a command starts (``ShardDataset``, ``tarkit verify``,
+``tarkit stats``). Here in storage/, not in loading/, so that a command resolves shards as
+the loader does without importing torch.
 
 >>> import os, tempfile
 >>> directory = tempfile.mkdtemp()

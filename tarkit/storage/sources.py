@@ -317,15 +317,12 @@ def stored_matches(
     return digest.size == size and digest.sha256.hexdigest() == sha256
 
 
-class HashingReader(io.RawIOBase):
-    """A readable stream that counts (``size``) and hashes (``sha256``) every byte read
-    through it: what a manifest records of a shard as stored."""
+class CountingReader(io.RawIOBase):
+    """A readable stream that counts (``size``) every byte read through it: a shard's
+    stored bytes, whatever reads it (a decompressor, the tar reader)."""
 
     def __init__(self, stream: BinaryIO) -> None:
-        import hashlib  # (not at import, which the shell tools wait for)
-
         self._read = getattr(stream, "read1", None) or stream.read
-        self.sha256 = hashlib.sha256()
         self.size = 0
 
     def readable(self) -> bool:
@@ -333,7 +330,6 @@ class HashingReader(io.RawIOBase):
 
     def read(self, n: int | None = -1) -> bytes:  # type: ignore[override]
         data = self._read(n if n is not None and n > 0 else BUFFER)
-        self.sha256.update(data)
         self.size += len(data)
         return data
 
@@ -345,6 +341,24 @@ class HashingReader(io.RawIOBase):
         return len(data)
 
     def drain(self) -> None:
-        """Read (and count, and hash) the rest of the stream."""
+        """Read (and count) the rest of the stream."""
         while self.read(BUFFER):
             pass
+
+
+class HashingReader(CountingReader):
+    """A readable stream that counts (``size``) and hashes (``sha256``) every byte read
+    through it: what a manifest records of a shard as stored."""
+
+    def __init__(self, stream: BinaryIO) -> None:
+        import hashlib  # (not at import, which the shell tools wait for)
+
+        super().__init__(stream)
+        self.sha256 = hashlib.sha256()
+
+    def read(self, n: int | None = -1) -> bytes:  # type: ignore[override]
+        data = super().read(n)
+        self.sha256.update(data)
+        return data
+
+    read1 = read  # type: ignore[assignment]

@@ -17,7 +17,6 @@ torch is imported only when ``num_workers > 0`` for a map-style dataset.
 from __future__ import annotations
 
 import itertools
-import json
 import random
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
@@ -26,6 +25,7 @@ from typing import Any
 
 from ..engines import check_engine
 from ..errors import UsageError
+from ..format.classes import CLASSES_FILE, class_names_json
 from ..format.encoding import DEFAULT_QUALITY, ImageTransform
 from ..format.manifest import Manifest, ShardInfo
 from ..format.tar import default_mtime
@@ -40,7 +40,6 @@ from .rejects import ON_ERROR, Rejected, default_rejects, load_rejects, save_rej
 from .shard_writer import DEFAULT_MAXCOUNT, DEFAULT_MAXSIZE, DEFAULT_PATTERN, ShardWriter
 
 CHUNK = 8  # items per worker task: fewer, larger messages between processes
-CLASSES_FILE = "classes.json"
 
 
 @dataclass(frozen=True)
@@ -247,8 +246,7 @@ def shard_dataset(
     if rejects is not None:
         save_rejects(rejected, rejects, storage_options)
     if class_names is not None:
-        names = json.dumps(class_names, ensure_ascii=False, indent=1) + "\n"
-        publish(classes or location(pattern).sibling(CLASSES_FILE), names.encode("utf-8"),
+        publish(classes or location(pattern).sibling(CLASSES_FILE), class_names_json(class_names),
                 storage_options)  # fmt: skip
     final = replace(last[0], seconds=time.monotonic() - started, finished=True,
                     rejected=len(rejected), shards=len(result.shards), message=None)  # fmt: skip
