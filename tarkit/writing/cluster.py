@@ -6,11 +6,13 @@ sample in order. The work goes in two kinds of task (:mod:`tarkit.writing.cluste
 run by the same :class:`~tarkit.engines.running.TaskRunner` as :func:`tarkit.map_shards`:
 
 1. Encode tasks load and encode runs of consecutive positions (about a second of work
-   each), in parallel on every node, and report the sizes of their samples; the samples
-   stay where they were encoded (the Ray object store of that node): no item passes
-   through the driver.
-2. The driver walks the sizes in order as they arrive, with the cut rule; as soon as a
-   shard's end is known, a write task takes exactly its samples from the encode tasks'
+   each), in parallel on every node, and report the sizes of their samples (an item may
+   give none, one or several); the samples stay where they were encoded (the Ray object
+   store of that node): no item passes through the driver
+   (:mod:`tarkit.writing.cluster_pieces` is what the driver holds of them).
+2. The driver walks the sizes sample by sample in order as they arrive, with the cut
+   rule (a shard may end among the samples of one item, at a point: a position and a
+   sample of it); as soon as a shard's end is known, a write task takes exactly its samples from the encode tasks'
    payloads (Ray moves them to its node), writes the shard and publishes it. Shards are
    written in parallel, in any order; items are encoded once.
 
@@ -20,16 +22,15 @@ Uncompressed, bzip2 and xz shards are cut by the driver.
 
 Each shard gets a record (:mod:`tarkit.writing.shard_records`) before it is published,
 so that ``mode="resume"`` keeps every complete shard, wherever it is in the set, and
-writes only the others. An item that fails raises its error once every shard before it
+writes only the others; the records stay when the set needs them (see there). An item that fails raises its error once every shard before it
 is written (as on one machine), or with ``on_error="skip"`` is left out; a task whose
 worker dies is tried again (``retries``); a write that keeps failing is raised.
 """
 
 from __future__ import annotations
 
-import bisect
-from collections.abc import Callable, Iterator, Mapping
-from dataclasses import dataclass, field, replace
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, replace
 from typing import Any
 
 from ..engines import start_engine
@@ -38,7 +39,8 @@ from ..engines.running import DONE, FAILED, RETRY, Outcome, TaskRunner
 from ..errors import EngineError, OutputError
 from ..format.compression import MEASURED, compression_for
 from ..format.manifest import Manifest, ShardInfo
-from ..storage import location, manifest_at, remove_file, save_manifest
+from ..storage import location, manifest_at, save_manifest
+from .cluster_pieces import Piece, Pieces
 from .cluster_tasks import Encoded, EncodeTask, Slot, WriteTask, Written
 from .cuts import ShardCut
 from .items import ItemEncoder, ItemFailure
@@ -53,26 +55,19 @@ from .patterns import (
     shard_name,
 )
 from .rejects import Rejected, save_rejects
-from .shard_records import completed_ranges, plan_digest, record_path
+from .shard_records import (
+    Point,
+    completed_ranges,
+    first_uncounted,
+    plan_digest,
+    remove_records,
+)
 from .shard_writer import put_in_place, run_post
 
 TICK = 0.5  # seconds between progress reports while waiting
 PIECE_SECONDS = 1.0  # the work an encode task aims at
 MAX_PIECE, PIECE_BYTES = 4096, 64 << 20  # the most items, and encoded bytes, of one
 CHAIN_BYTES = 4  # gzip/zstd: a write task gets this many times maxsize of tar bytes
-
-
-@dataclass
-class _Piece:
-    """An encode task's positions and, once it is done, its sizes and payload."""
-
-    first: int
-    end: int
-    sizes: list[int] | None = None
-    offsets: list[int] = field(default_factory=list)
-    failures: dict[int, ItemFailure] = field(default_factory=dict)  # by position
-    payload: Handle | None = None
-    users: set[int] = field(default_factory=set)  # shards whose write needs the payload
 
 
 @dataclass
@@ -84,6 +79,7 @@ class Tally:
     resumed: int = 0
     retries: int = 0
     message: str | None = None
+    empty: int = 0
 
 
 class ClusterRun:
@@ -102,6 +98,7 @@ class ClusterRun:
         self.skipping, self.rejects_file, self.on_reject = skipping, rejects, on_reject
         self.post, self.on_shard, self.report = post, on_shard, report
         self.total = len(order)
+        self.last: Point = (self.total, 0)  # where the items end
         # Workers write shards where the driver means: not relative to their own cwd.
         self.target = location(pattern).identity()
         self.compression = compression_for(pattern)
@@ -115,11 +112,14 @@ class ClusterRun:
         covered = completed_ranges(pattern, start, self.plan, rejects if skipping else None,
                                    self.options) if mode == RESUME else []  # fmt: skip
         self.covered = {c.first: c for c in covered}
+        # The items whose samples are all in complete shards: not encoded again.
+        lows = ((c.first[0] + (c.first[1] > 0), c.end[0]) for c in covered)
+        skips = {low: high for low, high in lows if low < high}
         self.shards: dict[int, ShardInfo] = {}
         self.rejected: dict[int, Rejected] = {}  # by position
         self.unplaced: list[Rejected] = []  # rejects of shards without records
         self.tally = Tally()
-        self.ends: dict[int, int] = {}  # shard number: the position after its range
+        self.ends: dict[int, Point] = {}  # shard number: the point after its range
         self.resumed: set[int] = set()
         for c in covered:
             self.ends[c.after - 1] = c.end
@@ -130,15 +130,17 @@ class ClusterRun:
             self.tally.resumed += sum(info.samples for info in c.shards)
         self.tally.samples = self.tally.resumed
         self.tally.shards = len(self.shards)
-        # The walk along the item order: the next position and shard, the shard being cut.
-        self.pos, self.number = 0, start
+        # The walk along the item order: the next point and shard, the shard being cut.
+        self.pos: Point = (0, 0)
+        self.number = start
         self.cut = ShardCut(maxcount, maxsize, self.compression)
-        self.shard_first, self.slots, self.shard_rejects = 0, [], []  # type: ignore[var-annotated]
+        self.shard_first: Point = (0, 0)
+        self.slots: list[tuple[Piece, Slot]] = []
+        self.shard_rejects: list[tuple[int, Rejected]] = []
         self.failure: tuple[int, ItemFailure] | None = None  # the first item that failed
         self.chain_factor, self.chain_busy = CHAIN_BYTES, False
         # Encode tasks: generated in order over the positions not covered.
-        self.pieces: dict[int, _Piece] = {}
-        self.firsts: list[int] = []
+        self.pieces = Pieces(encoder, order, skips)
         self.next_piece = 0
         self.piece_size = 0
         self.item_seconds: float | None = None
@@ -156,8 +158,10 @@ class ClusterRun:
         window = max(2, 2 * capacity)
         while True:
             self._add_pieces(runner, window)
+            for position, failure in self.pieces.check():
+                self._failed(position, failure)
             self._walk(runner)
-            self._release()
+            self.pieces.release(self.pos)
             self._announce()
             if self._finished():
                 break
@@ -173,24 +177,30 @@ class ClusterRun:
         return self._finish()
 
     def _finished(self) -> bool:
-        stopped = self.pos >= self.total or (
-            self.failure is not None and self.pos >= self.failure[0]
-        )
-        return stopped and not self.writing
+        return self._stopped(self.pos) and not self.writing
+
+    def _stopped(self, point: Point) -> bool:
+        """Whether the walk ends before ``point``: the items end, or one failed there."""
+        return point >= self.last or (self.failure is not None and point[0] >= self.failure[0])
+
+    def _failed(self, position: int, failure: ItemFailure) -> None:
+        """The item at ``position`` failed: the run stops there, unless it is skipping."""
+        if not self.skipping and (self.failure is None or position < self.failure[0]):
+            self.failure = position, failure
 
     def _add_pieces(self, runner: TaskRunner, window: int) -> None:
         """Queue encode tasks in order while fewer than ``window`` are unfinished."""
-        waiting = sum(1 for p in self.pieces.values() if p.sizes is None)
+        waiting = self.pieces.waiting()
+        skips = self.pieces.skips
         while waiting < window and self.failure is None:
             first = self.next_piece
-            while first in self.covered:
-                first = self.covered[first].end
+            while first in skips:
+                first = skips[first]
             if first >= self.total:
                 return
-            later = min((f for f in self.covered if f > first), default=self.total)
+            later = min((low for low in skips if low > first), default=self.total)
             end = min(first + self._next_size(), later)
-            self.pieces[first] = _Piece(first, end)
-            self.firsts.append(first)
+            self.pieces.add(first, end)
             runner.add(EncodeTask(next(self.ids), first, tuple(self.order[first:end])))
             self.next_piece = end
             waiting += 1
@@ -230,32 +240,25 @@ class ClusterRun:
         return f"writing {task.name}"
 
     def _encoded(self, result: Encoded, payload: Handle) -> None:
-        piece = self.pieces[result.first]
-        piece.sizes, piece.payload = result.sizes, payload
-        offset = 0
-        for size in result.sizes:
-            piece.offsets.append(offset)
-            offset += max(size, 0)
-        positions = [result.first + k for k, size in enumerate(result.sizes) if size < 0]
-        piece.failures = dict(zip(positions, result.failures, strict=True))
-        good = len(result.sizes) - len(positions)
-        self.tally.samples += good
+        piece = self.pieces.encoded(result, payload)
+        good = [sizes for sizes in result.sizes if sizes is not None]
+        self.tally.samples += sum(len(sizes) for sizes in good)
+        self.tally.empty += sum(1 for sizes in good if not sizes)
         if result.sizes:
             self.item_seconds = result.seconds / len(result.sizes)
-            self.item_bytes = offset / max(good, 1)
-        if positions and not self.skipping:
-            first = positions[0], piece.failures[positions[0]]
-            if self.failure is None or first[0] < self.failure[0]:
-                self.failure = first
+            self.item_bytes = sum(map(sum, good)) / max(len(good), 1)
+        if piece.failures:
+            first = min(piece.failures)
+            self._failed(first, piece.failures[first])
 
     def _written(self, task: WriteTask, result: Written) -> None:
         del self.writing[task.number]
-        for piece in self.pieces.values():
+        for piece in self.pieces.pieces.values():
             piece.users.discard(task.number)
         if result.short:
             self.chain_busy = False
-            if self.failure is not None and task.stop >= self.failure[0]:
-                self.pos = self.failure[0]  # the shard would hold the item that failed
+            if self.failure is not None and task.stop >= (self.failure[0], 0):
+                self.pos = (self.failure[0], 0)  # the shard would hold the item that failed
             else:
                 self.chain_factor *= 2
             return
@@ -269,26 +272,13 @@ class ClusterRun:
             self.pos, self.number = result.record.end, task.number + 1
             self.shard_first = self.pos
 
-    def _release(self) -> None:
-        """Let go of the payloads of the pieces behind the walk that no write needs."""
-        for first in [f for f, p in self.pieces.items() if p.end <= self.pos and not p.users]:
-            if self.pieces[first].sizes is not None:
-                del self.pieces[first]
-                self.firsts.remove(first)
-
     # -- the walk along the item order ---------------------------------------------------
 
-    def _items(self, position: int) -> Iterator[tuple[int, _Piece, int]]:
-        """(position, its piece, index in it) from ``position`` on, through encoded
-        pieces, up to the first piece not encoded yet, a covered range or the end."""
-        while position < self.total and position not in self.covered:
-            at = bisect.bisect_right(self.firsts, position) - 1
-            piece = self.pieces.get(self.firsts[at]) if at >= 0 else None
-            if piece is None or piece.sizes is None or not piece.first <= position < piece.end:
-                return
-            for k in range(position - piece.first, piece.end - piece.first):
-                yield piece.first + k, piece, k
-            position = piece.end
+    def _sample(self, point: Point) -> tuple[Piece, list[int] | None] | None:
+        """The piece of the item at ``point`` and its samples' sizes (None: it failed),
+        once it is encoded and checked; None before."""
+        piece = self.pieces.at(point[0])
+        return None if piece is None else (piece, piece.item(point[0]))
 
     def _walk(self, runner: TaskRunner) -> None:
         """Cut what the sizes known in order allow, and queue the shards' writes."""
@@ -306,25 +296,22 @@ class ClusterRun:
                     self._write(runner, self.pos, known=True)
                 self._enter(covered)
                 continue
-            if self.pos >= self.total:
+            if self.pos >= self.last:
                 if self.cut.count:
-                    self._write(runner, self.total, known=True, last=True)
+                    self._write(runner, self.last, known=True, last=True)
                 return
-            moved = False
-            for position, piece, k in self._items(self.pos):
-                if self.failure is not None and position >= self.failure[0]:
-                    return
-                size = piece.sizes[k]  # type: ignore[index]
-                if size < 0:
-                    self._reject(position, piece)
-                elif not self.cut.takes(size, _unmeasured):
-                    self._write(runner, position, known=True)
-                    self._take(position, piece, k, size)
-                else:
-                    self._take(position, piece, k, size)
-                self.pos, moved = position + 1, True
-            if not moved:
+            found = self._sample(self.pos)
+            if found is None or self._stopped(self.pos):
                 return
+            piece, sizes = found
+            position, number = self.pos
+            if sizes is None:
+                self._reject(position, piece)
+            elif number < len(sizes):
+                if not self.cut.takes(sizes[number], _unmeasured):
+                    self._write(runner, self.pos, known=True)
+                self._take(piece, position, number)
+            self.pos = _after(self.pos, sizes)
 
     def _misfit(self, covered: Any) -> str:
         return (
@@ -341,12 +328,15 @@ class ClusterRun:
         self.shard_first = self.pos
         self.cut.begin()
 
-    def _take(self, position: int, piece: _Piece, k: int, size: int) -> None:
-        self.slots.append((piece, (position, piece.offsets[k], size)))
+    def _take(self, piece: Piece, position: int, number: int) -> None:
+        """Put sample ``number`` of the item at ``position`` in the shard being cut."""
+        k = position - piece.first
+        size = piece.sizes[k][number]  # type: ignore[index]
+        self.slots.append((piece, (position, number, piece.offsets[k][number], size)))
         piece.users.add(self.number)
         self.cut.add(size)
 
-    def _reject(self, position: int, piece: _Piece) -> None:
+    def _reject(self, position: int, piece: Piece) -> None:
         failure = piece.failures[position]
         reject = Rejected(failure.index, failure.source, str(failure.exception()))
         self.shard_rejects.append((position, reject))
@@ -355,10 +345,10 @@ class ClusterRun:
             if self.on_reject is not None:
                 self.on_reject(reject)
 
-    def _write(self, runner: TaskRunner, stop: int, *, known: bool, last: bool = False,
+    def _write(self, runner: TaskRunner, stop: Point, *, known: bool, last: bool = False,
                sentinel: int | None = None) -> None:  # fmt: skip
         """Queue the write of the shard being cut, whose samples end before ``stop``."""
-        groups: list[tuple[_Piece, list[Slot]]] = []
+        groups: list[tuple[Piece, list[Slot]]] = []
         for piece, slot in self.slots:
             if not groups or groups[-1][0] is not piece:
                 groups.append((piece, []))
@@ -369,9 +359,7 @@ class ClusterRun:
             next(self.ids), self.number, name,
             pending_name(name) if self.mode == OVERWRITE else name, self.shard_first,
             tuple(tuple(slots) for _, slots in groups), tuple(self.shard_rejects), stop, known,
-            last,
-            sentinel, self.maxcount, self.maxsize,
-            None if self.mode == OVERWRITE else self.plan, self.options,
+            last, sentinel, self.maxcount, self.maxsize, self.plan, self.options,
         )  # fmt: skip
         runner.add(task, [piece.payload for piece, _ in groups], first=True)
         self.writing[self.number] = task
@@ -382,34 +370,39 @@ class ClusterRun:
 
     def _walk_chain(self, runner: TaskRunner) -> None:
         """gzip/zstd: give the next shard's write its candidates once they are encoded."""
+        limit = self.chain_factor * self.maxsize
         while not self.chain_busy:
-            if self.failure is not None and self.pos >= self.failure[0]:
+            if self.failure is not None and self.pos >= (self.failure[0], 0):
                 return
             covered = self.covered.get(self.pos)
             if covered is not None:
                 self._enter(covered)
                 continue
-            if self.pos >= self.total:
+            if self.pos >= self.last:
                 return
             self.slots, self.shard_rejects = [], []
             count = size_sum = 0
             stop = self.pos
-            for position, piece, k in self._items(self.pos):
-                if self.failure is not None and position >= self.failure[0]:
+            while not (count > self.maxcount or size_sum > limit):
+                found = None if self._stopped(stop) else self._sample(stop)
+                if found is None or (stop != self.pos and stop in self.covered):
                     break
-                size = piece.sizes[k]  # type: ignore[index]
-                if size < 0:
+                piece, sizes = found
+                position, number = stop
+                if sizes is None:
                     self._reject(position, piece)
-                else:
-                    self.slots.append((piece, (position, piece.offsets[k], size)))
-                    count, size_sum = count + 1, size_sum + size
-                stop = position + 1
-                if count > self.maxcount or size_sum > self.chain_factor * self.maxsize:
-                    break
+                elif number < len(sizes):
+                    self._take(piece, position, number)
+                    count, size_sum = count + 1, size_sum + sizes[number]
+                stop = _after(stop, sizes)
             covered = self.covered.get(stop)
-            last = stop >= self.total
-            enough = count > self.maxcount or size_sum > self.chain_factor * self.maxsize
-            if not (enough or last or covered is not None):
+            last = stop >= self.last
+            enough = count > self.maxcount or size_sum > limit
+            # Before an item that failed, the write finds whether a cut falls first.
+            failed = self.failure is not None and stop >= (self.failure[0], 0)
+            if not (enough or last or failed or covered is not None):
+                for piece, _ in self.slots:
+                    piece.users.discard(self.number)
                 return  # wait for more encoded items
             if not self.slots:
                 if covered is not None and self.shard_rejects:
@@ -439,7 +432,7 @@ class ClusterRun:
             announced = True
         if announced and self.skipping and self.rejects_file and self.mode != OVERWRITE:
             end = self.ends[self.in_order - 1]  # where the shards from the first on reach
-            before = [r for p, r in sorted(self.rejected.items()) if p < end]
+            before = [r for p, r in sorted(self.rejected.items()) if (p, 0) < end]
             save_rejects(self.unplaced + before, self.rejects_file, self.options)
 
     def _finish(self) -> Manifest:
@@ -449,8 +442,10 @@ class ClusterRun:
         if self.mode == OVERWRITE:
             pending = [pending_name(shard_name(self.pattern, n)) for n in numbers]
             put_in_place(pending, infos, self.replaced, self.post, options)
-        for record in existing_shards(record_path(self.pattern), self.start, options):
-            remove_file(record.url, options)
+        ends = [(self.shards[n].samples, self.ends.get(n)) for n in numbers]
+        first = first_uncounted(ends, sorted(self.rejected), len(self.unplaced))
+        keep = [shard_name(self.pattern, n) for n in numbers[first:]] if first is not None else []
+        remove_records(self.pattern, self.start, keep, options)
         return Manifest(infos, None)
 
     def rejects_in_order(self) -> list[Rejected]:
@@ -460,6 +455,18 @@ class ClusterRun:
 
 def _unmeasured() -> int | None:
     return None  # the driver cuts only shards whose compression is never measured
+
+
+def _after(point: Point, sizes: list[int] | None) -> Point:
+    """The point after ``point``, an item whose samples have ``sizes`` (None: it failed).
+
+    >>> _after((4, 0), [512, 512]), _after((4, 1), [512, 512]), _after((4, 0), [])
+    ((4, 1), (5, 0), (5, 0))
+    """
+    position, number = point
+    if sizes is None or number + 1 >= len(sizes):
+        return (position + 1, 0)
+    return (position, number + 1)
 
 
 def shard_on_engine(

@@ -4,9 +4,10 @@ Both are :class:`~tarkit.engines.base.Task` objects run by a worker whose shared
 is the :class:`~tarkit.writing.items.ItemEncoder` (the dataset with it):
 
 - :class:`EncodeTask` loads and encodes a run of consecutive positions of the item
-  order. It reports each item's tar size (or its failure, to be raised or left out) and
-  leaves the encoded samples, one after another, as its payload: they stay in the
-  engine (a Ray object store) until the shard that holds them is written.
+  order. It reports the tar size of each sample of each item (an item may give none,
+  one or several; or its failure, to be raised or left out) and leaves the encoded
+  samples, one after another, as its payload: they stay in the engine (a Ray object
+  store) until the shard that holds them is written.
 - :class:`WriteTask` writes one shard from the payloads of the encode tasks that hold
   its samples, cutting it with :class:`~tarkit.writing.cuts.ShardCut` exactly as
   :class:`~tarkit.writing.shard_writer.ShardWriter` cuts: the same samples, the same
@@ -14,6 +15,8 @@ is the :class:`~tarkit.writing.items.ItemEncoder` (the dataset with it):
   (:mod:`tarkit.writing.shard_records`) and then the shard
   (:class:`~tarkit.storage.StagedFile`: a finished-looking shard is always complete).
 
+Where a shard begins and ends is a point of the item order: a position and a sample of
+that item (a shard may end among the samples of one item).
 When the driver knows where the shard ends (``known``: no compression, bzip2 or xz,
 whose cuts follow from the sizes), the task checks that it agrees. Otherwise (gzip and
 zstd, whose cuts depend on the compressed bytes) the task finds the end itself among the
@@ -38,18 +41,21 @@ from ..format.tar import END_OF_ARCHIVE
 from ..storage import StagedFile, remove_stale_temp
 from .cuts import ShardCut
 from .items import CarriedError, ItemEncoder, ItemFailure
-from .shard_records import PositionedReject, ShardRecord, write_record
+from .shard_records import Point, PositionedReject, ShardRecord, write_record
 
-Slot = tuple[int, int, int]  # (position in the item order, offset in the payload, tar size)
+# A sample: (position in the item order, sample of that item, offset in the payload, tar size)
+Slot = tuple[int, int, int, int]
 
 
 @dataclass
 class Encoded:
-    """What an :class:`EncodeTask` reports: the tar size of each item from ``first`` on
-    (-1 for one that failed) and the failures, in order."""
+    """What an :class:`EncodeTask` reports, for each item from ``first`` on: the tar
+    sizes of its samples (None for an item that failed) and the keys of its first and
+    last sample (None for one without samples); and the failures, in order."""
 
     first: int
-    sizes: list[int]
+    sizes: list[list[int] | None]
+    keys: list[tuple[str, str] | None] = field(default_factory=list)
     failures: list[ItemFailure] = field(default_factory=list)
     seconds: float = 0.0
 
@@ -75,11 +81,14 @@ class EncodeTask:
         parts: list[bytes] = []
         for outcome in shared(self.indices):
             if isinstance(outcome, ItemFailure):
-                result.sizes.append(-1)
+                result.sizes.append(None)
+                result.keys.append(None)
                 result.failures.append(outcome)
             else:
-                result.sizes.append(len(outcome))
-                parts.append(outcome)
+                result.sizes.append([len(sample) for sample in outcome.samples])
+                first, last = outcome.first_key, outcome.last_key
+                result.keys.append(None if first is None or last is None else (first, last))
+                parts.extend(outcome.samples)
         result.seconds = time.monotonic() - started
         return result, b"".join(parts)
 
@@ -125,10 +134,10 @@ class WriteTask:
     number: int
     name: str
     path: str
-    first: int
+    first: Point
     slots: tuple[tuple[Slot, ...], ...]
     rejects: tuple[PositionedReject, ...]
-    stop: int
+    stop: Point
     known: bool
     last: bool
     sentinel: int | None
@@ -151,12 +160,13 @@ class WriteTask:
         remove_stale_temp(self.path, options)
         cut = ShardCut(self.maxcount, self.maxsize, compression_for(self.name))
         with StagedFile(self.path, options, hashing=True, compressed_as=self.name) as staged:
-            end, first_size = None, 0
+            end: Point | None = None
+            first_size = 0
             for payload, slots in zip(inputs, self.slots, strict=True):
                 view = memoryview(payload)
-                for position, offset, size in slots:
+                for position, sample, offset, size in slots:
                     if not cut.takes(size, staged.measure):
-                        end = position
+                        end = (position, sample)
                         break
                     staged.write(view[offset : offset + size])
                     cut.add(size)
@@ -174,13 +184,13 @@ class WriteTask:
                     )
                 end = self.stop
             elif self.known:
-                return self._refused(f"the cut fell at item position {end}, not {self.stop}: "
+                return self._refused(f"the cut fell at item point {end}, not {self.stop}: "
                                      "a bug in tarkit, please report it")  # fmt: skip
             staged.write(END_OF_ARCHIVE)
             count = cut.count
             size, sha256 = staged.finish(self.maxsize if count > 1 else None)
             info = ShardInfo(self.name, count, size, sha256)
-            rejects = tuple(r for r in self.rejects if r[0] < end)
+            rejects = tuple(r for r in self.rejects if (r[0], 0) < end)
             record = ShardRecord(self.plan or "", self.first, end, first_size, rejects)
             if self.plan is not None:
                 write_record(self.name, record, info, options)

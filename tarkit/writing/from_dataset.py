@@ -1,17 +1,17 @@
 """shard_dataset: turn a map-style Dataset (or any iterable) into shards, in parallel.
 
 The per-item work — loading, transforming, encoding every field to bytes and building the
-tar members — runs in ``DataLoader`` worker processes (``num_workers``); the main process
-only appends finished samples to a :class:`~tarkit.writing.shard_writer.ShardWriter`. The output order
-is the index order (or a seeded permutation with ``shuffle=True``) whatever the number of
-workers, and encoding is deterministic, so the shards are byte-identical for 0, 1 or 8
-workers and from one run to the next. ``mode="resume"`` continues an interrupted run
+tar members — runs in ``DataLoader`` worker processes (``num_workers``,
+:mod:`tarkit.writing.workers`); the main process only appends finished samples to a
+:class:`~tarkit.writing.shard_writer.ShardWriter`. An item may give several samples (or
+none). The output order is the index order (or a seeded permutation with
+``shuffle=True``), then the order of an item's samples, whatever the number of workers,
+and encoding is deterministic, so the shards are byte-identical for 0, 1 or 8 workers
+and from one run to the next. ``mode="resume"`` continues an interrupted run
 after its last complete shard and ends with the bytes an uninterrupted run writes.
 Hugging Face datasets are converted feature by feature (:mod:`tarkit.writing.huggingface`);
 ``on_error="skip"`` leaves out the items that fail, listed in a rejects file
 (:mod:`tarkit.writing.rejects`).
-
-torch is imported only when ``num_workers > 0`` for a map-style dataset.
 """
 
 from __future__ import annotations
@@ -20,12 +20,13 @@ import itertools
 import json
 import random
 import time
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
-from dataclasses import dataclass, replace
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from ..engines import check_engine
-from ..errors import UsageError
+from ..errors import OutputError, UsageError
+from ..format.compression import compression_for
 from ..format.encoding import DEFAULT_QUALITY, ImageTransform
 from ..format.manifest import Manifest, ShardInfo
 from ..format.tar import default_mtime
@@ -33,12 +34,23 @@ from ..sizes import check_on_error, parse_size
 from ..storage import location, publish
 from .cluster import Tally, shard_on_engine
 from .huggingface import FieldNames, hf_rows, hf_samples, is_hf_dataset
-from .items import DatasetFactory, ItemEncoder, ItemFailure, ToSample, default_sample
+from .items import DatasetFactory, EncodedItem, ItemEncoder, ItemFailure, ToSample, default_sample
 from .patterns import CREATE, OVERWRITE, RESUME
-from .rejects import ON_ERROR, Rejected, default_rejects, load_rejects, save_rejects
+from .rejects import ON_ERROR, Rejected, default_rejects, save_rejects
+from .shard_records import (
+    Covered,
+    Point,
+    PositionedReject,
+    ShardRecord,
+    completed_ranges,
+    counted_end,
+    plan_digest,
+    remove_records,
+    write_record,
+)
 from .shard_writer import DEFAULT_MAXCOUNT, DEFAULT_MAXSIZE, DEFAULT_PATTERN, ShardWriter
+from .workers import close_results, iterable_results, map_results
 
-CHUNK = 8  # items per worker task: fewer, larger messages between processes
 CLASSES_FILE = "classes.json"
 
 
@@ -49,10 +61,12 @@ class ShardProgress:
 
     ``samples`` counts the samples in the shards so far, the ``resumed`` ones found in
     the complete shards of an interrupted run included; ``total`` is the dataset's length
-    (None for an iterable); ``shards`` counts the complete shards; ``rejected`` the
-    items left out under ``on_error="skip"``. On a cluster, ``samples`` counts the items
-    encoded so far, ``retries`` the tasks tried again, and ``message`` says why, once,
-    in the report that follows each retry.
+    in items (None for an iterable; a ``to_sample`` that gives several samples per item
+    makes more samples than that); ``shards`` counts the complete shards; ``rejected``
+    the items left out under ``on_error="skip"``; ``empty`` the items whose ``to_sample``
+    gave no sample. On a cluster, ``samples`` counts the samples encoded so far,
+    ``retries`` the tasks tried again, and ``message`` says why, once, in the report
+    that follows each retry.
     """
 
     samples: int
@@ -64,25 +78,12 @@ class ShardProgress:
     rejected: int = 0
     retries: int = 0
     message: str | None = None
+    empty: int = 0
 
     @property
     def samples_per_second(self) -> float:
         """The rate of this run (resumed samples left out)."""
         return (self.samples - self.resumed) / self.seconds if self.seconds > 0 else 0.0
-
-
-class _Chunks:
-    """A map-style dataset over chunks of indices, for the DataLoader."""
-
-    def __init__(self, encoder: ItemEncoder) -> None:
-        self.encoder = encoder
-
-    def __getitem__(self, indices: Sequence[int]) -> list[bytes | ItemFailure]:
-        return self.encoder(indices)
-
-
-def _identity(batch: Any) -> Any:
-    return batch
 
 
 def is_map_style(dataset: object) -> bool:
@@ -147,7 +148,14 @@ def shard_dataset(
     """Write every item of ``dataset`` into shards named by ``pattern``; return the manifest.
 
     ``to_sample(item, index)`` turns an item into a sample dict (``__key__`` and fields
-    encoded by extension, see :mod:`tarkit.format.encoding`); without it,
+    encoded by extension, see :mod:`tarkit.format.encoding`), or into several: a list of
+    them or a generator, each sample with a key of its own (none, ``[]``, is allowed and
+    counted in :attr:`ShardProgress.empty`); it runs in the workers, and the samples
+    follow the item order, then the order ``to_sample`` gives them in. An item's samples
+    are held in memory together until they are written: split a very large expansion
+    (thousands of samples, or gigabytes, from one item) into several items. Two samples
+    of one item with one key, or an item whose first sample has the key of the sample
+    before it, fail that item (readers would merge the two); without ``to_sample``,
     :func:`default_sample` is used, and a Hugging Face dataset is converted feature by
     feature (:mod:`tarkit.writing.huggingface`). ``fields`` renames the entries of dict
     items and the columns of a Hugging Face dataset (``{"image": "jpg"}``; None leaves
@@ -183,7 +191,10 @@ def shard_dataset(
     An item that fails raises its error (a tarkit error as it is, anything else as
     :class:`~tarkit.errors.InputError` naming the item index); complete shards stay, the
     unfinished one is removed, and ``mode="resume"`` continues (the result is the bytes
-    an uninterrupted run writes). With ``on_error="skip"`` it is left out instead:
+    an uninterrupted run writes; where items give several samples, or none, the shards
+    keep records beside them saying where they end in the item order:
+    :mod:`tarkit.writing.shard_records`). With ``on_error="skip"`` it is left out instead,
+    all its samples or none (a generator that raises part-way leaves none of its samples):
     ``on_reject`` is called with its :class:`~tarkit.writing.rejects.Rejected`, and the
     rejects file (``rejects``, default beside the shards:
     :func:`~tarkit.writing.rejects.default_rejects`) lists it.
@@ -231,7 +242,7 @@ def shard_dataset(
         def tally(state: Tally) -> None:
             report(ShardProgress(state.samples, total, state.shards, state.resumed,
                                  time.monotonic() - started, False, 0, state.retries,
-                                 state.message))  # fmt: skip
+                                 state.message, state.empty))  # fmt: skip
 
         written = shard_on_engine(
             encoder, order or [], pattern, engine=engine, workers=num_workers or None,
@@ -256,6 +267,19 @@ def shard_dataset(
     return result
 
 
+@dataclass
+class _Walk:
+    """Where the local run is in the item order, for the records of its shards."""
+
+    point: Point  # the sample being written; after the last item, where the items end
+    first: Point  # where the shard being written begins
+    recording: bool  # a shard whose end the count does not find was met: records from then on
+    recorded: int = 0  # the first shard (of the writer's) with a record
+    first_size: int | None = None  # the tar bytes of the shard's first sample
+    rejects: list[PositionedReject] = field(default_factory=list)  # left out since ``first``
+    empty: int = 0  # items that gave no sample
+
+
 def _write_here(
     encoder: ItemEncoder, order: list[int] | None, num_workers: int, pattern: str,
     maxcount: int, maxsize: int | str, manifest: str | None, skipping: bool,
@@ -264,52 +288,124 @@ def _write_here(
     post: str | Callable[[str], object] | None, on_shard: Callable[[ShardInfo], object] | None,
     on_reject: Callable[[Rejected], object] | None,
 ) -> tuple[Manifest, list[Rejected]]:  # fmt: skip
-    """The local engine: workers of this machine encode, this process writes."""
-    rejected: list[Rejected] = []
-    published: list[int | None] = [None]  # how many rejects the rejects file lists
+    """The local engine: workers of this machine encode, this process writes.
+
+    Each item's samples are written one after another, and the shard cut counts samples.
+    A shard whose end the count does not find (:func:`~tarkit.writing.shard_records.counted_end`:
+    an item gave several samples, or none) gets a record before it is published, and so
+    does every shard after it (:mod:`tarkit.writing.shard_records`); ``mode="resume"``
+    then goes on from the item, and the sample of it, where the complete shards end.
+    """
+    options = storage_options
+    plan = plan_digest(order or [], maxcount, parse_size(maxsize, "maxsize"),
+                       compression_for(pattern))  # fmt: skip
+    covered = _resumable(pattern, start, plan, rejects if skipping else None, options, mode)
+    rejected = [r for c in covered for r in [*(c.unplaced or []), *(r for _, r in c.rejects)]]
+    published: list[int | None] = [len(rejected) if covered else None]  # in the rejects file
+    at = covered[-1].end if covered else (0, 0)
+    counted = sum(len(c.shards) for c in covered if c.unplaced is not None)
+    walk = _Walk(at, at, any(c.unplaced is None for c in covered), counted)
+
+    def sealed(info: ShardInfo) -> None:
+        held = writer.samples_done + info.samples
+        if not walk.recording and walk.point != counted_end(held, len(rejected)):
+            walk.recording, walk.recorded = True, len(writer.shards)
+        if walk.recording:
+            record = ShardRecord(plan, walk.first, walk.point, walk.first_size or 0,
+                                 tuple(walk.rejects))  # fmt: skip
+            write_record(info.url, record, info, options)
+        walk.first, walk.first_size, walk.rejects = walk.point, None, []
 
     def shard_done(info: ShardInfo) -> None:
         # The rejects file keeps up with the complete shards, for mode="resume".
         if rejects is not None and mode != OVERWRITE and published[0] != len(rejected):
-            save_rejects(rejected, rejects, storage_options)
+            save_rejects(rejected, rejects, options)
             published[0] = len(rejected)
         if on_shard is not None:
             on_shard(info)
 
     writer = ShardWriter(
         pattern, maxcount=maxcount, maxsize=maxsize, start=start, post=post,
-        manifest=manifest, on_shard=shard_done, storage_options=storage_options, mode=mode,
+        manifest=manifest, on_shard=shard_done, storage_options=options, mode=mode,
         mtime=encoder.mtime,
         # the rejects file must keep step with the shards in place: one at a time
-        overlap=rejects is None,
+        overlap=rejects is None, sealed=sealed,
+        resumed=[shard for c in covered for shard in c.shards] if mode == RESUME else None,
     )  # fmt: skip
-    if rejects is not None and mode == RESUME and writer.shards:
-        rejected = load_rejects(rejects, storage_options)
-        published[0] = len(rejected)
     resumed = writer.samples_done
-    done = resumed + len(rejected)  # the items the complete shards stand for
+    position, skip = at
     if order is not None:
-        results = _map_results(encoder, order[done:], num_workers)
+        results = map_results(encoder, order[position:], num_workers)
     else:
-        items = itertools.islice(enumerate(encoder.dataset), done, None)
-        results = _iterable_results(encoder, items, num_workers)
+        items = itertools.islice(enumerate(encoder.dataset), position, None)
+        results = iterable_results(encoder, items, num_workers)
+    previous_key = None  # of the sample written last
     with writer:
         try:
             for result in results:
-                if isinstance(result, bytes):
-                    writer.write_raw(result)
-                elif skipping:
-                    reject = Rejected(result.index, result.source, str(result.exception()))
+                index = position if order is None else order[position]
+                if isinstance(result, ItemFailure):
+                    failure: ItemFailure | None = result
+                else:
+                    failure = None if skip else encoder.follows(previous_key, result.first_key,
+                                                                index)  # fmt: skip
+                    if failure is None:
+                        _write_item(writer, walk, result, position, skip, index)
+                        previous_key = result.last_key or previous_key
+                if failure is not None:
+                    if not skipping:
+                        raise failure.exception()
+                    reject = Rejected(failure.index, failure.source, str(failure.exception()))
                     rejected.append(reject)
+                    walk.rejects.append((position, reject))
                     if on_reject is not None:
                         on_reject(reject)
-                else:
-                    raise result.exception()
+                position, skip = position + 1, 0
                 report(ShardProgress(writer.samples, total, len(writer.shards), resumed,
-                                     time.monotonic() - started, False, len(rejected)))  # fmt: skip
+                                     time.monotonic() - started, False, len(rejected),
+                                     empty=walk.empty))  # fmt: skip
+            walk.point = (position, 0)  # the last shard ends where the items do
         finally:
-            _close(results)
+            close_results(results)
+    keep = [shard.url for shard in writer.shards[walk.recorded :]] if walk.recording else []
+    remove_records(pattern, start, keep, options)
     return writer.manifest_of(), rejected
+
+
+def _write_item(writer: ShardWriter, walk: _Walk, item: EncodedItem, position: int,
+                skip: int, index: int) -> None:  # fmt: skip
+    """Write the samples of the item at ``position`` (but the first ``skip``, which the
+    complete shards of the run being resumed hold)."""
+    if len(item.samples) < skip:
+        raise OutputError(
+            f"item {index} gave {len(item.samples)} samples, and the complete shards of the "
+            f"run being resumed hold {skip} of them: to_sample must give the same samples "
+            "on every run"
+        )
+    if not item.samples:
+        walk.empty += 1
+    for number in range(skip, len(item.samples)):
+        raw = item.samples[number]
+        walk.point = (position, number)
+        writer.write_raw(raw)
+        if walk.first_size is None:
+            walk.first_size = len(raw)
+
+
+def _resumable(
+    pattern: str, start: int, plan: str, rejects: str | None,
+    options: Mapping[str, Any] | None, mode: str,
+) -> list[Covered]:  # fmt: skip
+    """The complete shards a resumed run keeps, from ``start`` on without a gap (a
+    shard after a gap, which a run on a cluster can leave, is refused by the writer)."""
+    if mode != RESUME:
+        return []
+    kept: list[Covered] = []
+    for covered in completed_ranges(pattern, start, plan, rejects, options):
+        if covered.number != (kept[-1].after if kept else start):
+            break
+        kept.append(covered)
+    return kept
 
 
 def _class_names(dataset: object) -> list[str] | None:
@@ -318,91 +414,6 @@ def _class_names(dataset: object) -> list[str] | None:
     if isinstance(names, list) and names and all(isinstance(n, str) for n in names):
         return names
     return None
-
-
-def _close(results: Iterator[Any]) -> None:
-    close = getattr(results, "close", None)
-    if close is not None:
-        close()
-
-
-def _chunks(order: Sequence[int], size: int) -> list[list[int]]:
-    return [list(order[i : i + size]) for i in range(0, len(order), size)]
-
-
-def _map_results(
-    encoder: ItemEncoder, order: Sequence[int], num_workers: int
-) -> Iterator[bytes | ItemFailure]:
-    """Encoded samples of a map-style dataset, in ``order``."""
-    if num_workers == 0:
-        for index in order:
-            yield from encoder((index,))
-        return
-    try:
-        from torch.utils.data import DataLoader
-    except ImportError:
-        raise UsageError(
-            "num_workers > 0 runs DataLoader workers and needs torch (pip install 'tarkit[torch]')"
-        ) from None
-    loader: Any = DataLoader(
-        _Chunks(encoder),  # type: ignore[arg-type]
-        batch_size=None,
-        sampler=_chunks(order, CHUNK),  # type: ignore[arg-type]
-        num_workers=num_workers,
-        collate_fn=_identity,
-        prefetch_factor=4,
-    )
-    iterator = iter(loader)
-    try:
-        for chunk in iterator:
-            yield from chunk
-    finally:
-        shutdown = getattr(iterator, "_shutdown_workers", None)
-        if shutdown is not None:
-            shutdown()
-
-
-_ITERABLE_ENCODER: ItemEncoder | None = None
-
-
-def _encode_in_worker(pair: tuple[int, Any]) -> bytes | ItemFailure:
-    assert _ITERABLE_ENCODER is not None
-    return _ITERABLE_ENCODER.encode(*pair)
-
-
-def _iterable_results(
-    encoder: ItemEncoder, items: Iterable[tuple[int, Any]], num_workers: int
-) -> Iterator[bytes | ItemFailure]:
-    """Encoded samples of an iterable's (index, item) pairs, in order.
-
-    Workers are forked processes that inherit the encoder (so ``to_sample`` need not be
-    picklable; the items must be). Items are handed out a window at a time, so memory
-    stays bounded however long the iterable is.
-    """
-    if num_workers == 0:
-        for index, item in items:
-            yield encoder.encode(index, item)
-        return
-    import multiprocessing
-
-    global _ITERABLE_ENCODER
-    _ITERABLE_ENCODER = encoder
-    window = num_workers * CHUNK * 4
-    try:
-        pool = multiprocessing.get_context("fork").Pool(num_workers)
-    finally:
-        _ITERABLE_ENCODER = None
-    iterator = iter(items)
-    try:
-        while True:
-            batch = list(itertools.islice(iterator, window))
-            if not batch:
-                break
-            yield from pool.imap(_encode_in_worker, batch, chunksize=CHUNK)
-        pool.close()
-    finally:
-        pool.terminate()
-        pool.join()
 
 
 __all__ = [

@@ -3,14 +3,25 @@
 Shards written by :func:`~tarkit.shard_dataset` on an engine are published as they are
 complete, in any order, so an interrupted run can leave shard 5 without shard 3. Beside
 each such shard ``NAME`` lies ``.NAME.shard.json``, published before the shard itself
-(so a published shard always has one): the shard's manifest entry, the positions of the
-item order it covers (from its first item to the first item of the next shard, the
+(so a published shard always has one): the shard's manifest entry, the points of the
+item order it covers (from its first sample to the first sample of the next shard, the
 items left out by ``on_error="skip"`` between them included), the tar size of its first
 sample (with which a resumed run checks that its cut before the shard falls where the
 shard begins) and the plan of the run (a digest of the item order and the limits). A
 resumed run keeps a shard whose record has the same plan and whose file matches the
-entry (:func:`~tarkit.storage.stored_matches`), and writes only the others. Once the
-whole set is complete the records are removed: they are for interrupted runs only.
+entry (:func:`~tarkit.storage.stored_matches`), and writes only the others.
+
+A point is (position in the item order, sample of that item): an item may give several
+samples (or none), and a shard may begin or end among the samples of one item.
+
+Shards without records are counted (:func:`counted_end`): their samples and the items
+left out before their end stand for as many items, as when every item gives one
+sample. The local engine writes records only from the first shard whose end that count
+does not find. Once the whole set is complete, the records before that shard are
+removed (:func:`remove_records`), every record when the count finds every shard's end:
+they are for interrupted runs only. Otherwise (items that gave several samples, or
+none) the records from that shard on stay, so that a resumed run, even of a complete
+set, knows where each shard ends.
 
 >>> record_path("out/train-000003.tar"), record_path("s3://b/train-%06d.tar")
 ('out/.train-000003.tar.shard.json', 's3://b/.train-%06d.tar.shard.json')
@@ -18,34 +29,79 @@ whole set is complete the records are removed: they are for interrupted runs onl
 
 from __future__ import annotations
 
+import bisect
 import hashlib
 import itertools
 import json
 from array import array
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass
 
 from ..errors import OutputError
 from ..format.manifest import ShardInfo
-from ..storage import StorageOptions, location, publish, read_bytes, stored_matches
+from ..storage import (
+    StorageOptions,
+    location,
+    publish,
+    read_bytes,
+    remove_file,
+    stored_matches,
+)
 from .index import index_shard
 from .patterns import existing_shards, refuse_strangers, shard_name
 from .rejects import Rejected, load_rejects
 
 RECORD_FORMAT = "tarkit-shard"
-RECORD_VERSION = 1
+RECORD_VERSIONS = (1, 2)  # 2: a shard that begins or ends among the samples of an item
 PositionedReject = tuple[int, Rejected]  # (position in the item order, the item left out)
+Point = tuple[int, int]  # (position in the item order, sample of that item)
+
+
+def counted_end(samples: int, rejects: int) -> Point:
+    """Where shards without records end, by the count: ``samples`` (in them and every
+    shard before) and ``rejects`` (the items left out before their end) stand for as
+    many items, as when each item gives one sample.
+
+    >>> counted_end(40, 2)
+    (42, 0)
+    """
+    return (samples + rejects, 0)
+
+
+def first_uncounted(
+    shards: Sequence[tuple[int, Point | None]], rejected: Sequence[int], unplaced: int
+) -> int | None:
+    """The first shard whose end :func:`counted_end` does not find (None when it finds
+    every one: then a resumed run needs no records). ``shards`` gives each shard's
+    samples and end, in order (None for the end of a shard counted already);
+    ``rejected`` the positions of the items left out, sorted; ``unplaced`` how many more
+    were left out before every one of those ends.
+
+    >>> first_uncounted([(2, (3, 0)), (2, (5, 0))], [1], 0) is None
+    True
+    >>> first_uncounted([(2, (2, 0)), (2, (3, 1)), (2, (5, 0))], [], 0)
+    1
+    """
+    held = 0
+    for number, (samples, end) in enumerate(shards):
+        held += samples
+        if end is None:
+            continue
+        before = bisect.bisect_left(rejected, end[0] + (end[1] > 0))  # at positions < end
+        if end != counted_end(held, unplaced + before):
+            return number
+    return None
 
 
 @dataclass(frozen=True)
 class ShardRecord:
-    """What a shard covers: positions ``first`` to ``end`` (exclusive) of the item order
+    """What a shard covers: points ``first`` to ``end`` (exclusive) of the item order
     of the run whose plan digest is ``plan``; ``first_size``: the tar bytes of its first
     sample; ``rejects``: the items left out in that range, with their positions."""
 
     plan: str
-    first: int
-    end: int
+    first: Point
+    end: Point
     first_size: int
     rejects: tuple[PositionedReject, ...] = ()
 
@@ -74,11 +130,13 @@ def write_record(
     shard: str, record: ShardRecord, info: ShardInfo, storage_options: StorageOptions | None
 ) -> None:
     """Publish the record of ``shard`` (whose entry is ``info``)."""
+    within = record.first[1] or record.end[1]
     data = {
         "format": RECORD_FORMAT,
-        "version": RECORD_VERSION,
+        "version": RECORD_VERSIONS[within > 0],
         "plan": record.plan,
-        "positions": [record.first, record.end],
+        "positions": [record.first[0], record.end[0]],
+        **({"samples": [record.first[1], record.end[1]]} if within else {}),
         "first_size": record.first_size,
         "shard": ShardInfo(
             location(shard).basename, info.samples, info.bytes, info.sha256
@@ -94,21 +152,30 @@ def read_record(
 ) -> tuple[ShardRecord, ShardInfo] | None:
     """The record and entry of ``shard`` when its record is of the plan ``plan`` and the
     shard matches it; else None (a record that does not parse counts as absent)."""
-    text = read_bytes(record_path(shard), storage_options)
+    return _usable(shard, read_bytes(record_path(shard), storage_options), plan, storage_options)
+
+
+def _usable(
+    shard: str, text: bytes | None, plan: str, storage_options: StorageOptions | None
+) -> tuple[ShardRecord, ShardInfo] | None:
+    """The record ``text`` of ``shard`` and its entry, when it is of ``plan`` and the
+    shard matches it."""
     if text is None:
         return None
     try:
         data = json.loads(text)
-        if (data.get("format"), data.get("version")) != (RECORD_FORMAT, RECORD_VERSION):
+        if data.get("format") != RECORD_FORMAT or data.get("version") not in RECORD_VERSIONS:
             return None
         entry = data["shard"]
         info = ShardInfo(shard, int(entry["samples"]), int(entry["bytes"]), entry.get("sha256"))
         first, end = (int(p) for p in data["positions"])
+        first_sample, end_sample = (int(k) for k in data.get("samples") or (0, 0))
         rejects = tuple(
             (int(p), Rejected(int(index), str(source), str(cause)))
             for p, index, source, cause in data.get("rejects") or []
         )
-        record = ShardRecord(str(data["plan"]), first, end, int(data["first_size"]), rejects)
+        record = ShardRecord(str(data["plan"]), (first, first_sample), (end, end_sample),
+                             int(data["first_size"]), rejects)  # fmt: skip
     except (ValueError, KeyError, TypeError):
         return None
     if record.plan != plan or not stored_matches(shard, info.bytes, info.sha256, None,
@@ -119,15 +186,16 @@ def read_record(
 
 @dataclass
 class Covered:
-    """Complete shards ``number``… of a run being resumed, covering positions ``first``
+    """Complete shards ``number``… of a run being resumed, covering points ``first``
     to ``end`` of its item order: one shard with a record, or the shards an interrupted
-    run that kept no records (the local engine's) left before the first missing one.
-    ``first_size`` is the tar size of the first sample (None when unknown)."""
+    run left without records before the first missing one or the first with a record
+    (counted: :func:`counted_end`). ``first_size`` is the tar size of the first sample
+    (None when unknown)."""
 
     number: int
     shards: list[ShardInfo]
-    first: int
-    end: int
+    first: Point
+    end: Point
     rejects: list[PositionedReject]
     first_size: int | None = None
     unplaced: list[Rejected] | None = None  # rejects of a run without records
@@ -150,11 +218,12 @@ def completed_ranges(
 
     The shards from ``start`` on up to the first missing one or the first with a record
     are those of a run without records: they are read whole (counting their samples)
-    and, with the rejects file ``rejects`` (``on_error="skip"``), cover the positions
-    their samples and those rejects stand for, as :class:`ShardWriter`'s resume counts
-    them. Every other shard needs a record of this plan. Raises
-    :class:`~tarkit.errors.OutputError` for a shard that is neither (another run's), and
-    for shards whose positions do not follow one another.
+    and, with the items of the rejects file ``rejects`` (``on_error="skip"``) that no
+    record places, cover the items their samples and those rejects stand for
+    (:func:`counted_end`). Every other shard needs a record of this plan. Raises
+    :class:`~tarkit.errors.OutputError` for a shard that is neither (another run's, or
+    one with a record of another plan), and for shards whose points do not follow one
+    another.
     """
     existing = existing_shards(pattern, start, storage_options)
     names = {shard.url for shard in existing}
@@ -164,15 +233,12 @@ def completed_ranges(
     first_recorded = None  # the record that ends the shards without records, read once
     while shard_name(pattern, number) in names:
         name = shard_name(pattern, number)
-        first_recorded = read_record(name, plan, storage_options)
-        if first_recorded is not None:
+        text = read_bytes(record_path(name), storage_options)
+        if text is not None:  # a record of another plan makes it a stranger, not counted
+            first_recorded = _usable(name, text, plan, storage_options)
             break
         prefix.append(index_shard(name, strict=True, storage_options=storage_options))
         number += 1
-    if prefix:
-        unplaced = load_rejects(rejects, storage_options) if rejects is not None else []
-        consumed = sum(s.samples for s in prefix) + len(unplaced)
-        found.append(Covered(start, prefix, 0, consumed, [], None, unplaced))
     strangers = []
     for shard in existing:
         canonical = shard.url == shard_name(pattern, shard.number)
@@ -180,7 +246,7 @@ def completed_ranges(
             continue  # one of the shards without records
         if not canonical:
             recorded = None
-        elif shard.number == number and first_recorded is not None:
+        elif shard.number == number:
             recorded = first_recorded
         else:
             recorded = read_record(shard.url, plan, storage_options)
@@ -192,6 +258,14 @@ def completed_ranges(
                              list(record.rejects), record.first_size))  # fmt: skip
     if strangers:
         raise refuse_strangers(pattern, strangers)
+    if prefix:
+        # The rejects file lists the items left out up to the last complete shard: those
+        # no record places are the counted shards'.
+        placed = {reject.index for covered in found for _, reject in covered.rejects}
+        listed = load_rejects(rejects, storage_options) if rejects is not None else []
+        unplaced = [reject for reject in listed if reject.index not in placed]
+        end = counted_end(sum(s.samples for s in prefix), len(unplaced))
+        found.insert(0, Covered(start, prefix, (0, 0), end, [], None, unplaced))
     for before, after in itertools.pairwise(found):
         if after.number < before.after or after.first < before.end:
             raise OutputError(
@@ -200,3 +274,14 @@ def completed_ranges(
                 "--overwrite (mode='overwrite') to write the whole set anew"
             )
     return found
+
+
+def remove_records(
+    pattern: str, start: int, keep: Collection[str], storage_options: StorageOptions | None
+) -> None:
+    """Remove the records of the shards ``pattern`` names from ``start`` on, but those of
+    the shards ``keep`` names."""
+    kept = {record_path(shard) for shard in keep}
+    for record in existing_shards(record_path(pattern), start, storage_options):
+        if record.url not in kept:
+            remove_file(record.url, storage_options)

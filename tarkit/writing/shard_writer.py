@@ -166,7 +166,9 @@ class ShardWriter:
     path or URL where :meth:`close` writes the manifest of all shards.
     ``checksums=False`` leaves out the sha256 of each shard (``ShardInfo.sha256`` is
     None; a manifest then has none): hashing costs about a sixth of copying small
-    samples, for output nobody checks.
+    samples, for output nobody checks. ``sealed`` is called with each shard's
+    :class:`ShardInfo` once it is complete and before it is published (for a record
+    that must exist whenever the shard does).
 
     ``mode`` says what to do with files that already match the pattern from ``start``
     on (:mod:`tarkit.writing.patterns`): ``"create"`` (default) raises
@@ -177,6 +179,8 @@ class ShardWriter:
     shards of an interrupted run and continues after them: ``samples_done`` says how
     many samples they hold, so the caller skips that many before writing (stale
     temporary files are removed; another matching file raises :class:`OutputError`).
+    ``resumed`` gives those shards when the caller has found and checked them already
+    (else they are read here: the complete shards from ``start`` on).
 
     As a context manager, leaving with an exception aborts: complete shards stay (with
     ``overwrite``, the pending ones are removed and the old files stay as they were), the
@@ -200,6 +204,8 @@ class ShardWriter:
         mtime: int | None = None,
         checksums: bool = True,
         overlap: bool = True,
+        sealed: Callable[[ShardInfo], object] | None = None,
+        resumed: list[ShardInfo] | None = None,
     ) -> None:
         from ..sizes import parse_size
 
@@ -219,6 +225,7 @@ class ShardWriter:
         self.storage_options = storage_options
         self.checksums = checksums
         self.overlap = overlap
+        self.sealed = sealed
         self.mtime = default_mtime() if mtime is None else mtime
         self.shards: list[ShardInfo] = []
         self.samples_done = 0
@@ -234,9 +241,11 @@ class ShardWriter:
         # overwrite: the files the new set replaces, and its shards under pending names
         self._replaced: list[str] = []
         self._pending: list[str] = []
-        self._start_over(storage_options)
+        self._start_over(storage_options, resumed)
 
-    def _start_over(self, storage_options: StorageOptions | None) -> None:
+    def _start_over(
+        self, storage_options: StorageOptions | None, resumed: list[ShardInfo] | None
+    ) -> None:
         """Look at what an earlier run left under the pattern, as ``mode`` says."""
         pattern, start = self.pattern, self.start
         existing = existing_shards(pattern, start, storage_options)
@@ -246,7 +255,9 @@ class ShardWriter:
         if self.mode == OVERWRITE:
             self._replaced = [shard.url for shard in existing]
         if self.mode == RESUME:
-            self.shards = completed_shards(pattern, start, storage_options)
+            if resumed is None:
+                resumed = completed_shards(pattern, start, storage_options)
+            self.shards = list(resumed)
             self.samples_done = sum(s.samples for s in self.shards)
             kept = {s.url for s in self.shards}
             strangers = [shard for shard in existing if shard.url not in kept]
@@ -396,12 +407,18 @@ class ShardWriter:
         try:
             # One sample alone may be larger than maxsize; more than one over it is a bug.
             size, sha256 = shard.seal(self.maxsize if count > 1 else None)
+        except OutputError:
+            self._file = None  # the shard removed its temporary file
+            raise
+        info = ShardInfo(url=self._name, samples=count, bytes=size, sha256=sha256)
+        if self.sealed is not None:
+            self.sealed(info)  # (an error here leaves the shard to abort)
+        try:
             # fsync and rename on another thread while the next shard is written
             publishing = shard.publish_soon(self.overlap)
         except OutputError:
             self._file = None  # the shard removed its temporary file
             raise
-        info = ShardInfo(url=self._name, samples=count, bytes=size, sha256=sha256)
         self._file, self._publishing = None, (publishing, info)
         self.samples_done += count
         self._cut.begin()
