@@ -42,6 +42,7 @@ from ..format.manifest import Manifest, ShardInfo
 from ..storage import location, manifest_at, save_manifest
 from .cluster_pieces import Piece, Pieces
 from .cluster_tasks import Encoded, EncodeTask, Slot, WriteTask, Written
+from .completion import put_in_place, run_post
 from .cuts import ShardCut
 from .items import ItemEncoder, ItemFailure
 from .patterns import (
@@ -62,7 +63,6 @@ from .shard_records import (
     plan_digest,
     remove_records,
 )
-from .shard_writer import put_in_place, run_post
 
 TICK = 0.5  # seconds between progress reports while waiting
 PIECE_SECONDS = 1.0  # the work an encode task aims at

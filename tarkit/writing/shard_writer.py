@@ -39,7 +39,6 @@ Guarantees, for ``tarsplit``, ``tarkit shard`` and library users alike:
 
 from __future__ import annotations
 
-import os
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -53,13 +52,12 @@ from ..storage import (
     Publishing,
     StagedFile,
     StorageOptions,
-    describe_exit,
     manifest_at,
-    move_file,
     remove_file,
     remove_stale_temp,
     save_manifest,
 )
+from .completion import put_in_place, run_post
 from .cuts import ShardCut
 from .patterns import (
     CREATE,
@@ -80,46 +78,6 @@ from .sample_encoder import SampleEncoder, key_of
 DEFAULT_PATTERN = "shard-%06d.tar"
 DEFAULT_MAXCOUNT = 100_000
 DEFAULT_MAXSIZE = 1 << 30  # 1G
-
-
-def run_post(post: str | Callable[[str], object], path: str) -> None:
-    """Run the post command for a finished shard; raise :class:`OutputError` if it fails.
-
-    A string is a bash command with every ``{}`` replaced by the shell-quoted path (the
-    path is also in ``TARKIT_SHARD``); a callable is called with the path.
-    """
-    if callable(post):
-        post(path)
-        return
-    import shlex
-    import subprocess
-
-    command = post.replace("{}", shlex.quote(path))
-    env = dict(os.environ, TARKIT_SHARD=path)
-    try:
-        status = subprocess.run(["bash", "-c", command], env=env).returncode
-    except OSError as exc:
-        raise OutputError(f"{path}: cannot run the post command: {exc.strerror}") from None
-    if status != 0:
-        raise OutputError(f"{path}: post command {describe_exit(status)}: {command}")
-
-
-def put_in_place(
-    pending: list[str], shards: list[ShardInfo], replaced: list[str],
-    post: str | Callable[[str], object] | None, storage_options: StorageOptions | None,
-) -> None:  # fmt: skip
-    """``mode="overwrite"``, once the new set is complete: give the ``pending`` files the
-    names of ``shards``, remove the ``replaced`` files the new set does not reuse, then
-    run ``post`` on each shard."""
-    for name, shard in zip(pending, shards, strict=True):
-        move_file(name, shard.url, storage_options)
-    new = {shard.url for shard in shards}
-    for url in replaced:
-        if url not in new:
-            remove_file(url, storage_options)
-    if post is not None:
-        for shard in shards:
-            run_post(post, shard.url)
 
 
 @dataclass(frozen=True)
