@@ -12,9 +12,10 @@ run by the same :class:`~tarkit.engines.running.TaskRunner` as :func:`tarkit.map
    (:mod:`tarkit.writing.cluster_pieces` is what the driver holds of them).
 2. The driver walks the sizes sample by sample in order as they arrive, with the cut
    rule (a shard may end among the samples of one item, at a point: a position and a
-   sample of it); as soon as a shard's end is known, a write task takes exactly its samples from the encode tasks'
-   payloads (Ray moves them to its node), writes the shard and publishes it. Shards are
-   written in parallel, in any order; items are encoded once.
+   sample of it); as soon as a shard's end is known, a write task takes exactly its
+   samples from the encode tasks' payloads (Ray moves them to its node), writes the
+   shard and publishes it. Shards are written in parallel, in any order; items are
+   encoded once.
 
 gzip and zstd shards are cut by measuring the compressor, which only the writer can: their
 write tasks find their own end, one shard after the other (encoding stays parallel).
@@ -22,9 +23,10 @@ Uncompressed, bzip2 and xz shards are cut by the driver.
 
 Each shard gets a record (:mod:`tarkit.writing.shard_records`) before it is published,
 so that ``mode="resume"`` keeps every complete shard, wherever it is in the set, and
-writes only the others; the records stay when the set needs them (see there). An item that fails raises its error once every shard before it
-is written (as on one machine), or with ``on_error="skip"`` is left out; a task whose
-worker dies is tried again (``retries``); a write that keeps failing is raised.
+writes only the others; the records stay when the set needs them (see there). An item
+that fails raises its error once every shard before it is written (as on one machine), or
+with ``on_error="skip"`` is left out; a task whose worker dies is tried again
+(``retries``); a write that keeps failing is raised.
 """
 
 from __future__ import annotations
@@ -311,6 +313,7 @@ class ClusterRun:
                 if not self.cut.takes(sizes[number], _unmeasured):
                     self._write(runner, self.pos, known=True)
                 self._take(piece, position, number)
+                self.cut.add(sizes[number])
             self.pos = _after(self.pos, sizes)
 
     def _misfit(self, covered: Any) -> str:
@@ -329,12 +332,12 @@ class ClusterRun:
         self.cut.begin()
 
     def _take(self, piece: Piece, position: int, number: int) -> None:
-        """Put sample ``number`` of the item at ``position`` in the shard being cut."""
+        """Give sample ``number`` of the item at ``position`` to the shard being cut (or,
+        for gzip/zstd, to its write's candidates)."""
         k = position - piece.first
         size = piece.sizes[k][number]  # type: ignore[index]
         self.slots.append((piece, (position, number, piece.offsets[k][number], size)))
         piece.users.add(self.number)
-        self.cut.add(size)
 
     def _reject(self, position: int, piece: Piece) -> None:
         failure = piece.failures[position]

@@ -44,6 +44,7 @@ from .shard_records import (
     ShardRecord,
     completed_ranges,
     counted_end,
+    first_uncounted,
     plan_digest,
     remove_records,
     write_record,
@@ -273,8 +274,9 @@ class _Walk:
 
     point: Point  # the sample being written; after the last item, where the items end
     first: Point  # where the shard being written begins
-    recording: bool  # a shard whose end the count does not find was met: records from then on
-    recorded: int = 0  # the first shard (of the writer's) with a record
+    recording: bool  # records from now on: a shard's end was not counted, or had a record
+    ends: list[Point | None]  # of the complete shards (None: counted by a run without records)
+    rejected_at: list[int]  # the positions of the items left out (but a counted run's)
     first_size: int | None = None  # the tar bytes of the shard's first sample
     rejects: list[PositionedReject] = field(default_factory=list)  # left out since ``first``
     empty: int = 0  # items that gave no sample
@@ -303,13 +305,15 @@ def _write_here(
     rejected = [r for c in covered for r in [*(c.unplaced or []), *(r for _, r in c.rejects)]]
     published: list[int | None] = [len(rejected) if covered else None]  # in the rejects file
     at = covered[-1].end if covered else (0, 0)
-    counted = sum(len(c.shards) for c in covered if c.unplaced is not None)
-    walk = _Walk(at, at, any(c.unplaced is None for c in covered), counted)
+    ends = [c.end if c.unplaced is None else None for c in covered for _ in c.shards]
+    rejected_at = [position for c in covered for position, _ in c.rejects]
+    walk = _Walk(at, at, any(c.unplaced is None for c in covered), ends, rejected_at)
+    unplaced = sum(len(c.unplaced or ()) for c in covered)
 
     def sealed(info: ShardInfo) -> None:
         held = writer.samples_done + info.samples
-        if not walk.recording and walk.point != counted_end(held, len(rejected)):
-            walk.recording, walk.recorded = True, len(writer.shards)
+        walk.recording = walk.recording or walk.point != counted_end(held, len(rejected))
+        walk.ends.append(walk.point)
         if walk.recording:
             record = ShardRecord(plan, walk.first, walk.point, walk.first_size or 0,
                                  tuple(walk.rejects))  # fmt: skip
@@ -358,6 +362,7 @@ def _write_here(
                     reject = Rejected(failure.index, failure.source, str(failure.exception()))
                     rejected.append(reject)
                     walk.rejects.append((position, reject))
+                    walk.rejected_at.append(position)
                     if on_reject is not None:
                         on_reject(reject)
                 position, skip = position + 1, 0
@@ -367,7 +372,10 @@ def _write_here(
             walk.point = (position, 0)  # the last shard ends where the items do
         finally:
             close_results(results)
-    keep = [shard.url for shard in writer.shards[walk.recorded :]] if walk.recording else []
+    # The records stay from the first shard whose end the count does not find on.
+    held = [(shard.samples, end) for shard, end in zip(writer.shards, walk.ends, strict=True)]
+    first = first_uncounted(held, walk.rejected_at, unplaced)
+    keep = [shard.url for shard in writer.shards[first:]] if first is not None else []
     remove_records(pattern, start, keep, options)
     return writer.manifest_of(), rejected
 
