@@ -12,8 +12,7 @@ from __future__ import annotations
 
 import traceback
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
-from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 from ..errors import InputError, SampleError, TarkitError
 from ..format.encoding import ImageTransform, encode_sample
@@ -167,8 +166,7 @@ class ItemFailure(CarriedError):
         return self.rebuilt(lambda text: InputError(f"item {self.index}: {text}", source="dataset"))
 
 
-@dataclass(frozen=True)
-class EncodedItem:
+class EncodedItem(NamedTuple):
     """An item's samples as the raw bytes of their tar members, in the order
     ``to_sample`` gave them (none, one or several), with the keys of the first and last."""
 
@@ -196,18 +194,15 @@ class ItemEncoder:
         """Item ``index``'s samples, encoded; or its failure (a sample that cannot be
         encoded, two samples of the item with one key, a generator that raises)."""
         try:
-            if self.to_sample is not None:
-                samples = returned_samples(self.to_sample(item, index), index)
-            else:
-                samples = iter([default_sample(item, index, image_ext=self.image_ext,
-                                               fields=self.fields)])  # fmt: skip
+            if self.to_sample is None:
+                one = default_sample(item, index, image_ext=self.image_ext, fields=self.fields)
+                key = one["__key__"]
+                return EncodedItem((self._raw(one, index),), key, key)
             encoded: list[bytes] = []
             keys: set[str] = set()
             first = key = None
-            for sample in samples:
-                if self.transform.active:
-                    sample = self.transform.sample(sample, f"item {index}")
-                encoded.append(encode_sample(sample, mtime=self.mtime, quality=self.quality))
+            for sample in returned_samples(self.to_sample(item, index), index):
+                encoded.append(self._raw(sample, index))
                 key = sample["__key__"]
                 if key in keys:
                     raise SampleError(
@@ -221,6 +216,12 @@ class ItemEncoder:
             return EncodedItem(tuple(encoded), first, key)
         except Exception as exc:
             return ItemFailure(index, exc, self.source_of(index))
+
+    def _raw(self, sample: Mapping[str, Any], index: int) -> bytes:
+        """The tar members of one sample of item ``index``, its images transformed."""
+        if self.transform.active:
+            sample = self.transform.sample(sample, f"item {index}")
+        return encode_sample(sample, mtime=self.mtime, quality=self.quality)
 
     def follows(self, previous_key: str | None, first_key: str | None,
                 index: int) -> ItemFailure | None:  # fmt: skip
