@@ -57,6 +57,7 @@ from .patterns import (
     pending_name,
     record_path,
     refuse_existing,
+    remove_pending,
     replaced_files,
     settle_earlier_run,
     shard_name,
@@ -148,6 +149,7 @@ class ClusterRun:
         self.ids = iter(range(1 << 62))
         self.writing: dict[int, WriteTask] = {}
         self.in_order = start  # the next shard to announce (on_shard, post, rejects file)
+        self.committing = False  # an overwrite's commit has begun
 
     # -- the loop ---------------------------------------------------------------------
 
@@ -332,6 +334,7 @@ class ClusterRun:
                 else:  # a record the set does not need
                     remove_file(pending_name(record_path(name)), options)
             pending = [pending_name(shard_name(pattern, n)) for n in numbers]
+            self.committing = True
             put_in_place(pattern, pending, infos, self.replaced, manifest, self.post, options,
                          records)  # fmt: skip
         else:
@@ -342,6 +345,14 @@ class ClusterRun:
         if manifest is not None and self.mode != OVERWRITE:
             save_manifest(made, manifest, options)
         return made
+
+    def abandon(self) -> None:
+        """After a failure: an overwrite that had not begun its commit removes its
+        pending shards and records (the old set stays as it was, as with
+        :class:`~tarkit.writing.shard_writer.ShardWriter`); a commit that failed leaves
+        them to its journal, which the next run finishes."""
+        if self.mode == OVERWRITE and not self.committing:
+            remove_pending(self.pattern, self.options)
 
     def rejects_in_order(self) -> list[Rejected]:
         """Every item left out, in the order of the items."""
@@ -365,6 +376,8 @@ def shard_on_engine(
         finished = True
     finally:
         runner.close(cancel=not finished)
+        if not finished:
+            run.abandon()
     return made, run.rejects_in_order()
 
 

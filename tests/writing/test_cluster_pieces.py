@@ -103,3 +103,19 @@ def test_a_cluster_resumes_a_local_run_cut_among_an_items_samples_and_fills_hole
                **options)  # fmt: skip
     assert files(cut) == files(clean)
     assert (cut / "s-03.tar").stat().st_mtime_ns == kept
+
+
+def test_a_cluster_overwrite_commits_its_records_with_its_shards_or_leaves_the_old_ones(
+    tmp_path: Path,
+) -> None:
+    pattern = str(tmp_path / "cluster" / "s-%02d.tar")
+    on_cluster(Words(40), pattern, to_sample=Chunks(), maxcount=5)
+    old = files(tmp_path / "cluster")
+    assert ".s-00.tar.shard.json" in old
+    with pytest.raises(InputError, match="item 14"):  # stopped before its commit
+        on_cluster(Words(40), pattern, to_sample=Chunks(bad=14), maxcount=4, mode="overwrite")
+    assert files(tmp_path / "cluster") == old  # the old records too: the old set resumes
+    on_cluster(Words(40), pattern, to_sample=Chunks(), maxcount=4, mode="overwrite")
+    shard_dataset(Words(40), str(tmp_path / "local" / "s-%02d.tar"), to_sample=Chunks(),
+                  maxcount=4)  # fmt: skip
+    assert files(tmp_path / "cluster") == files(tmp_path / "local")
