@@ -1,7 +1,8 @@
 """Process whole datasets shard by shard: :func:`map_shards`, on local processes or Ray.
 
 Each input shard becomes one output shard: the function maps every sample of it to
-zero, one or several output samples, and may return a metadata row per sample. One
+zero, one or several output samples, and may return a metadata row per input sample or
+per output sample. One
 task per shard (:mod:`tarkit.processing.shard_task`) runs on an engine
 (:mod:`tarkit.engines`); the function becomes a shard mapper
 (:mod:`tarkit.processing.mappers`).
@@ -117,8 +118,10 @@ def map_shards(
     keep the inputs' file names. ``fn(sample)`` gets a dict with ``__key__``,
     ``__url__`` and the bytes of each field, and returns a sample dict (values encoded
     by field extension, as :class:`~tarkit.writing.shard_writer.ShardWriter` does), a list of them,
-    None, or ``(samples, metadata_row)`` with one row (a dict) per input sample; anything
-    else fails its shard at once, naming the function. ``fn`` may also be a shard mapper
+    None, or ``(samples, metadata_row)`` with one row (a dict) per input sample, or
+    ``(samples, rows)`` with a list of rows, one per output sample; anything else (rows
+    that do not match the samples one for one, too) fails its shard at once, naming the
+    function. ``fn`` may also be a shard mapper
     (an object with ``map_shard(samples, source)`` and ``take_rejects()``: a
     :class:`~tarkit.processing.mappers.ShardMapper`, like
     :class:`~tarkit.processing.mappers.ShellCommand`).

@@ -1,12 +1,13 @@
-"""What becomes of complete shards: the commit of an overwrite's new set, and the post
-command each shard gets once it has its name. :class:`~tarkit.writing.shard_writer.ShardWriter`
-and the cluster run (:mod:`tarkit.writing.cluster`) both end here.
+"""What becomes of complete shards: the commit of an overwrite's new set (with the
+records beside its shards), and the post command each shard gets once it has its name.
+:class:`~tarkit.writing.shard_writer.ShardWriter` and the cluster run
+(:mod:`tarkit.writing.cluster`) both end here.
 """
 
 from __future__ import annotations
 
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 
 from ..errors import OutputError
 from ..format.manifest import ShardInfo
@@ -39,18 +40,20 @@ def run_post(post: str | Callable[[str], object], path: str) -> None:
 def put_in_place(
     pattern: str, pending: list[str], shards: list[ShardInfo], replaced: list[str],
     manifest: str | None, post: str | Callable[[str], object] | None,
-    storage_options: StorageOptions | None,
+    storage_options: StorageOptions | None, beside: Sequence[Move] = (),
 ) -> None:  # fmt: skip
     """``mode="overwrite"``, once the new set is complete: commit it whole through the
     journal of ``pattern`` (:mod:`tarkit.storage.commit`): the ``pending`` files take the
-    names of ``shards``, the ``replaced`` files the new set does not reuse are removed
+    names of ``shards`` and the files ``beside`` them (their records, staged under
+    pending names too) take theirs, the ``replaced`` files the new set does not reuse
+    (the old shards and their records: :func:`.patterns.replaced_files`) are removed
     and the manifest of ``shards`` is published at ``manifest`` (when given), last; then
     run ``post`` on each shard. A run stopped during the commit leaves its journal,
     and the next run into ``pattern`` finishes it (:func:`.patterns.settle_earlier_run`).
     """
     moves = [
         Move(name, shard.url, shard.bytes) for name, shard in zip(pending, shards, strict=True)
-    ]
+    ] + list(beside)
     made = None if manifest is None else (manifest, manifest_at(manifest, shards).to_bytes())
     commit_files(journal_name(pattern), moves, replaced, made, storage_options)
     if post is not None:

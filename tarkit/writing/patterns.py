@@ -16,7 +16,9 @@ of numbered shards takes a ``mode``:
   other files that match the pattern are removed, the manifest is published last. A run
   that fails or is interrupted before the commit removes its pending shards: the old
   set is left as it was; one stopped during the commit (``kill -9``) is finished by the
-  next run into the pattern, whatever its mode (:func:`settle_earlier_run`).
+  next run into the pattern, whatever its mode (:func:`settle_earlier_run`). The records
+  of the old shards go with them, and the new shards' records (:func:`record_path`)
+  take their names in the same commit.
 - ``resume``: keep the complete shards of an interrupted run and continue after them,
   once the input is found to hold them (:mod:`tarkit.writing.kept`); a file matching
   the pattern that is not one of those shards is refused.
@@ -190,6 +192,30 @@ def pending_name(spec: str) -> str:
     return where.sibling(f".{where.basename}.pending")
 
 
+def record_path(shard: str) -> str:
+    """Where the record of ``shard`` lives (:mod:`tarkit.writing.shard_records`):
+    ``.NAME.shard.json`` beside it (of a shard pattern: the pattern of the records).
+    Under ``overwrite`` a new shard's record waits under its :func:`pending_name`, as the
+    shard does, and takes its name in the same commit.
+
+    >>> record_path("out/train-000003.tar"), record_path("s3://b/train-%06d.tar")
+    ('out/.train-000003.tar.shard.json', 's3://b/.train-%06d.tar.shard.json')
+    """
+    where = location(shard)
+    return where.sibling(f".{where.basename}.shard.json")
+
+
+def replaced_files(
+    pattern: str, existing: list[ExistingShard], start: int,
+    storage_options: StorageOptions | None = None,
+) -> list[str]:  # fmt: skip
+    """What an overwrite into ``pattern`` replaces: the ``existing`` shards (from number
+    ``start`` on) and the records of shards of those numbers, which describe the old set
+    (:func:`record_path`)."""
+    records = existing_shards(record_path(pattern), start, storage_options)
+    return [shard.url for shard in existing] + [record.url for record in records]
+
+
 def journal_name(pattern: str) -> str:
     """Where the commit of an overwrite into ``pattern`` keeps its journal: a hidden name
     in the shards' directory (for a pattern with the shard number in a directory, the
@@ -204,9 +230,11 @@ def journal_name(pattern: str) -> str:
 
 
 def remove_pending(pattern: str, storage_options: StorageOptions | None = None) -> None:
-    """Remove the pending shards an overwrite killed before its commit left behind."""
-    for shard in existing_shards(pending_name(pattern), 0, storage_options):
-        remove_file(shard.url, storage_options)
+    """Remove the pending shards (and their pending records) an overwrite killed before
+    its commit left behind."""
+    for pending in (pending_name(pattern), pending_name(record_path(pattern))):
+        for found in existing_shards(pending, 0, storage_options):
+            remove_file(found.url, storage_options)
 
 
 def settle_earlier_run(pattern: str, storage_options: StorageOptions | None = None) -> bool:

@@ -51,12 +51,34 @@ class SampleEncoder:
             previous = self._previous
             if isinstance(previous, Sample) and isinstance(sample, Sample):
                 raise same_key_error(previous, sample)
-            raise SampleError(
-                f"sample {key!r} follows a sample with the same key, and readers would "
-                "merge the two: give every sample a key of its own",
-                source="dataset",
-            )
+            raise repeated_key(key)
         self._previous, self._previous_key = sample, key
+
+
+def repeated_key(key: Any, where: str = "") -> SampleError:
+    """The error of a sample that follows a sample with the same key (``where``, such as
+    ``"item 4: "``, says which)."""
+    return SampleError(
+        f"{where}sample {key!r} follows a sample with the same key, and readers would "
+        "merge the two: give every sample a key of its own",
+        source="dataset",
+    )
+
+
+def raw_key(raw: bytes | memoryview) -> str:
+    """The key of a sample given as the raw blocks of its tar members, as a reader of the
+    shard finds it.
+
+    >>> raw_key(SampleEncoder(mtime=0).encode({"__key__": "a/b", "txt": "x"}))
+    'a/b'
+    """
+    import io
+
+    from ..format.samples import group_samples
+    from ..format.tar import END_OF_ARCHIVE, read_members
+
+    stream = io.BytesIO(bytes(raw) + END_OF_ARCHIVE)
+    return next(group_samples(read_members(stream))).key
 
 
 def key_of(sample: Sample | Mapping[str, Any]) -> Any:

@@ -15,6 +15,7 @@ from tarkit.format.encoding import ImageTransform
 from tarkit.format.tar import default_mtime
 from tarkit.storage import Move, commit_files, finish_commit, refuse_unfinished
 from tarkit.writing.cluster import ClusterRun
+from tarkit.writing.from_dataset import shard_dataset
 from tarkit.writing.items import ItemEncoder
 from tarkit.writing.patterns import journal_name
 from tarkit.writing.shard_writer import ShardWriter
@@ -62,7 +63,9 @@ def cluster_run(pattern: str, mode: str) -> None:
                on_reject=None, post=None, on_shard=None, report=print)  # fmt: skip
 
 
-@pytest.mark.parametrize("mode", ["create", "overwrite", "resume", "cluster create"])
+@pytest.mark.parametrize(
+    "mode", ["create", "overwrite", "resume", "cluster create", "dataset resume"]
+)
 def test_every_writer_of_the_pattern_finishes_a_stopped_commit_whatever_its_mode(
     tmp_path: Path, mode: str
 ) -> None:
@@ -74,6 +77,9 @@ def test_every_writer_of_the_pattern_finishes_a_stopped_commit_whatever_its_mode
     elif mode == "cluster create":
         with pytest.raises(OutputError, match="3 files already match"):
             cluster_run(pattern, "create")
+    elif mode == "dataset resume":  # the new set is whole before its shards are checked
+        items = [{"__key__": key, "txt": key * 600} for key in "vwx"]
+        shard_dataset(items, pattern, maxcount=1, mode="resume")
     else:
         writer = ShardWriter(pattern, mode=mode)
         assert writer.finished_commit
