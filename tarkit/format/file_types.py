@@ -12,7 +12,7 @@ damaged (the ``ustar`` magic in place) is never given another name.
 >>> not_tar(b"\\xff\\xd8\\xff\\xe0" + bytes(60), "cat.jpg")
 "a JPEG image, not a tar archive: make shards of image files with tarkit shard DIR -o 'shards/shard-%06d.tar' (or tarcreate)"
 >>> not_tar(b"\\x04\\x22\\x4d\\x18" + bytes(20), "x.tar.lz4")
-'an lz4 stream: tarkit reads gzip, bzip2, xz and zstd; decompress it first: lz4 -dc x.tar.lz4 > x.tar (or read pipe:lz4 -dc x.tar.lz4)'
+"an lz4 stream: tarkit reads gzip, bzip2, xz and zstd; decompress it first: lz4 -dc x.tar.lz4 > x.tar (or read 'pipe:lz4 -dc x.tar.lz4')"
 >>> not_tar(bytes(257) + b"ustar\\x0000" + bytes(250), "x.tar") is None
 True
 """
@@ -141,15 +141,18 @@ def _not_tar_name(kind: FileType) -> str:
 
 def _advice(kind: FileType, source: str) -> str:
     """What to do with a file of ``kind`` to read it as shards."""
-    file = shlex.quote(source) if source not in ("-", "<stdin>") else "FILE"
+    stdin = source in ("-", "<stdin>")
     if kind.category == COMPRESSED:
-        plain = file.removesuffix(".lz4").removesuffix(".lz").removesuffix(".Z")
-        if plain == file or not plain.endswith(".tar"):
+        formats = "tarkit reads gzip, bzip2, xz and zstd; decompress it first"
+        if stdin:
+            return f"{formats}, with {kind.decompress} in the pipe"
+        plain = source.removesuffix(".lz4").removesuffix(".lz").removesuffix(".Z")
+        if plain == source or not plain.endswith(".tar"):
             plain = "x.tar"
-        return (
-            f"tarkit reads gzip, bzip2, xz and zstd; decompress it first: "
-            f"{kind.decompress} {file} > {plain} (or read pipe:{kind.decompress} {file})"
-        )
+        file = shlex.quote(source)
+        command = f"{kind.decompress} {file}"
+        piped = f"pipe:{command}"  # an input every tarkit command reads
+        return f"{formats}: {command} > {shlex.quote(plain)} (or read {shlex.quote(piped)})"
     if kind.category == ARCHIVE:
         return (
             f"unpack it into a directory and make shards of that with tarkit shard DIR "
@@ -163,8 +166,8 @@ def _advice(kind: FileType, source: str) -> str:
         )
     if kind.category == JSON:
         return (
-            "a manifest is read by ShardDataset and tarkit verify, and names the shards "
-            "the other tools read"
+            "a manifest? ShardDataset and tarkit verify take one; the shell tools take "
+            "the shards it lists"
         )
     if kind.category == TEXT:
         return f"make shards from a CSV/TSV plan of files with tarkit shard PLAN.csv -o {_PATTERN}"

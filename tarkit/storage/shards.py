@@ -26,7 +26,6 @@ from collections.abc import Sequence
 from typing import Literal
 
 from ..errors import InputError, SourceError, UsageError
-from ..format.file_types import SHARD_ENDINGS
 from ..format.manifest import Manifest, ShardInfo
 from .commit import refuse_unfinished
 from .filesystems import StorageOptions
@@ -63,6 +62,8 @@ def resolve_shards(
             if beside and os.path.exists(listing):
                 urls, manifest = None, listing
             else:
+                from ..format.file_types import SHARD_ENDINGS  # not at every tool's start
+
                 names = sorted(n for n in os.listdir(urls) if n.endswith(SHARD_ENDINGS))
                 if not names:
                     holds = what_directory_holds(urls)

@@ -476,6 +476,17 @@ def test_a_directory_of_images_is_named_with_the_command_that_makes_shards_of_it
     )
 
 
+def test_a_jpeg_given_for_a_shard_is_named_with_the_command_that_makes_shards(tmp_path):
+    path = tmp_path / "cat.jpg"
+    path.write_bytes(jpeg(1))
+    with pytest.raises(InputError) as info:
+        list(ShardDataset(str(path)))
+    assert str(info.value) == (
+        f"{path}: a JPEG image, not a tar archive: make shards of image files with tarkit "
+        "shard DIR -o 'shards/shard-%06d.tar' (or tarcreate)"
+    )
+
+
 WORKER_ERROR_SCRIPT = """
 import sys
 import tarkit
