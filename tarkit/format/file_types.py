@@ -24,8 +24,9 @@ from collections import Counter
 from collections.abc import Iterable
 from typing import NamedTuple
 
-IMAGE, AUDIO, VIDEO, ARCHIVE, TABLE, DOCUMENT, COMPRESSED, JSON, TEXT = (
-    "image", "audio", "video", "archive", "table", "document", "compressed", "json", "text",
+IMAGE, AUDIO, VIDEO, ARCHIVE, TABLE, DOCUMENT, COMPRESSED, JSON, HTML, TEXT = (
+    "image", "audio", "video", "archive", "table", "document", "compressed", "json", "html",
+    "text",
 )  # fmt: skip
 
 
@@ -87,6 +88,8 @@ def identify(head: bytes) -> FileType | None:
     'a WebP image'
     >>> identify(b' \\n{"a": 1}').category, identify(b"a,b\\n1,2\\n").category
     ('json', 'text')
+    >>> identify(b"<!DOCTYPE html><title>404 Not Found</title>").name
+    'an HTML page'
     >>> identify(bytes(512)) is None
     True
     """
@@ -100,8 +103,11 @@ def identify(head: bytes) -> FileType | None:
     text = _text(head)
     if text is None:
         return None
-    if text.lstrip("\ufeff \t\r\n")[:1] in ("{", "["):
+    start = text.lstrip("\ufeff \t\r\n")
+    if start[:1] in ("{", "["):
         return FileType("JSON", JSON)
+    if start[:14].lower() == "<!doctype html" or start[:5].lower() == "<html":
+        return FileType("an HTML page", HTML)
     return FileType("a text file", TEXT)
 
 
@@ -169,6 +175,8 @@ def _advice(kind: FileType, source: str) -> str:
             "a manifest? ShardDataset and tarkit verify take one; the shell tools take "
             "the shards it lists"
         )
+    if kind.category == HTML:
+        return "an error page in place of the shard? check its URL and fetch it again"
     if kind.category == TEXT:
         return f"make shards from a CSV/TSV plan of files with tarkit shard PLAN.csv -o {_PATTERN}"
     what = {IMAGE: "image files", AUDIO: "audio files", VIDEO: "video files"}.get(

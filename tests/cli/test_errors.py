@@ -669,3 +669,15 @@ def test_a_directory_given_for_a_shard_says_what_it_holds(tmp_path: Path) -> Non
             "; it holds images (jpg): make shards of it with tarkit shard photos "
             "-o 'shards/photos-%06d.tar'\n"
         ), result.stderr
+
+
+def test_an_html_page_served_for_a_shard_is_named(http_server: ShardServer) -> None:  # noqa: F811
+    # A server or proxy that answers 200 with a page (a login, a quota): not a cut archive.
+    http_server.files["/data-000.tar"] = b"<!DOCTYPE html>\n<html><title>Sign in</title></html>\n"
+    url = f"{http_server.url}/data-000.tar"
+    result = run(["tarcat", url])
+    assert (result.returncode, result.stdout) == (2, b"")
+    assert one_error_line(result.stderr, url) == (
+        "an HTML page, not a tar archive: an error page in place of the shard? check its URL "
+        "and fetch it again"
+    )

@@ -32,6 +32,7 @@ def image(fmt: str) -> bytes:
         (b"\x1f\x9d\x90", "a compress (.Z) stream"),
         (b"path,label\nx.jpg,1\n", "a text file"),
         (b'\xef\xbb\xbf [{"a": 1}]', "JSON"),
+        (b"\n<!DOCTYPE html>\n<title>404 Not Found</title>", "an HTML page"),
     ],
 )
 def test_identify_names_a_file_by_its_first_bytes(head: bytes, name: str) -> None:
