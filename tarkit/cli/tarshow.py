@@ -20,7 +20,8 @@ DRAWING_COLUMNS = 60
     "first 60 characters, escaped; JSON: compact; image: WIDTHxHEIGHT MODE; other "
     "bytes: the first 16 in hex).\n\n"
     f"Image fields are recognised by their last extension ({', '.join(IMAGE_EXTENSIONS)}).\n\n"
-    "Examples: tarshow -c 3 data-000.tar; tarshow --grid sheet.png data-000.tar",
+    "Examples: tarshow -c 3 data-000.tar; tarshow --grid sheet.png data-000.tar; "
+    "tarshow --grid sheet.png --caption 'cls txt' data-000.tar",
 )
 def tarshow(
     ctx: typer.Context,
@@ -42,6 +43,27 @@ def tarshow(
             metavar="OUT.png",
             help="Write a contact sheet of the first image of each sample, captioned with "
             "its key, instead of the text ('-' is stdout).",
+            show_default=False,
+        ),
+    ] = None,
+    caption: Annotated[
+        Optional[str],
+        typer.Option(
+            "--caption",
+            metavar="FIELDS",
+            help="With --grid: caption each tile with these fields, a line each, instead of "
+            "the key (e.g. 'cls txt'; ';' separates alternatives, __key__ is the key); a "
+            "class (cls) is named from classes.json beside the first input.",
+            show_default=False,
+        ),
+    ] = None,
+    classes: Annotated[
+        Optional[str],
+        typer.Option(
+            "--classes",
+            metavar="FILE",
+            help="The class names for --caption (a JSON list; default: classes.json beside "
+            "the first input, when there is one).",
             show_default=False,
         ),
     ] = None,
@@ -69,22 +91,31 @@ def tarshow(
 
         if grid is not None and images:
             raise UsageError("--grid and --images do not go together")
+        if grid is None and (caption is not None or classes is not None):
+            raise UsageError("--caption and --classes go with --grid")
         skips = skip_log(tool)
         samples = read_samples(
             inputs or [], strict=strict, skips=skips,
             ignore_zeros=ignore_zeros, allow_empty=allow_empty,
         )  # fmt: skip
-        if fields is not None:
-            spec = parse_field_spec(fields)
-            samples = (select_fields(s, spec) for s in samples)
+        spec = parse_field_spec(fields) if fields is not None else None
         if grid is not None:
+            from ..stream.show import caption_classes, extension
             from ..stream.show import grid as write_grid
 
-            write_grid(take(samples, GRID_COUNT if count is None else count), grid)
+            columns = parse_field_spec(caption) if caption is not None else None
+            names = None
+            if classes is not None or any(extension(f) == "cls" for c in columns or [] for f in c):
+                names = caption_classes(inputs or [], classes)
+            # -f picks the image; captions are taken from the whole sample.
+            write_grid(take(samples, GRID_COUNT if count is None else count), grid,
+                       image_fields=spec, caption=columns, class_names=names)  # fmt: skip
         else:
             from ..stream.show import describe
             from ..stream.tsv import write_lines
 
+            if spec is not None:
+                samples = (select_fields(s, spec) for s in samples)
             out = stdout_stream()
             width = max(1, min(DRAWING_COLUMNS, shutil.get_terminal_size().columns - 2))
             # One string per sample, so a sample is written whole or not at all.

@@ -24,6 +24,9 @@ _MAGICS = (
     (b"BZh", "bzip2"),
     (b"\xfd7zXZ\x00", "xz"),
     (b"\x28\xb5\x2f\xfd", "zstd"),
+    # A zstd stream may start with skippable frames (magic 0x184D2A50 to 0x184D2A5F):
+    # zstd and bsdtar read past them, and so does the frame reader here.
+    *((bytes((0x50 + low, 0x2A, 0x4D, 0x18)), "zstd") for low in range(16)),
 )
 _SUFFIXES = (
     (".tar.gz", "gzip"),

@@ -23,6 +23,7 @@ from .tar import DIRECTORY, FILE, Member, MemberReader
 _META = re.compile(r"__[^/]*__($|/)")
 
 NO_FIELD = "member without a field (no dot in the file name)"
+DOT_FIRST = "member whose file name starts with a dot (no key before it)"
 DIRECTORY_MEMBER = "directory member"
 METADATA_MEMBER = "webdataset metadata member"
 # Left out without a warning, by webdataset and by tarkit: they are not samples' data.
@@ -87,13 +88,16 @@ def skip_reason(member: Member) -> str | None:
     """Why readers leave ``member`` out of the samples; None for sample data.
 
     The reasons in :data:`QUIET_SKIPS` (directories, webdataset metadata) are left out
-    without a word; the others (:data:`NO_FIELD`, ``"<kind> member"`` for links, devices
-    and FIFOs) are warned about and counted, or are errors under ``--strict``.
+    without a word; the others (:data:`NO_FIELD`, :data:`DOT_FIRST`, ``"<kind> member"``
+    for links, devices and FIFOs) are warned about and counted, or are errors under
+    ``--strict``.
 
     >>> from tarkit.format.tar import DIRECTORY, FILE, SYMLINK
     >>> [skip_reason(Member(name, kind, 0, 0, b"", 0)) for name, kind in
     ...  [("a/x.jpg", FILE), ("a/README", FILE), ("a/", DIRECTORY), ("l.jpg", SYMLINK)]]
     [None, 'member without a field (no dot in the file name)', 'directory member', 'symlink member']
+    >>> skip_reason(Member("a/.x.jpg", FILE, 0, 0, b"", 0))
+    'member whose file name starts with a dot (no key before it)'
     """
     kind = member[1]
     if kind is not FILE:
@@ -102,8 +106,9 @@ def skip_reason(member: Member) -> str | None:
     if name[:2] == "__" and _META.match(name):
         return METADATA_MEMBER
     slash = name.rfind("/") + 1
-    if name.find(".", slash) <= slash:
-        return NO_FIELD
+    dot = name.find(".", slash)
+    if dot <= slash:
+        return DOT_FIRST if dot == slash else NO_FIELD
     return None
 
 
@@ -290,9 +295,9 @@ def group_samples(
     """Group adjacent members with the same key into samples.
 
     Members that are not sample data are left out as :func:`skip_reason` says:
-    directories and webdataset's ``__meta__`` members silently; members with no field
-    (no dot in the file name) and non-regular members counted in ``skips``, and with
-    ``strict`` they raise
+    directories and webdataset's ``__meta__`` members silently; members without a key
+    and a field (no dot in the file name, or a dot first) and non-regular members counted
+    in ``skips``, and with ``strict`` they raise
     :class:`~tarkit.errors.SampleError`. A field that appears twice in a sample
     (case-insensitively, as webdataset lowercases fields) and a key that comes back
     after its sample ended raise :class:`SampleError`. A sample is yielded only once

@@ -268,7 +268,7 @@ def _check_pax_times(records: dict[str, bytes], source: str, offset: int) -> Non
 class _Extensions:
     """Extension headers (pax ``x``, GNU ``L``/``K``) waiting for their member."""
 
-    __slots__ = ("raw", "offset", "name", "linkname", "size", "pax_seen")
+    __slots__ = ("raw", "offset", "name", "linkname", "size", "pax_seen", "sparse")
 
     def __init__(self, offset: int) -> None:
         self.raw: list[bytes] = []
@@ -277,6 +277,7 @@ class _Extensions:
         self.linkname: bytes | None = None
         self.size: int | None = None
         self.pax_seen = False
+        self.sparse: bytes | None = None  # a GNU sparse member's real name (b"": not given)
 
 
 Carry = tuple[bytes, int]  # read data not in the buffer yet: chunk[offset:]
@@ -568,6 +569,8 @@ def _read(
             if header[345]:
                 raw_name = _prefixed_name(header, raw_name, typeflag, source, offset)
         name = raw_name.decode("utf-8", "surrogateescape")
+        if ext is not None and ext.sparse is not None:
+            _refuse_sparse(ext, name, source)
 
         if kind is not FILE or typeflag == b"\0":
             kind = _check_kind(kind, typeflag, raw_name, size, ext, source, offset, name)
@@ -673,6 +676,8 @@ def _check_end_of_input(
             return
         raise TruncatedError("empty input (0 bytes)", source=source)
     if rest:
+        if offset == 0:
+            _refuse_not_tar(rest, source)
         raise TruncatedError("input ends inside a header block", source=source, offset=offset)
     if ext is not None:
         raise TruncatedError(
@@ -701,10 +706,22 @@ def _bad_checksum(header: bytes, stored: int, source: str, offset: int) -> None:
     if stored >= 0 and _signed_checksum_ok(header, stored):
         return
     if offset == 0:
+        _refuse_not_tar(header, source)
         raise HeaderError(
             "not a tar archive (bad header checksum in the first block)", source=source, offset=0
         )
     raise HeaderError("bad header checksum", source=source, offset=offset)
+
+
+def _refuse_not_tar(head: bytes, source: str) -> None:
+    """Raise for an input whose first block is no tar header when its first bytes say
+    what it is instead (an image, a zip, an lz4 stream…: :mod:`.file_types`), with what
+    to do; the whole input is meant, so no byte offset is given."""
+    from .file_types import not_tar  # only on this error: no cost to every command
+
+    what = not_tar(head, source)
+    if what is not None:
+        raise HeaderError(what, source=source)
 
 
 def _slow_checksum_field(header: bytes) -> int:
@@ -793,14 +810,9 @@ def _extension(
         _check_pax_times(records, source, offset)
         if any(k.startswith("GNU.sparse") for k in records):
             # The data of a sparse member is a map plus the non-hole bytes: reading it as
-            # a plain file would give the wrong content without a word.
-            name = records.get("GNU.sparse.name", records.get("path", b"?"))
-            raise HeaderError(
-                "unsupported member type: GNU sparse member (pax)",
-                source=source,
-                offset=offset,
-                member=_decode(name),
-            )
+            # a plain file would give the wrong content without a word. Refused once the
+            # member's header is read: format 0.0 names it there only.
+            ext.sparse = records.get("GNU.sparse.name", records.get("path", b""))
         for keyword in ("path", "linkpath"):
             if b"\0" in records.get(keyword, b""):
                 raise HeaderError(
@@ -842,6 +854,18 @@ def _extension(
             raise HeaderError("two long link names for one member", source=source, offset=offset)
         ext.linkname = _gnu_long_name(payload, "link name", source, offset)
     return ext
+
+
+def _refuse_sparse(ext: _Extensions, name: str, source: str) -> None:
+    """Refuse a GNU sparse member of the pax formats, named by its real name (formats 0.1
+    and 1.0 give it in a record, the header holding ``GNUSparseFile.N/name``), else by its
+    header's name (format 0.0)."""
+    raise HeaderError(
+        "unsupported member type: GNU sparse member (pax)",
+        source=source,
+        offset=ext.offset,
+        member=_decode(ext.sparse) if ext.sparse else name,
+    )
 
 
 def _gnu_long_name(payload: bytes, what: str, source: str, offset: int) -> bytes:

@@ -1,7 +1,14 @@
-"""Which shards a source names: brace patterns, lists, manifests and directories, resolved
-once, when a dataset is built or a command starts (``ShardDataset``, ``tarkit verify``,
-``tarkit stats``). Here in storage/, not in loading/, so that a command resolves shards as
-the loader does without importing torch.
+"""Which shards a source names: brace patterns, globs, lists, manifests and directories,
+resolved once, when a dataset is built or a command starts (``ShardDataset``, ``tarkit
+verify``, ``tarkit stats``). Here in storage/, not in loading/, so that a command resolves
+shards as the loader does without importing torch.
+
+A local glob (``wds/data-*.tar``) is expanded and sorted, as the shell would; a remote one
+is refused with the brace form to write instead, since a listing of a bucket is neither
+cheap nor the same for every rank while shards are added. Local shards that do not exist
+are an error before anything is read, with the range padded as the files are when that
+names them (``data-{0..3}.tar`` for ``data-000.tar``…: "did you mean
+``data-{000..003}.tar``?"); a directory that holds no shards says what it holds.
 
 >>> import os, tempfile
 >>> directory = tempfile.mkdtemp()
@@ -13,7 +20,9 @@ the loader does without importing torch.
 
 from __future__ import annotations
 
+import glob
 import os
+import re
 from collections.abc import Sequence
 from typing import Literal
 
@@ -21,20 +30,9 @@ from ..errors import InputError, SourceError, UsageError
 from ..format.manifest import Manifest, ShardInfo
 from .commit import refuse_unfinished
 from .filesystems import StorageOptions
+from .listing import list_files, what_directory_holds
 from .locations import expand_inputs, location
 from .manifests import load_manifest, manifest_urls
-
-_TAR_SUFFIXES = (
-    ".tar",
-    ".tar.gz",
-    ".tgz",
-    ".tar.bz2",
-    ".tbz2",
-    ".tar.xz",
-    ".txz",
-    ".tar.zst",
-    ".tzst",
-)
 
 
 def resolve_shards(
@@ -49,8 +47,9 @@ def resolve_shards(
     Without a manifest (None), a ``manifest.json`` beside the shards is used when it
     lists exactly those shards; ``manifest=False`` reads them without one. Raises :class:`~tarkit.errors.SourceError` when local shards
     do not exist (naming the first and how many; ``missing_ok`` leaves them to the
-    caller, which reports each), :class:`~tarkit.errors.UsageError`
-    when nothing is named or a named shard is not in the manifest, and
+    caller, which reports each) and when a local glob matches nothing,
+    :class:`~tarkit.errors.UsageError` when nothing is named, a named shard is not in
+    the manifest or a remote location holds a glob, and
     :class:`~tarkit.errors.InputError` for a malformed manifest and for one whose shards
     the trust rule refuses (:func:`~tarkit.storage.manifest_urls`): shards the caller
     names (``pipe:`` ones too) are read with a manifest's counts, but a manifest's own
@@ -67,20 +66,24 @@ def resolve_shards(
             if beside and os.path.exists(listing):
                 urls, manifest = None, listing
             else:
-                names = sorted(n for n in os.listdir(urls) if n.endswith(_TAR_SUFFIXES))
+                from ..format.file_types import SHARD_ENDINGS  # not at every tool's start
+
+                names = sorted(n for n in os.listdir(urls) if n.endswith(SHARD_ENDINGS))
                 if not names:
-                    raise UsageError(f"{urls}: no tar shards in this directory")
+                    holds = what_directory_holds(urls)
+                    raise UsageError(f"{urls}: no tar shards in this directory{holds}")
                 urls = [os.path.join(urls, n) for n in names]
     if isinstance(manifest, str):
         manifest = load_manifest(manifest, storage_options)
     expanded = None
+    specs = [urls] if isinstance(urls, str) else list(urls or [])
     if urls is not None:
-        expanded = expand_inputs([urls] if isinstance(urls, str) else list(urls))
+        expanded = _expand_globs(expand_inputs(specs))
     if manifest is None:
         if not expanded or expanded == ["-"]:
             raise UsageError("ShardDataset needs shard URLs or a manifest")
         if not missing_ok:
-            _check_local_shards(expanded)
+            _check_local_shards(expanded, specs)
         manifest = _manifest_beside(expanded) if beside else None
         if manifest is None:
             return expanded, None
@@ -121,17 +124,86 @@ def names_shard_set(source: str) -> bool:
     return source.endswith(".json") or os.path.isdir(source)
 
 
-def _check_local_shards(urls: Sequence[str]) -> None:
+def _check_local_shards(urls: Sequence[str], specs: Sequence[str] = ()) -> None:
     """Raise SourceError when local shards do not exist: a brace range past the last
     shard or a typo fails here, not mid-epoch in a worker; and when they are a mix of two
-    runs, an overwrite stopped in its commit (:func:`~tarkit.storage.refuse_unfinished`)."""
+    runs, an overwrite stopped in its commit (:func:`~tarkit.storage.refuse_unfinished`).
+    A range of ``specs`` (as written) that names none of its files gets the range that
+    would, when the files are numbered with another padding (:func:`padded_range`)."""
     refuse_unfinished(urls)
     missing = [u for u in urls if location(u).is_file and not os.path.exists(location(u).path)]
     if missing:
+        hints = [hint for spec in specs if (hint := padded_range(spec)) is not None]
+        guess = f"; did you mean {hints[0]}?" if hints else ""
         raise SourceError(
-            f"{missing[0]}: no such shard ({len(missing)} of {len(urls)} shards do not exist)",
+            f"{missing[0]}: no such shard ({len(missing)} of {len(urls)} shards do not "
+            f"exist){guess}",
             reason=SourceError.MISSING,
         )
+
+
+def _expand_globs(urls: list[str]) -> list[str]:
+    """``urls`` with each local glob replaced by the files it matches, sorted (a file
+    whose very name holds ``*``, ``?`` or ``[`` is itself); a glob that matches nothing
+    is a SourceError, one in a remote location a UsageError that shows the brace form."""
+    expanded: list[str] = []
+    for url in urls:
+        where = location(url)
+        if where.remote and "*" in where.path.partition("?")[0]:  # a query is no glob
+            example = url.replace("*", "{000000..000099}", 1).replace("*", "")
+            raise UsageError(
+                f"{url}: a glob names local shards only (a remote listing is slow, and "
+                f"can differ between ranks): name remote shards as a brace range, such "
+                f"as {example}, or by their manifest"
+            )
+        if not where.is_file or not glob.has_magic(where.path) or os.path.exists(where.path):
+            expanded.append(url)
+            continue
+        found = list_files(url)
+        if not found:
+            raise SourceError(f"{url}: no shard matches this glob", reason=SourceError.MISSING)
+        expanded.extend(found)
+    return expanded
+
+
+_RANGE = re.compile(r"\{([0-9]+)\.\.([0-9]+)\}")
+
+
+def padded_range(spec: str) -> str | None:
+    """``spec`` with its numeric brace range padded as the local files it means are
+    numbered, when ``spec`` names none of them and the padded range names some; else
+    None. Only a spec with one range (and no other braces) is guessed at.
+
+    >>> import os, tempfile
+    >>> directory = tempfile.mkdtemp()
+    >>> for n in range(4):
+    ...     open(os.path.join(directory, f"data-{n:03d}.tar"), "wb").close()
+    >>> padded_range(os.path.join(directory, "data-{0..3}.tar")).endswith("data-{000..003}.tar")
+    True
+    """
+    where = location(spec)
+    match = _RANGE.search(spec)
+    if not where.is_file or match is None or spec.count("{") != 1:
+        return None
+    head, tail = spec[: match.start()], spec[match.end() :]
+    if any(os.path.exists(location(u).path) for u in expand_inputs([spec])):
+        return None
+    prefix = location(head).path if head else ""
+    widths: dict[int, int] = {}  # digit runs of the files there, by their width as a padding
+    pattern = glob.escape(prefix) + "[0-9]*" + glob.escape(tail)
+    for name in glob.glob(pattern):
+        digits = name[len(prefix) : len(name) - len(tail)]
+        if digits.isdigit():
+            width = len(digits) if digits[0] == "0" and len(digits) > 1 else 0
+            widths[width] = widths.get(width, 0) + 1
+    low, high = int(match.group(1)), int(match.group(2))
+    for width in sorted(widths, key=lambda w: -widths[w]):
+        if width and max(len(str(low)), len(str(high))) > width:
+            continue
+        guess = f"{head}{{{low:0{width}d}..{high:0{width}d}}}{tail}"
+        if guess != spec and any(os.path.exists(location(u).path) for u in expand_inputs([guess])):
+            return guess
+    return None
 
 
 def _manifest_beside(urls: Sequence[str]) -> Manifest | None:

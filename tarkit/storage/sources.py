@@ -175,7 +175,10 @@ def open_source(
     except FileNotFoundError:
         raise SourceError(f"{spec}: no such file", reason=SourceError.MISSING) from None
     except IsADirectoryError:
-        raise SourceError(f"{spec}: is a directory") from None
+        from .listing import what_directory_holds
+
+        holds = what_directory_holds(where.path)
+        raise SourceError(f"{spec}: is a directory, not a shard{holds}") from None
     except OSError as exc:
         raise SourceError(f"{spec}: cannot open: {exc.strerror}") from None
     return Source(spec, stream)
@@ -197,7 +200,10 @@ def check_local_files(specs: Sequence[str], what: str = "inputs") -> None:
         if not where.is_file:
             continue
         if os.path.isdir(where.path):
-            raise SourceError(f"{spec}: is a directory, not a shard (name the files in it)")
+            from .listing import what_directory_holds
+
+            holds = what_directory_holds(where.path)
+            raise SourceError(f"{spec}: is a directory, not a shard{holds}")
         if not os.path.exists(where.path):
             missing.append(spec)
     if missing:

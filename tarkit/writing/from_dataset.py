@@ -32,7 +32,7 @@ from ..format.tar import default_mtime
 from ..sizes import check_on_error, parse_size
 from ..storage import location, publish
 from .cluster import Tally, shard_on_engine
-from .huggingface import FieldNames, hf_rows, hf_samples, is_hf_dataset
+from .huggingface import FieldNames, hf_rows, hf_samples, is_hf_dataset, refuse_splits
 from .items import DatasetFactory, ItemEncoder, ToSample, default_sample
 from .local_run import write_here
 from .patterns import CREATE
@@ -190,6 +190,7 @@ def shard_dataset(
     check_on_error(on_error, ON_ERROR)
     cluster = check_engine(engine) != "local"
     made = dataset.dataset if isinstance(dataset, DatasetFactory) else dataset
+    refuse_splits(made)
     if to_sample is None and is_hf_dataset(made):
         converted, to_sample = hf_samples(made, fields)
         class_names = to_sample.classes

@@ -545,7 +545,7 @@ def test_a_missing_or_directory_input_fails_before_any_shard_is_mapped(
                  env=env)  # fmt: skip
     assert result.returncode == 2
     what = "no such file (1 of 3 inputs does not exist)" if kind == "missing" else (
-        "is a directory, not a shard (name the files in it)"
+        "is a directory, not a shard; it holds no files"
     )  # fmt: skip
     assert result.stderr == f"tarkit map: error: {bad}: {what}\n"
     assert not (tmp_path / "out").exists()

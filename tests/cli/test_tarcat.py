@@ -319,6 +319,44 @@ def test_compressed_output_is_byte_identical_across_runs_and_readable(
         assert subprocess.run(["zstd", "-q", "-t", str(outputs[0])]).returncode == 0
 
 
+def test_zstd_that_starts_with_a_skippable_frame_is_read_as_zstd_and_bsdtar_read_it(
+    numbered: Path,
+) -> None:
+    # libarchive's test_read_filter_zstd_skip_frame: a skippable frame (magic 0x184D2A50
+    # to 0x184D2A5F, its size, its payload), then the zstd CLI's frame.
+    frame = subprocess.run(["zstd", "-q", "-c", str(numbered)], capture_output=True,
+                           check=True).stdout  # fmt: skip
+    skippable = (0x184D2A5E).to_bytes(4, "little") + (7).to_bytes(4, "little") + b"tarkit!"
+    path = numbered.parent / "skip.tar.zst"
+    path.write_bytes(skippable + frame)
+    assert subprocess.run(["zstd", "-q", "-dc", str(path)], capture_output=True).stdout == (
+        numbered.read_bytes()
+    )
+    listed = subprocess.run(["bsdtar", "-tf", str(path)], capture_output=True, text=True)
+    assert (listed.returncode, len(listed.stdout.splitlines())) == (0, 20 * 2 + 7)
+    result = run(["tarcat", str(path)])
+    assert (result.returncode, result.stderr) == (0, "")
+    assert result.stdout == numbered.read_bytes()
+
+
+def test_a_member_whose_name_starts_with_a_dot_is_skipped_saying_so(tmp_path: Path) -> None:
+    for name in (".hidden.txt", "README", "a.txt"):
+        (tmp_path / name).write_text(name)
+    subprocess.run(["tar", "-cf", "in.tar", ".hidden.txt", "README", "a.txt"], cwd=tmp_path,
+                   check=True)  # fmt: skip
+    result = run(["tarcat", "in.tar"], cwd=tmp_path)
+    assert result.returncode == 0
+    assert result.stderr == (
+        "tarcat: warning: in.tar: skipping member whose file name starts with a dot (no key "
+        "before it): .hidden.txt\n"
+        "tarcat: warning: in.tar: skipping member without a field (no dot in the file name): "
+        "README\n"
+        "tarcat: warning: skipped 2 members: 1 whose file name starts with a dot (no key "
+        "before it), 1 without a field (no dot in the file name)\n"
+    )
+    assert keys_of(result.stdout) == ["a"]
+
+
 def test_tarkit_cat_and_python_m_tarkit_cat_are_tarcat(numbered: Path) -> None:
     want = run(["tarcat", "-c", "3", str(numbered)]).stdout
     assert run(["tarkit", "cat", "-c", "3", str(numbered)]).stdout == want
