@@ -10,6 +10,9 @@
 :mod:`~tarkit.storage.commit` commits a set of files whole through a journal,
 :mod:`~tarkit.storage.shards` resolves which shards a source names,
 :mod:`~tarkit.storage.ranges` reads byte ranges (one sample of an indexed shard),
+:mod:`~tarkit.storage.indexed_shards` reads indexed shards by position or key (with
+:mod:`~tarkit.storage.catalog`, which shards and where their indexes are, and
+:mod:`~tarkit.storage.indexed_shard`, one shard and the checks of its samples),
 :mod:`~tarkit.storage.cache` caches remote shards on local disk (filled by
 :mod:`~tarkit.storage.downloads`), and :mod:`~tarkit.storage.retrying` (with
 :mod:`~tarkit.storage.http` and :mod:`~tarkit.storage.timed_http`) makes remote reads
