@@ -48,7 +48,7 @@ from .outputs import (
 )
 from .ranges import RangeSource, open_ranges
 from .retrying import Reconnection, RetryPolicy, report_reconnections, retry_policy
-from .shards import names_shard_set, resolve_shards
+from .shards import dataset_manifest, names_shard_set, resolve_shards
 from .sources import (
     HashingReader,
     Source,
@@ -83,6 +83,7 @@ __all__ = [
     "StorageOptions",
     "check_local_files",
     "commit_files",
+    "dataset_manifest",
     "describe_exit",
     "descriptor_failure",
     "display_name",

@@ -18,7 +18,6 @@ one has none, so that a caller reads them whole instead.
 
 from __future__ import annotations
 
-import os
 from array import array
 from bisect import bisect_right
 from collections.abc import Sequence
@@ -33,8 +32,7 @@ from .filesystems import StorageOptions
 from .locations import expand_inputs, location, resolve_url
 from .manifests import load_table
 from .ranges import open_ranges
-
-BUILD_INDEX = "tarindex SHARDS… -o DIR/manifest.json"
+from .shards import BUILD_INDEX, dataset_manifest
 
 
 class Catalog:
@@ -111,7 +109,7 @@ def open_catalog(
     :class:`~tarkit.errors.SourceError` for a manifest or index that cannot be read.
     """
     if isinstance(source, str):
-        manifest = manifest_of(source)
+        manifest = dataset_manifest(source)
         if manifest is not None:
             return _from_manifest(manifest, storage_options)
         urls = expand_inputs([source])
@@ -148,26 +146,6 @@ def indexed_catalog(
     if not counts:
         return None
     return Catalog(ShardNames.of(expanded), array("q", accumulate(counts, initial=0)))
-
-
-def manifest_of(source: str) -> str | None:
-    """The manifest ``source`` names: itself (``.json``), or its directory's; None for
-    shard URLs. Raises :class:`~tarkit.errors.UsageError` for a local directory without
-    ``manifest.json``."""
-    where = location(source)
-    if source.endswith(".json"):
-        return source
-    if where.is_file and os.path.isdir(where.path):
-        manifest = os.path.join(where.path, "manifest.json")
-        if not os.path.isfile(manifest):
-            raise UsageError(
-                f"{source}: a directory without manifest.json (build one and the shards' "
-                f"indexes with {BUILD_INDEX})"
-            )
-        return manifest
-    if where.remote and source.endswith("/"):
-        return source + "manifest.json"
-    return None
 
 
 def _from_manifest(manifest: str, storage_options: StorageOptions | None) -> Catalog:

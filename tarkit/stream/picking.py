@@ -30,7 +30,7 @@ from typing import TYPE_CHECKING
 
 from ..errors import NotFound, UsageError
 from ..format.samples import Sample, SkipLog
-from ..storage import StorageOptions, display_name, expand_inputs, names_shard_set
+from ..storage import StorageOptions, dataset_manifest, display_name, expand_inputs
 from .stages import close_iterator, slice_samples
 
 if TYPE_CHECKING:  # imported when inputs are indexed: a start-up cost of every tool else
@@ -49,10 +49,11 @@ class Picking:
 
 
 def named_dataset(inputs: Sequence[str]) -> str | None:
-    """The dataset ``inputs`` name (a manifest, or a directory holding one, named alone),
-    None for archives. Raises :class:`~tarkit.errors.UsageError` for a dataset named
-    among other inputs and for a directory without ``manifest.json``."""
-    datasets = [spec for spec in inputs if names_shard_set(spec)]
+    """The dataset ``inputs`` name (a manifest, or a directory holding one, named alone:
+    :func:`~tarkit.storage.dataset_manifest`), None for archives. Raises
+    :class:`~tarkit.errors.UsageError` for a dataset named among other inputs and for a
+    directory without ``manifest.json``."""
+    datasets = [spec for spec in inputs if dataset_manifest(spec) is not None]
     if not datasets:
         return None
     if len(inputs) > 1:
@@ -60,9 +61,6 @@ def named_dataset(inputs: Sequence[str]) -> str | None:
             f"{datasets[0]}: a dataset (a manifest or its directory) is read alone, not "
             "with other inputs"
         )
-    from ..storage.catalog import manifest_of
-
-    manifest_of(datasets[0])  # a directory without one is refused here, naming it
     return datasets[0]
 
 
