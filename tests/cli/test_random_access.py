@@ -146,6 +146,8 @@ def test_keys_read_only_the_listed_samples_the_others_may_be_anything(
         Path(path).write_bytes(garbage)
     result = run(["tarcat", "--keys", str(keys_file), str(directory)])
     assert (result.returncode, result.stderr, result.stdout) == (0, "", want)
+    archives = run_shell(f"tarcat --keys {keys_file} {directory}/s-*.tar")
+    assert (archives.returncode, archives.stderr, archives.stdout) == (0, "", want)
     with pytest.raises(InputError, match="bad header checksum"):  # what reading them gives
         list(read_samples(paths))
 
