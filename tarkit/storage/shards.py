@@ -118,9 +118,11 @@ def dataset_manifest(source: str) -> str | None:
 
     >>> dataset_manifest("https://host/data/"), dataset_manifest("data/train-000.tar")
     ('https://host/data/manifest.json', None)
+    >>> dataset_manifest("s3://bucket/manifest.json"), dataset_manifest("pipe:cat a.json")
+    ('s3://bucket/manifest.json', None)
     """
     where = location(source)
-    if source.endswith(".json"):
+    if source.endswith(".json") and (where.is_file or where.remote):
         return source
     if where.is_file and os.path.isdir(where.path):
         manifest = os.path.join(where.path, "manifest.json")
