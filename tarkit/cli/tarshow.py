@@ -2,12 +2,17 @@
 
 from __future__ import annotations
 
-from typing import Annotated, Optional
+from typing import TYPE_CHECKING, Annotated, Optional
 
 from ..stream.show import IMAGE_EXTENSIONS
 from . import declare as typer  # typer itself only when needed: declare.py
 from . import options as o
 from .runner import report_skips, run, skip_log, typer_main
+
+if TYPE_CHECKING:
+    from collections.abc import Iterator
+
+    from ..format.samples import Sample, SkipLog
 
 app = typer.Typer(add_completion=False, rich_markup_mode=None)
 
@@ -36,6 +41,26 @@ def tarshow(
         ),
     ] = None,
     fields: o.Fields = None,
+    position: Annotated[
+        Optional[int],
+        typer.Option(
+            "--position",
+            metavar="N",
+            help="Show only sample N (from 0; negative from the end). Over an indexed "
+            "dataset (a manifest or its directory), or archives with indexes beside them, "
+            "only that sample is read.",
+            show_default=False,
+        ),
+    ] = None,
+    key: Annotated[
+        Optional[str],
+        typer.Option(
+            "--key",
+            help="Show only the (first) sample with this key, read alone when indexed as "
+            "for --position.",
+            show_default=False,
+        ),
+    ] = None,
     grid: Annotated[
         Optional[str],
         typer.Option(
@@ -87,17 +112,17 @@ def tarshow(
 
         from ..errors import UsageError
         from ..format.samples import parse_field_spec, select_fields
-        from ..stream.stages import output_errors, read_samples, take
+        from ..stream.stages import output_errors, take
 
         if grid is not None and images:
             raise UsageError("--grid and --images do not go together")
         if grid is None and (caption is not None or classes is not None):
             raise UsageError("--caption and --classes go with --grid")
+        if position is not None and key is not None:
+            raise UsageError("--position and --key each name one sample: give one of them")
         skips = skip_log(tool)
-        samples = read_samples(
-            inputs or [], strict=strict, skips=skips,
-            ignore_zeros=ignore_zeros, allow_empty=allow_empty,
-        )  # fmt: skip
+        samples = _samples(inputs or [], position, key, skips, strict=strict,
+                           ignore_zeros=ignore_zeros, allow_empty=allow_empty)  # fmt: skip
         spec = parse_field_spec(fields) if fields is not None else None
         if grid is not None:
             from ..stream.show import caption_classes, extension
@@ -129,6 +154,46 @@ def tarshow(
         return 0
 
     run(tool, body)
+
+
+def _samples(
+    inputs: list[str],
+    position: int | None,
+    key: str | None,
+    skips: SkipLog,
+    *,
+    strict: bool,
+    ignore_zeros: bool,
+    allow_empty: bool,
+) -> Iterator[Sample]:
+    """The samples to show: all of them, or the one ``position`` or ``key`` names, read
+    by the indexes where there are some (a dataset always; archives for one sample)."""
+    from ..stream.picking import (
+        describe_inputs,
+        open_picking,
+        pick_from_stream,
+        sample_at,
+        sample_with_key,
+        whole_archive_options,
+    )
+    from ..stream.stages import read_samples
+
+    one = position is not None or key is not None
+    whole = whole_archive_options(ignore_zeros=ignore_zeros, allow_empty=allow_empty)
+    picking = open_picking(inputs, archives=one, whole=whole)
+    if picking is None:
+        samples = read_samples(inputs, strict=strict, skips=skips, ignore_zeros=ignore_zeros,
+                               allow_empty=allow_empty)  # fmt: skip
+        if not one:
+            return samples
+        return iter([pick_from_stream(samples, describe_inputs(inputs), position=position,
+                                      key=key)])  # fmt: skip
+    if position is not None:
+        return iter([sample_at(picking, position, skips=skips, strict=strict)])
+    if key is not None:
+        return iter([sample_with_key(picking, key, skips=skips, strict=strict)])
+    shards = picking.shards  # a dataset's samples in order, each read alone
+    return shards.samples(range(len(shards)), skips=skips, strict=strict)
 
 
 def main() -> None:

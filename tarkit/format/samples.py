@@ -427,14 +427,16 @@ def skip_member(
     """Count ``member`` in ``skips`` under ``reason``; with ``strict``, raise
     :class:`SampleError` instead."""
     if strict:
-        raise SampleError(
-            f"{reason} is not allowed with --strict",
-            source=source,
-            offset=member.offset,
-            member=member.name,
-        )
+        raise strict_refusal(reason, source, member.name, member.offset)
     if skips is not None:
         skips.add(reason, source, member.name)
+
+
+def strict_refusal(reason: str, source: str, member: str, offset: int | None = None) -> SampleError:
+    """The error of a member skipped for ``reason`` (:func:`skip_reason`) under ``--strict``."""
+    return SampleError(
+        f"{reason} is not allowed with --strict", source=source, offset=offset, member=member
+    )
 
 
 def parse_field_spec(spec: str) -> list[list[str]]:

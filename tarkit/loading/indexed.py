@@ -3,17 +3,18 @@
 A map-style torch ``Dataset`` over uncompressed shards and their indexes
 (docs/format.md, "The shard index"): ``len(ds)``, ``ds[i]``, ``ds.index(key)``,
 ``ds.key(i)``, and ``ds.shard_sizes`` for :class:`~tarkit.loading.sampler.BlockSampler`.
-The parts, one module each: which shards and where their indexes are
-(:mod:`~tarkit.loading.catalog`), one shard opened for random access with its checks
-(:mod:`~tarkit.loading.indexed_shard`), and the same per-sample stages as the sequential
-loader (:mod:`~tarkit.loading.transforms`, the sample dicts of
-:func:`~tarkit.loading.reading.sample_dict`).
+A thin torch layer: positions, keys, reading and checking samples are
+:class:`~tarkit.storage.indexed_shards.IndexedShards` (torch-free, shared with the shell
+tools); this module adds the same per-sample stages as the sequential loader
+(:mod:`~tarkit.loading.transforms`, the sample dicts of
+:func:`~tarkit.loading.reading.sample_dict`), ``handler="skip"`` and torch's sort for the
+key table.
 """
 
 from __future__ import annotations
 
-import operator
 import warnings
+from array import array
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -21,10 +22,9 @@ import torch
 from torch.utils.data import Dataset, default_collate, get_worker_info
 
 from ..errors import InputError, SourceError, UsageError
-from ..storage import RetryPolicy, StorageOptions, retry_policy
+from ..storage import StorageOptions
 from ..storage.cache import ShardCache
-from .catalog import Catalog, open_catalog
-from .indexed_shard import IndexedShard, OpenShards
+from ..storage.indexed_shards import IndexedShards, KeyTable, open_indexed
 from .reading import sample_dict
 from .skips import SharedState, SkipCounts, shard_reason
 from .transforms import DROPPED, Transforms
@@ -93,38 +93,37 @@ class IndexedDataset(Dataset):
         super().__init__()
         if handler not in ("raise", "skip"):
             raise UsageError(f"handler must be 'raise' or 'skip', not {handler!r}")
-        retry_policy(retries, timeout, base=RetryPolicy())  # malformed settings fail here
         self.handler = handler
-        self.storage_options = storage_options
-        self.retries, self.timeout = retries, timeout
         self.cache = ShardCache(cache_dir, cache_size) if cache_dir is not None else None
-        self._catalog: Catalog = open_catalog(source, storage_options)
+        self._shards: IndexedShards = open_indexed(
+            source, cache=self.cache, storage_options=storage_options, retries=retries,
+            timeout=timeout,
+        )  # fmt: skip
         self._transforms = Transforms(decode, to_tuple, map, handler=handler, skip=self._skip)
-        self._state = SharedState(len(self._catalog))
-        self._shards = OpenShards(self._open_shard)
-        self._keys: _KeyTable | None = None
+        self._state = SharedState(len(self._shards.catalog))
+        self._keys: KeyTable | None = None
 
     # -- sizes and keys -----------------------------------------------------------------
 
     def __len__(self) -> int:
-        return self._catalog.samples
+        return len(self._shards)
 
     @property
     def shard_sizes(self) -> torch.Tensor:
         """The samples of each shard, in position order, as a tensor of int64 (for
         :class:`~tarkit.loading.sampler.BlockSampler`)."""
-        starts = torch.frombuffer(self._catalog.starts, dtype=torch.int64)
+        starts = torch.frombuffer(self._shards.catalog.starts, dtype=torch.int64)
         return starts.diff() if len(starts) else starts
 
     @property
     def urls(self) -> list[str]:
         """The shards' locations, in position order."""
-        return [self._catalog.url(shard) for shard in range(len(self._catalog))]
+        catalog = self._shards.catalog
+        return [catalog.url(shard) for shard in range(len(catalog))]
 
     def key(self, index: int) -> str:
         """The key of the sample at position ``index`` (negative from the end)."""
-        shard, position = self._catalog.locate(self._position(index))
-        return self._shards.get(shard).index.key(position)
+        return self._shards.key(index)
 
     def index(self, key: str) -> int:
         """The first position of the sample with ``key``; KeyError when there is none.
@@ -134,7 +133,7 @@ class IndexedDataset(Dataset):
         themselves, which are read from the indexes to confirm a match.
         """
         if self._keys is None:
-            self._keys = _KeyTable(self)
+            self._keys = KeyTable(self._shards, sort=_sort_hashes)
         position = self._keys.find(key)
         if position is None:
             raise KeyError(key)
@@ -143,14 +142,13 @@ class IndexedDataset(Dataset):
     # -- samples ------------------------------------------------------------------------
 
     def __getitem__(self, index: int) -> Any:
-        shard, position = self._catalog.locate(self._position(index))
+        position = self._shards.position(index)
         try:
-            opened = self._shards.get(shard)
-            sample = opened.sample(position)
+            sample, opened = self._shards.read(position)
         except (InputError, SourceError) as exc:
             if self.handler == "raise":
                 raise
-            self._skip(_row(), shard_reason(exc), 1, shard, str(exc))
+            self._skip(_row(), shard_reason(exc), 1, self._shards.locate(position)[0], str(exc))
             return None
         item = sample_dict(sample, opened.url, opened.local_path)
         if self._transforms.active:
@@ -181,33 +179,12 @@ class IndexedDataset(Dataset):
 
     def __getstate__(self) -> dict[str, Any]:
         state = self.__dict__.copy()
-        state["_shards"] = None  # a worker opens its own
-        state["_keys"] = None
-        if self.cache is None:
-            state["_catalog"] = self._catalog.light()  # counts and names only
-        return state
-
-    def __setstate__(self, state: dict[str, Any]) -> None:
-        self.__dict__.update(state)
-        self._shards = OpenShards(self._open_shard)
+        state["_keys"] = None  # a worker builds its own, if it asks
+        return state  # _shards pickles without its open shards (and light, uncached)
 
     def close(self) -> None:
         """Close this process's open shards (they reopen on the next read)."""
         self._shards.close()
-
-    def _open_shard(self, shard: int) -> IndexedShard:
-        policy = retry_policy(self.retries, self.timeout)
-        return IndexedShard(self._catalog, shard, cache=self.cache,
-                            storage_options=self.storage_options, policy=policy)  # fmt: skip
-
-    def _position(self, index: int) -> int:
-        position = operator.index(index)
-        total = self._catalog.samples
-        if position < 0:
-            position += total
-        if not 0 <= position < total:
-            raise IndexError(f"sample {index} of a dataset of {total}")
-        return position
 
     def _skip(self, row: int, reason: str, samples: int, shard: int | None, message: str) -> None:
         if self._state.add(row, reason, samples, shard, message):
@@ -218,7 +195,7 @@ class IndexedDataset(Dataset):
             )
 
     def __repr__(self) -> str:
-        catalog = self._catalog
+        catalog = self._shards.catalog
         return f"IndexedDataset({len(catalog)} shards, {catalog.samples} samples)"
 
 
@@ -228,26 +205,10 @@ def _row() -> int:
     return info.id if info is not None else 0
 
 
-class _KeyTable:
-    """Every key's position, as a sorted array of 64-bit hashes (this process's ``hash``
-    of each key) and the positions in that order: 16 bytes a sample."""
-
-    def __init__(self, dataset: IndexedDataset) -> None:
-        parts = []
-        catalog = dataset._catalog
-        for shard in range(len(catalog)):
-            keys = dataset._shards.get(shard).index.keys()
-            parts.append(torch.tensor([hash(key) for key in keys], dtype=torch.int64))
-        hashes = torch.cat(parts) if parts else torch.zeros(0, dtype=torch.int64)
-        self.hashes, self.positions = torch.sort(hashes, stable=True)
-        self.dataset = dataset
-
-    def find(self, key: str) -> int | None:
-        wanted = hash(key)
-        at = int(torch.searchsorted(self.hashes, torch.tensor([wanted]))[0])
-        while at < len(self.hashes) and int(self.hashes[at]) == wanted:
-            position = int(self.positions[at])
-            if self.dataset.key(position) == key:
-                return position
-            at += 1
-        return None
+def _sort_hashes(hashes: array) -> tuple[array, array]:
+    """:func:`~tarkit.storage.indexed_shards.sort_hashes` by torch's sort (four times
+    faster than Python's)."""
+    if not hashes:
+        return array("q"), array("q")
+    values, order = torch.sort(torch.frombuffer(hashes, dtype=torch.int64), stable=True)
+    return array("q", values.tolist()), array("q", order.tolist())

@@ -10,6 +10,9 @@
 :mod:`~tarkit.storage.commit` commits a set of files whole through a journal,
 :mod:`~tarkit.storage.shards` resolves which shards a source names,
 :mod:`~tarkit.storage.ranges` reads byte ranges (one sample of an indexed shard),
+:mod:`~tarkit.storage.indexed_shards` reads indexed shards by position or key (with
+:mod:`~tarkit.storage.catalog`, which shards and where their indexes are, and
+:mod:`~tarkit.storage.indexed_shard`, one shard and the checks of its samples),
 :mod:`~tarkit.storage.cache` caches remote shards on local disk (filled by
 :mod:`~tarkit.storage.downloads`), and :mod:`~tarkit.storage.retrying` (with
 :mod:`~tarkit.storage.http` and :mod:`~tarkit.storage.timed_http`) makes remote reads
@@ -45,7 +48,7 @@ from .outputs import (
 )
 from .ranges import RangeSource, open_ranges
 from .retrying import Reconnection, RetryPolicy, report_reconnections, retry_policy
-from .shards import names_shard_set, resolve_shards
+from .shards import dataset_manifest, names_shard_set, resolve_shards
 from .sources import (
     CountingReader,
     HashingReader,
@@ -82,6 +85,7 @@ __all__ = [
     "StorageOptions",
     "check_local_files",
     "commit_files",
+    "dataset_manifest",
     "describe_exit",
     "descriptor_failure",
     "display_name",

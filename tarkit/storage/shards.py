@@ -34,6 +34,8 @@ from .listing import list_files, what_directory_holds
 from .locations import expand_inputs, location
 from .manifests import load_manifest, manifest_urls
 
+BUILD_INDEX = "tarindex SHARDS… -o DIR/manifest.json"  # what makes shards random-access
+
 
 def resolve_shards(
     urls: str | Sequence[str] | None,
@@ -112,6 +114,33 @@ def resolve_shards(
             raise UsageError(f"{url}: not in the manifest {manifest.location or ''}".rstrip())
         infos.append(info)
     return expanded, infos
+
+
+def dataset_manifest(source: str) -> str | None:
+    """The manifest of the indexed dataset ``source`` names, for random access: itself
+    (``.json``), its directory's (a local directory, or a URL ending in ``/``); None for
+    shards. Raises :class:`~tarkit.errors.UsageError` for a local directory without
+    ``manifest.json``.
+
+    >>> dataset_manifest("https://host/data/"), dataset_manifest("data/train-000.tar")
+    ('https://host/data/manifest.json', None)
+    >>> dataset_manifest("s3://bucket/manifest.json"), dataset_manifest("pipe:cat a.json")
+    ('s3://bucket/manifest.json', None)
+    """
+    where = location(source)
+    if source.endswith(".json") and (where.is_file or where.remote):
+        return source
+    if where.is_file and os.path.isdir(where.path):
+        manifest = os.path.join(where.path, "manifest.json")
+        if not os.path.isfile(manifest):
+            raise UsageError(
+                f"{source}: a directory without manifest.json (build one and the shards' "
+                f"indexes with {BUILD_INDEX})"
+            )
+        return manifest
+    if where.remote and source.endswith("/"):
+        return source + "manifest.json"
+    return None
 
 
 def names_shard_set(source: str) -> bool:

@@ -77,10 +77,10 @@ def key_in(keys: Iterable[str]) -> Predicate:
     return lambda sample: sample.key in wanted
 
 
-def read_keys(spec: str) -> frozenset[str]:
-    """The keys listed in ``spec``, one per line (a path, ``-``, ``pipe:CMD``, a URL).
-
-    Whitespace around a key is dropped, and blank lines are skipped. Raises
+def read_keys(spec: str) -> list[str]:
+    """The keys listed in ``spec``, one per line (a path, ``-``, ``pipe:CMD``, a URL),
+    each once, in the order listed. Whitespace around a key is dropped, and blank lines
+    are skipped. Raises
     :class:`~tarkit.errors.SourceError` naming ``--keys`` when ``spec`` cannot be read.
     """
     try:
@@ -89,7 +89,7 @@ def read_keys(spec: str) -> frozenset[str]:
     except SourceError as exc:
         raise SourceError(f"--keys {exc}") from None
     lines = data.decode("utf-8", "surrogateescape").split("\n")
-    return frozenset(line.strip() for line in lines) - {""}
+    return [key for key in dict.fromkeys(line.strip() for line in lines) if key]
 
 
 def keep_fraction(fraction: float, seed: int = 0, invert: bool = False) -> Predicate:

@@ -412,7 +412,7 @@ def test_over_s3_samples_and_keys_read_alike(paths, s3_server: str, s3_env) -> N
     local = IndexedDataset(paths)
     for i in (0, 12, TOTAL - 1):
         got, want = dataset[i], local[i]
-        assert got["__url__"] == urls[local._catalog.locate(i)[0]]
+        assert got["__url__"] == urls[local._shards.locate(i)[0]]
         assert {k: v for k, v in got.items() if not k.startswith("__")} == {
             k: v for k, v in want.items() if not k.startswith("__")
         }

@@ -19,20 +19,27 @@ from __future__ import annotations
 import mmap
 import os
 from collections import OrderedDict
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ..errors import InputError, SourceError
 from ..format.index import ShardIndex, sample_from_span
-from ..format.samples import Sample
-from ..storage import RangeSource, RetryPolicy, StorageOptions, location, open_ranges, read_bytes
-from ..storage.cache import ShardCache
+from ..format.samples import Sample, SkipLog, strict_refusal
 from .catalog import Catalog, missing_index, refuse_compressed
+from .filesystems import StorageOptions
+from .locations import location
+from .ranges import RangeSource, open_ranges
+from .retrying import RetryPolicy
+from .sources import read_bytes
+
+if TYPE_CHECKING:  # the shell tools read without a cache, and start without it
+    from .cache import ShardCache
 
 OPEN_SHARDS = 32  # a BlockSampler reads from two windows of 8 shards at a time
 
 
 class IndexedShard:
-    """Shard ``shard`` of ``catalog``, its index loaded (see the module docstring).
+    """Shard ``shard`` of ``catalog``, its index loaded (see the module docstring); the
+    shard itself is opened on the first sample read (a look at keys reads the index only).
 
     Raises :class:`~tarkit.errors.UsageError` for a compressed shard or one without an
     index (naming the command that builds it), :class:`~tarkit.errors.InputError` for an
@@ -55,21 +62,26 @@ class IndexedShard:
         where = location(url)
         self.local_path = where.path if where.is_file else None
         self._map: mmap.mmap | None = None
-        self.index = self._load_index(catalog.index_url(shard), storage_options)
         self._source: RangeSource | None = None
+        self.index = self._load_index(catalog.index_url(shard), storage_options)
         try:
             self._check_index(catalog, shard)
-            size, sha256 = catalog.expected(shard)
-            if cache is not None and where.remote:
-                # Kept only if whole and as the manifest (else as the index) says.
-                expected = self.index.shard_size if size is None else size
-                self._source = cache.fetch(url, storage_options, policy, expected, sha256)
-            if self._source is None:
-                self._source = open_ranges(url, storage_options, policy)
         except BaseException:
             self.close()
             raise
+        self._opening = (cache if where.remote else None, storage_options, policy,
+                         catalog.expected(shard))  # fmt: skip
         self._checked = False  # the shard's size, on the first sample read
+
+    def _open(self) -> RangeSource:
+        cache, storage_options, policy, (size, sha256) = self._opening
+        if cache is not None:
+            # Kept only if whole and as the manifest (else as the index) says.
+            expected = self.index.shard_size if size is None else size
+            source = cache.fetch(self.url, storage_options, policy, expected, sha256)
+            if source is not None:
+                return source
+        return open_ranges(self.url, storage_options, policy)
 
     def _load_index(self, index: str, storage_options: StorageOptions | None) -> ShardIndex:
         where = location(index)
@@ -107,19 +119,32 @@ class IndexedShard:
                 reason=InputError.STALE,
             )
 
-    def sample(self, position: int) -> Sample:
+    def sample(
+        self, position: int, *, skips: SkipLog | None = None, strict: bool = False
+    ) -> Sample:
         """Sample ``position`` of the shard, read and checked (see the module docstring).
-        Raises :class:`~tarkit.errors.InputError` (``STALE``) naming the shard, the
-        position and the key when the shard is not as indexed, and
-        :class:`~tarkit.errors.SourceError` when its bytes cannot be read."""
+
+        Members the reader skips in its span (after the sample) are counted in ``skips``,
+        or with ``strict`` refused as a stream's reader refuses them
+        (:class:`~tarkit.errors.SampleError`). Raises :class:`~tarkit.errors.InputError`
+        (``STALE``) naming the shard, the position and the key when the shard is not as
+        indexed, and :class:`~tarkit.errors.SourceError` when its bytes cannot be read.
+        """
         entry = self.index.entry(position)
         source = self._source
-        assert source is not None
+        if source is None:
+            source = self._source = self._open()
         span = source.read(entry.offset, entry.stop)
         if not self._checked:
             self.index.check_size(source.size(), self.url, entry)
             self._checked = True
-        return sample_from_span(entry, span, self.url)
+        if not strict:
+            return sample_from_span(entry, span, self.url, skips=skips)
+        skipped = SkipLog()
+        sample = sample_from_span(entry, span, self.url, skips=skipped)
+        for reason, (shard, member) in skipped.first.items():
+            raise strict_refusal(reason, shard, member)
+        return sample
 
     def close(self) -> None:
         if self._source is not None:

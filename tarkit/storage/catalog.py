@@ -1,21 +1,23 @@
 """Which indexed shards a random-access dataset reads, and where their indexes are.
 
-A :class:`Catalog` is what :class:`~tarkit.loading.indexed.IndexedDataset` keeps of its
-source whatever its size: the shard names (a pattern when they are one), the cumulative
-sample counts (8 bytes a shard: a position's shard by bisection), where each shard's
-index lies, and, for the shard cache only, each shard's size and SHA-256 from the
-manifest. Made once by :func:`open_catalog`:
+A :class:`Catalog` is what random access (:mod:`~tarkit.storage.indexed_shards`: the
+shell tools and ``tarkit.IndexedDataset``) keeps of its source whatever its size: the
+shard names (a pattern when they are one), the cumulative sample counts (8 bytes a shard:
+a position's shard by bisection), where each shard's index lies, and, for the shard cache
+only, each shard's size and SHA-256 from the manifest. Made once by :func:`open_catalog`:
 
 - a manifest (version 1 or 2, ``.json``) or a directory holding ``manifest.json``: its
   table, read in bounded memory; the indexes where its ``"index"`` pattern says, else
   beside each shard (``<shard>.idx``, the writers' convention);
 - a brace pattern or a list of shard URLs: the indexes beside them, each one's
   64-byte header read now for its sample count.
+
+:func:`indexed_catalog` is the second form for shards that may have no index: None when
+one has none, so that a caller reads them whole instead.
 """
 
 from __future__ import annotations
 
-import os
 from array import array
 from bisect import bisect_right
 from collections.abc import Sequence
@@ -23,19 +25,14 @@ from itertools import accumulate
 
 from ..errors import SourceError, UsageError
 from ..format.compression import compression_for
-from ..format.index import HEADER_SIZE, SUFFIX, index_header
+from ..format.index import HEADER_SIZE, MAGIC, SUFFIX, index_header
 from ..format.shard_names import ShardNames
 from ..format.shard_table import ShardTable
-from ..storage import (
-    StorageOptions,
-    expand_inputs,
-    load_table,
-    location,
-    open_ranges,
-    resolve_url,
-)
-
-BUILD_INDEX = "tarindex SHARDS… -o DIR/manifest.json"
+from .filesystems import StorageOptions
+from .locations import expand_inputs, location, resolve_url
+from .manifests import load_table
+from .ranges import open_ranges
+from .shards import BUILD_INDEX, dataset_manifest
 
 
 class Catalog:
@@ -112,37 +109,43 @@ def open_catalog(
     :class:`~tarkit.errors.SourceError` for a manifest or index that cannot be read.
     """
     if isinstance(source, str):
-        manifest = _manifest_of(source)
+        manifest = dataset_manifest(source)
         if manifest is not None:
             return _from_manifest(manifest, storage_options)
         urls = expand_inputs([source])
     else:
         urls = expand_inputs(list(source))
     if not urls or urls == ["-"]:
-        raise UsageError("IndexedDataset needs shard URLs, a manifest or its directory")
+        raise UsageError("random access needs shard URLs, a manifest or its directory")
     for url in urls:
         refuse_compressed(url)
-    counts = [_index_samples(url, url + SUFFIX, storage_options) for url in urls]
+    counts = [_index_samples(url, storage_options) for url in urls]
     return Catalog(ShardNames.of(urls), array("q", accumulate(counts, initial=0)))
 
 
-def _manifest_of(source: str) -> str | None:
-    """The manifest ``source`` names: itself (``.json``), or its directory's; None for
-    shard URLs."""
-    where = location(source)
-    if source.endswith(".json"):
-        return source
-    if where.is_file and os.path.isdir(where.path):
-        manifest = os.path.join(where.path, "manifest.json")
-        if not os.path.isfile(manifest):
-            raise UsageError(
-                f"{source}: a directory without manifest.json (build one and the shards' "
-                f"indexes with {BUILD_INDEX})"
-            )
-        return manifest
-    if where.remote and source.endswith("/"):
-        return source + "manifest.json"
-    return None
+def indexed_catalog(
+    urls: Sequence[str], storage_options: StorageOptions | None = None
+) -> Catalog | None:
+    """The catalog of the shards ``urls`` (brace patterns expanded) when every one can be
+    read by random access: a file or a URL, uncompressed by its name, with a tarkit index
+    beside it (``<shard>.idx``, its header read now); None as soon as one cannot (no
+    index, or a file there that is not a tarkit index, as DALI's ``wds2idx`` writes), so
+    that the caller reads them whole. Raises as :func:`open_catalog` for a tarkit index
+    that is there but malformed or of another version.
+    """
+    counts = []
+    expanded = expand_inputs(list(urls))
+    for url in expanded:
+        where = location(url)
+        if not (where.is_file or where.remote) or compression_for(url) is not None:
+            return None
+        header = _index_header(url, storage_options)
+        if header is None or not header.startswith(MAGIC):
+            return None
+        counts.append(index_header(header, url + SUFFIX)[0])
+    if not counts:
+        return None
+    return Catalog(ShardNames.of(expanded), array("q", accumulate(counts, initial=0)))
 
 
 def _from_manifest(manifest: str, storage_options: StorageOptions | None) -> Catalog:
@@ -174,16 +177,24 @@ def missing_index(url: str, index: str) -> UsageError:
     )
 
 
-def _index_samples(url: str, index: str, storage_options: StorageOptions | None) -> int:
-    """The sample count in the header of the index of the listed shard ``url``."""
+def _index_samples(url: str, storage_options: StorageOptions | None) -> int:
+    """The sample count in the header of the index beside the listed shard ``url``."""
+    header = _index_header(url, storage_options)
+    if header is None:
+        raise missing_index(url, url + SUFFIX)
+    return index_header(header, url + SUFFIX)[0]
+
+
+def _index_header(url: str, storage_options: StorageOptions | None) -> bytes | None:
+    """The first bytes of the index beside ``url`` (its header when it is one); None
+    when there is no such file."""
     try:
-        source = open_ranges(index, storage_options)
+        source = open_ranges(url + SUFFIX, storage_options)
         try:
-            header = source.read(0, HEADER_SIZE)
+            return source.read(0, HEADER_SIZE)
         finally:
             source.close()
     except SourceError as exc:
         if exc.reason == SourceError.MISSING:
-            raise missing_index(url, index) from None
+            return None
         raise
-    return index_header(header, index)[0]
