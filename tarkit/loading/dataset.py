@@ -61,7 +61,9 @@ class ShardDataset(IterableDataset):
     ``False``: no shuffle); any value above 0 also shuffles the shard order.
     Orders are a function of ``(seed, epoch, rank, worker)`` only. ``decode``,
     ``to_tuple`` and ``map`` are passed to webdataset's stages of those names, in that
-    order; ``batch_size`` makes the dataset yield batches made by ``collate`` (torch's
+    order; ``resize`` (``"224x224:crop"``, as ``tarkit shard --resize``) makes ``decode``'s
+    image specs decode JPEGs reduced to that size (:mod:`~tarkit.loading.resized_images`);
+    ``batch_size`` makes the dataset yield batches made by ``collate`` (torch's
     ``default_collate``) inside the workers; ``drop_last`` drops a partial last batch.
 
     ``handler="raise"`` stops at the first bad shard or sample with an
@@ -92,6 +94,7 @@ class ShardDataset(IterableDataset):
         decode: Any = None,
         to_tuple: str | Sequence[str] | None = None,
         map: Callable[[Any], Any] | None = None,  # noqa: A002 - the issue's name
+        resize: str | None = None,
         handler: str = "raise",
         manifest: str | Manifest | Literal[False] | None = None,
         equal_batches: bool = False,
@@ -167,7 +170,8 @@ class ShardDataset(IterableDataset):
             # Per source, one row per worker: a worker adds only to its own row.
             self._mixed = torch.zeros((COUNTER_ROWS, len(readers)), dtype=torch.int64)
             self._mixed.share_memory_()
-        self._transforms = Transforms(decode, to_tuple, map, handler=handler, skip=self._skip)
+        self._transforms = Transforms(decode, to_tuple, map, resize=resize, handler=handler,
+                                      skip=self._skip)  # fmt: skip
         # Set by ShardLoader: workers hand over deliveries and errors (handoff.py), in
         # bundles of up to ``bundle`` batches.
         self.in_loader = False

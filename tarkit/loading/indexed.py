@@ -45,7 +45,7 @@ class IndexedDataset(Dataset):
     ``[ds.key(i) for i in range(len(ds))]`` are the keys ``tarcat`` gives over the same
     shards. ``ds[i]`` (negative ``i`` from the end, IndexError out of range) is the sample
     exactly as :class:`~tarkit.loading.ShardDataset` yields it with the same ``decode``,
-    ``to_tuple`` and ``map`` (webdataset's stages): a dict of ``__key__``, ``__url__``
+    ``to_tuple``, ``map`` (webdataset's stages) and ``resize``: a dict of ``__key__``, ``__url__``
     (``__local_path__`` for a local shard) and the fields' bytes when none is given. It
     reads that sample's bytes only: one positioned read of a local file, one ranged
     request over HTTP(S) or S3 (reconnecting at the byte reached, with the timeouts of
@@ -83,6 +83,7 @@ class IndexedDataset(Dataset):
         decode: Any = None,
         to_tuple: str | Sequence[str] | None = None,
         map: Callable[[Any], Any] | None = None,  # noqa: A002 - the issue's name
+        resize: str | None = None,
         handler: str = "raise",
         cache_dir: str | None = None,
         cache_size: int | str | None = None,
@@ -99,7 +100,8 @@ class IndexedDataset(Dataset):
             source, cache=self.cache, storage_options=storage_options, retries=retries,
             timeout=timeout,
         )  # fmt: skip
-        self._transforms = Transforms(decode, to_tuple, map, handler=handler, skip=self._skip)
+        self._transforms = Transforms(decode, to_tuple, map, resize=resize, handler=handler,
+                                      skip=self._skip)  # fmt: skip
         self._state = SharedState(len(self._shards.catalog))
         self._keys: KeyTable | None = None
 

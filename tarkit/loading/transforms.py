@@ -7,6 +7,8 @@ rules (``to_tuple``'s alternatives and its error on a missing field, ``map`` dro
 sample that maps to None and keeping ``__key__`` on a dict). A stage that fails on a
 sample is named with the sample's shard and key and raises, or with ``handler="skip"``
 the sample is counted under the stage's reason and the loop goes on with the next sample.
+With ``resize``, the image specs of ``decode`` decode at that size
+(:mod:`~tarkit.loading.resized_images`).
 """
 
 from __future__ import annotations
@@ -17,16 +19,20 @@ from typing import Any
 import webdataset as wds
 from webdataset.filters import getfirst
 
-from ..errors import InputError
+from ..errors import InputError, UsageError
+from ..format.encoding import parse_resize
 from .reading import SkipReport
+from .resized_images import ResizedImageHandler, Size
 from .skips import MAP_FAILED, MISSING, UNDECODABLE
 
 DROPPED = object()  # what Transforms.apply gives for a sample that yields no item
 
 
 class Transforms:
-    """``decode``, ``to_tuple`` and ``map`` as :class:`~tarkit.loading.ShardDataset` takes
-    them; :attr:`active` when any is given."""
+    """``decode``, ``to_tuple``, ``map`` and ``resize`` as :class:`~tarkit.loading.ShardDataset`
+    takes them; :attr:`active` when any is given. A malformed ``resize``, or one without an
+    image spec in ``decode`` to apply to, raises :class:`~tarkit.errors.UsageError`, and so
+    does an image spec webdataset does not know."""
 
     def __init__(
         self,
@@ -34,9 +40,11 @@ class Transforms:
         to_tuple: str | Sequence[str] | None,
         map: Callable[[Any], Any] | None,  # noqa: A002 - the dataset's name
         *,
+        resize: str | None = None,
         handler: str,
         skip: SkipReport,
     ) -> None:
+        self.size = _size(decode, resize)
         self.decode = decode
         self.to_tuple = to_tuple
         self.map = map
@@ -67,7 +75,7 @@ class Transforms:
         stages = self._stages
         if stages is None:
             stages = self._stages = (
-                _decoder(self.decode) if self.decode is not None else None,
+                _decoder(self.decode, self.size) if self.decode is not None else None,
                 _Columns(self.to_tuple) if self.to_tuple is not None else None,
             )
         decoder, columns = stages
@@ -100,12 +108,37 @@ class Transforms:
         return state
 
 
-def _decoder(decode: Any) -> wds.autodecode.Decoder:
-    """webdataset's ``decode(*handlers)`` decoder: spec strings become image handlers."""
-    handlers = decode if isinstance(decode, (list, tuple)) else [decode]
-    return wds.autodecode.Decoder(
-        [wds.autodecode.imagehandler(h) if isinstance(h, str) else h for h in handlers]
-    )
+def _handlers(decode: Any) -> list[Any]:
+    return list(decode) if isinstance(decode, (list, tuple)) else [decode]
+
+
+def _size(decode: Any, resize: str | None) -> Size | None:
+    """``resize`` parsed, once ``decode``'s image specs are known good (UsageError)."""
+    specs = [h for h in _handlers(decode) if isinstance(h, str)] if decode is not None else []
+    for spec in specs:
+        if spec not in wds.autodecode.imagespecs:
+            known = ", ".join(wds.autodecode.imagespecs)
+            raise UsageError(f"decode {spec!r}: not an image spec (one of {known})")
+    if resize is None:
+        return None
+    size = parse_resize(resize, "resize")
+    if not specs:
+        raise UsageError(
+            f"resize {resize!r} resizes the images an image spec of decode= decodes "
+            "(decode='rgb8', 'torchrgb8', 'pil'…): give one"
+        )
+    return size
+
+
+def _decoder(decode: Any, size: Size | None) -> wds.autodecode.Decoder:
+    """webdataset's ``decode(*handlers)`` decoder: spec strings become image handlers (at
+    ``size``, decoded reduced, when it is given)."""
+    return wds.autodecode.Decoder([
+        h if not isinstance(h, str)
+        else wds.autodecode.imagehandler(h) if size is None
+        else ResizedImageHandler(h, size)
+        for h in _handlers(decode)
+    ])  # fmt: skip
 
 
 class _Columns:

@@ -499,6 +499,7 @@ def test_shards_go_to_s3_through_fsspec(tmp_path: Path, s3_env: dict[str, str],
         ([], "give a SOURCE"),
         (["nowhere/"], "nowhere/: no such file or directory"),
         (["--resize", "big", "."], "--resize 'big'"),
+        (["--resize", "\u00b2x2", "."], "--resize '\u00b2x2'"),  # a digit int() refuses
         (["--format", "gif2", "."], "--format 'gif2'"),
     ],
 )
