@@ -15,7 +15,7 @@ from collections.abc import Callable, Sequence
 
 from ..format.samples import SkipLog
 from ..storage import display_name
-from .pages import PER_PAGE, Pages
+from .pages import PER_PAGE, Pages, check_settings
 from .samples import ViewedSamples, open_samples
 from .server import ViewServer
 from .summary import Summary
@@ -52,6 +52,7 @@ def open_view(
     """
     from ..processing.stats import dataset_class_names
 
+    check_settings(where, per_page)  # the user's mistakes before any shard is opened
     samples = open_samples(sources, strict=strict, skips=skips)
     try:
         source = sources[0] if len(sources) == 1 else list(sources)

@@ -50,10 +50,7 @@ class Pages:
         where: str | None = None,
         per_page: int = PER_PAGE,
     ) -> None:
-        if where is not None:
-            parse_where(where)  # a malformed expression is the command's error
-        if not 1 <= per_page <= MAX_PER_PAGE:
-            raise UsageError(f"--per-page must be between 1 and {MAX_PER_PAGE} (got {per_page})")
+        check_settings(where, per_page)
         self.samples = samples
         self.source = source
         self.class_names = class_names
@@ -195,6 +192,15 @@ class Pages:
         self._kept_bytes += sample.size
         while self._kept_bytes > KEPT_BYTES and self._kept:
             self._kept_bytes -= self._kept.popitem(last=False)[1].size
+
+
+def check_settings(where: str | None, per_page: int) -> None:
+    """Raise :class:`~tarkit.errors.UsageError` for a malformed ``--where`` expression
+    (:class:`~tarkit.stream.filters.ExpressionError`) or ``--per-page``."""
+    if where is not None:
+        parse_where(where)
+    if not 1 <= per_page <= MAX_PER_PAGE:
+        raise UsageError(f"--per-page must be between 1 and {MAX_PER_PAGE} (got {per_page})")
 
 
 def _check_position(position: int) -> None:

@@ -112,7 +112,8 @@ class StreamedSamples:
             counted = self._at - self._starts[self._shard] + (sample is not None)
             if self._counts is not None and (
                 counted > self._counts[self._shard]
-                or sample is None and counted != self._counts[self._shard]
+                or sample is None
+                and counted != self._counts[self._shard]
             ):
                 self._stop()
                 found = f"more than {counted - 1}" if sample is not None else str(counted)
