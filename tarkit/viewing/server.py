@@ -144,6 +144,7 @@ class _Handler(BaseHTTPRequestHandler):
     server: ViewServer
     protocol_version = "HTTP/1.1"  # connections kept open: a page is 50 requests
     disable_nagle_algorithm = True  # headers and body in two writes: not 40 ms apart
+    timeout = 120  # seconds an idle kept-open connection holds its thread
 
     def version_string(self) -> str:
         return "tarkit-view"
