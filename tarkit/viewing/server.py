@@ -67,6 +67,7 @@ class ViewServer(ThreadingHTTPServer):
     """
 
     daemon_threads = True
+    request_queue_size = 64  # a page opening asks for 50 things at once
 
     def __init__(
         self,

@@ -8,9 +8,11 @@ from __future__ import annotations
 import http.client
 import io
 import json
+import time
 from pathlib import Path
 
 import pytest
+from conftest import run
 from PIL import Image
 from shard_server import ShardServer
 from viewed_shards import sample_fields, serving, write_dataset, write_shard
@@ -159,6 +161,21 @@ def test_api_errors_are_the_messages_the_cli_prints(server) -> None:  # type: ig
     assert status == 404 and json.loads(body) == {"error": "sample 3 (k003) has no field png"}
     status, _, body = ask(server, "/api/find?key=k007")
     assert json.loads(body) == {"position": 7, "next": None}
+
+
+def test_the_summary_is_tarkit_stats_read_in_the_background(server) -> None:  # type: ignore[no-untyped-def]
+    first = json.loads(ask(server, "/api/stats")[2])
+    assert first["state"] in ("reading", "done")
+    assert first["stats"]["samples"] == 10  # the manifest's figures at once
+    deadline = time.monotonic() + 20
+    state = first
+    while state["state"] == "reading" and time.monotonic() < deadline:
+        time.sleep(0.05)
+        state = json.loads(ask(server, "/api/stats")[2])
+    expected = run(["tarkit", "stats", "--json", str(server.pages.source)])
+    assert state["state"] == "done" and state["stats"] == json.loads(expected.stdout)
+    assert state["stats"]["classes"]["cls"]["labels"][1] == {"label": "1", "name": "dog",
+                                                              "samples": 5}  # fmt: skip
 
 
 def test_odd_field_names_and_images_a_browser_cannot_draw(tmp_path: Path) -> None:
