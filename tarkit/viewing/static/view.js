@@ -255,7 +255,8 @@ function filter(event) {
 // -- the summary (tarkit stats) ----------------------------------------------------------
 
 function table(head, rows) {
-  return el("table", {}, el("thead", {}, el("tr", {}, ...head.map((h) => el("th", {}, h)))),
+  const heading = head.length ? [el("thead", {}, el("tr", {}, ...head.map((h) => el("th", {}, h))))] : [];
+  return el("table", {}, ...heading,
     el("tbody", {}, ...rows.map((row) => el("tr", {}, ...row.map((cell) => el("td", {}, cell))))));
 }
 
@@ -271,7 +272,7 @@ function renderSummary(state) {
   if (state.state === "failed") parts.push(el("p", { class: "failed" }, `The summary failed: ${state.error}`));
   if (stats) {
     const keys = stats.keys.duplicates === null ? "not known" : count(stats.keys.duplicates);
-    parts.push(table(["", ""], [["shards", count(stats.shards)], ["samples", count(stats.samples)],
+    parts.push(table([], [["shards", count(stats.shards)], ["samples", count(stats.samples)],
       ["bytes", `${count(stats.bytes)} (${size(stats.bytes)})`], ["duplicate keys", keys]]));
     const fieldRows = Object.entries(stats.fields).map(([name, f]) => [name, count(f.samples),
       stats.samples ? `${(100 * f.samples / stats.samples).toFixed(1)}%` : "-", ...spread(f.size, size)]);
