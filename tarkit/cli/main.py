@@ -24,6 +24,7 @@ COMMANDS = [
     ("index", "tarindex", "tarindex", "Write the dataset manifest of shards (tarindex)."),
     ("verify", "verify", "verify", "Check that shards read whole and match their manifest."),
     ("stats", "stats", "stats", "Summarize shards: samples, fields, sizes, classes, images."),
+    ("view", "view", "view", "Look at shards in a web browser: samples, fields, a filter."),
     ("shard", "shard", "shard", "Turn a directory, plan or Dataset into shards."),
     ("map", "map", "map_command", "Process many shards in parallel, locally or on Ray."),
     ("demo", "demo", "demo", "Run the end-to-end demo on a real dataset."),

@@ -66,11 +66,7 @@ def dataset_stats(
                 "by reading them (leave out --no-read, or name their manifest)"
             )
         return Tally.of_manifest(infos).summary()
-    places = [location(url).sibling(CLASSES_FILE) for url in urls if _has_siblings(url)]
-    beside = [places[0]] if places and len(set(places)) == 1 else []
-    if isinstance(source, str) and source.endswith(".json"):
-        beside.append(location(source).sibling(CLASSES_FILE))
-    names = _class_names(classes, beside, storage_options)
+    names = dataset_class_names(source, urls, classes, storage_options)
     tasks = [_ShardStats(i, url, strict, storage_options) for i, url in enumerate(urls)]
     tally = Tally()
     for part in _tallies(tasks, min(workers, len(tasks)), skips):
@@ -78,6 +74,24 @@ def dataset_stats(
             on_shard(part)
         tally.merge(part)
     return tally.summary(names)
+
+
+def dataset_class_names(
+    source: str | Sequence[str],
+    urls: Sequence[str],
+    classes: str | None = None,
+    storage_options: StorageOptions | None = None,
+) -> ClassNames | None:
+    """The class names of the dataset ``source`` names, whose shards are ``urls``: those
+    of the file ``classes`` names (which must exist), else of ``classes.json`` beside the
+    shards (when they share one place), else beside the manifest ``source`` names; None
+    when there is none. Raises :class:`~tarkit.errors.InputError` for a file that is not
+    a list of names."""
+    places = [location(url).sibling(CLASSES_FILE) for url in urls if _has_siblings(url)]
+    beside = [places[0]] if places and len(set(places)) == 1 else []
+    if isinstance(source, str) and source.endswith(".json"):
+        beside.append(location(source).sibling(CLASSES_FILE))
+    return _class_names(classes, beside, storage_options)
 
 
 def _has_siblings(url: str) -> bool:

@@ -77,11 +77,10 @@ def numbered(count: int, text: str = "text") -> bytes:
     )
 
 
-def imported_modules(module: str, args: list[str], cwd: Path, stderr: int = subprocess.PIPE
-                     ) -> set[str]:  # fmt: skip
-    """Top-level packages imported by running ``module``'s main() with ``args`` (stderr
-    to ``stderr``: a pipe unless told)."""
-    probe = (
+def module_probe(module: str, args: list[str]) -> str:
+    """Python code that runs ``module``'s main() with ``args`` and, at exit, writes the
+    top-level packages imported to ``modules.txt`` in its directory."""
+    return (
         "import atexit, sys\n"
         "def report():\n"
         "    with open('modules.txt', 'w') as out:\n"
@@ -91,6 +90,13 @@ def imported_modules(module: str, args: list[str], cwd: Path, stderr: int = subp
         f"from {module} import main\n"
         "main()\n"
     )
+
+
+def imported_modules(module: str, args: list[str], cwd: Path, stderr: int = subprocess.PIPE
+                     ) -> set[str]:  # fmt: skip
+    """Top-level packages imported by running ``module``'s main() with ``args`` (stderr
+    to ``stderr``: a pipe unless told)."""
+    probe = module_probe(module, args)
     result = subprocess.run([sys.executable, "-c", probe], cwd=cwd, stdout=subprocess.PIPE,
                             stderr=stderr, timeout=60)  # fmt: skip
     assert result.returncode == 0, result.stderr
