@@ -22,8 +22,7 @@ ALLOWED = {
     "writing": {"format", "storage", "stream", "engines"},
     "loading": {"format", "storage", "stream"},
     "processing": {"format", "storage", "stream", "engines", "writing"},
-    # loading: only the random-access core, until it moves to storage/ (viewing/indexed.py)
-    "viewing": {"format", "storage", "stream", "processing", "loading"},
+    "viewing": {"format", "storage", "stream", "processing"},
 }
 SHARED = {"errors", "sizes", "seeds"}
 LONG_MODULES = {"format/tar.py"}  # the reader: one state machine, read in one place

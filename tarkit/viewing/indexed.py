@@ -14,57 +14,46 @@ from time import monotonic
 
 from ..errors import UsageError
 from ..format.samples import Sample
-from ..storage import retry_policy
+from ..storage.indexed_shards import IndexedShards, open_indexed
 from .samples import Found
-
-# The torch-free random-access core. It moves from loading/ (whose package imports torch)
-# to storage/; until then it comes from loading/, here only.
-try:
-    from ..storage.catalog import Catalog, open_catalog  # type: ignore[import-not-found]
-    from ..storage.indexed_shard import IndexedShard, OpenShards  # type: ignore[import-not-found]
-except ImportError:
-    from ..loading.catalog import Catalog, open_catalog
-    from ..loading.indexed_shard import IndexedShard, OpenShards
 
 
 class IndexedSamples:
-    """The samples of ``catalog``'s shards by position (see the module docstring)."""
+    """The samples of indexed ``shards`` by position (see the module docstring)."""
 
     indexed = True
     note: str | None = None
 
-    def __init__(self, catalog: Catalog) -> None:
-        self._catalog = catalog
-        self._open = OpenShards(self._open_shard)
+    def __init__(self, shards: IndexedShards) -> None:
+        self._shards = shards
 
     @property
     def shards(self) -> int:
-        return len(self._catalog)
+        return len(self._shards.catalog)
 
     @property
     def samples(self) -> int:
-        return self._catalog.samples
+        return len(self._shards)
 
     def places(self) -> list[str]:
-        catalog = self._catalog
+        catalog = self._shards.catalog
         if catalog.names.pattern is not None:
             return [catalog.url(0)]
         return [catalog.url(shard) for shard in range(len(catalog))]
 
     def read(self, start: int) -> Generator[tuple[int, Sample], None, None]:
-        catalog = self._catalog
-        for position in range(start, catalog.samples):
-            shard, place = catalog.locate(position)
-            yield position, self._open.get(shard).sample(place)
+        for position in range(start, len(self._shards)):
+            yield position, self._shards.read(position)[0]
 
     def find(self, key: str, start: int, deadline: float) -> Found:
         """As :meth:`ViewedSamples.find`; reads the shards' indexes, never their bytes."""
-        catalog = self._catalog
-        if start >= catalog.samples:
+        shards = self._shards
+        catalog = shards.catalog
+        if start >= len(shards):
             return Found(None, None)
-        shard, place = catalog.locate(start)
+        shard, place = shards.locate(start)
         while shard < len(catalog):
-            keys = self._open.get(shard).index.keys()
+            keys = shards.shard(shard).index.keys()
             if key in keys[place:]:
                 return Found(int(catalog.starts[shard]) + keys.index(key, place), None)
             shard, place = shard + 1, 0
@@ -73,11 +62,7 @@ class IndexedSamples:
         return Found(None, None)
 
     def close(self) -> None:
-        self._open.close()
-
-    def _open_shard(self, shard: int) -> IndexedShard:
-        policy = retry_policy(None, None)
-        return IndexedShard(self._catalog, shard, cache=None, storage_options=None, policy=policy)
+        self._shards.close()
 
 
 def indexed_samples(source: str | list[str]) -> IndexedSamples | str:
@@ -88,10 +73,9 @@ def indexed_samples(source: str | list[str]) -> IndexedSamples | str:
     for a manifest or index that is there but does not read.
     """
     try:
-        catalog = open_catalog(source)
-        samples = IndexedSamples(catalog)
-        if len(catalog):
-            samples._open.get(0)  # its index is there (a manifest does not say)
+        shards = open_indexed(source)
+        if len(shards.catalog):
+            shards.shard(0)  # its index is there (a manifest does not say)
     except UsageError as exc:  # a refusal: no index, compressed, no manifest
         return str(exc)
-    return samples
+    return IndexedSamples(shards)

@@ -12,7 +12,7 @@ import urllib.request
 from pathlib import Path
 
 import pytest
-from conftest import BIN, ROOT, run
+from conftest import BIN, run
 from test_tar2tsv import module_probe
 from viewed_shards import printed_address, write_dataset
 
@@ -97,11 +97,6 @@ def test_bad_input_is_one_line_and_exit_2(dataset: Path, args: list[str], messag
     assert result.stderr.count("\n") == 1 and result.stderr.endswith("\n")
 
 
-@pytest.mark.skipif(
-    not (ROOT / "tarkit" / "storage" / "catalog.py").exists(),
-    reason="the random-access core is still in tarkit/loading/, whose package imports torch "
-    "(it moves to tarkit/storage/ on branch shell)",
-)
 def test_never_imports_torch_or_numpy(dataset: Path, tmp_path: Path) -> None:
     probe = module_probe("tarkit.cli.view", ["--no-browser", str(dataset)])
     process, url = start([], cwd=tmp_path, command=[sys.executable, "-c", probe])
