@@ -172,8 +172,8 @@ def _advice(kind: FileType, source: str) -> str:
         )
     if kind.category == JSON:
         return (
-            "a manifest? ShardDataset and tarkit verify take one; the shell tools take "
-            "the shards it lists"
+            "a manifest? ShardDataset, tarkit verify and tarcat --keys take one; to "
+            "stream every sample, name the shards it lists"
         )
     if kind.category == HTML:
         return "an error page in place of the shard? check its URL and fetch it again"

@@ -77,6 +77,7 @@ _KIND_OBJECTS = {
 _PAX_CHARSETS = (b"BINARY", b"ISO-IR 10646 2000 UTF-8")
 _NO_DATA_KINDS = (DIRECTORY, SYMLINK, HARDLINK, CHARDEV, BLOCKDEV, FIFO)
 _USTAR_MAGIC = b"ustar\x0000"
+_NAME_FIELD = 100  # bytes of the name field, first in a header
 # Numeric fields are validated by their "shape": each byte mapped to 0 (octal digit),
 # z (NUL), space, or x (anything else). Whether a shape is valid, and where its digits
 # are, depends on the shape alone, so verdicts are memoized: a header costs one
@@ -676,7 +677,9 @@ def _check_end_of_input(
             return
         raise TruncatedError("empty input (0 bytes)", source=source)
     if rest:
-        if offset == 0:
+        # Fewer bytes than a name field, with no NUL and no line break, may be a header cut
+        # inside its name: that is told as a cut archive, not as another kind of file.
+        if offset == 0 and (len(rest) > _NAME_FIELD or b"\0" in rest or b"\n" in rest):
             _refuse_not_tar(rest, source)
         raise TruncatedError("input ends inside a header block", source=source, offset=offset)
     if ext is not None:

@@ -133,14 +133,21 @@ def dataset_manifest(source: str) -> str | None:
     if where.is_file and os.path.isdir(where.path):
         manifest = os.path.join(where.path, "manifest.json")
         if not os.path.isfile(manifest):
-            raise UsageError(
-                f"{source}: a directory without manifest.json (build one and the shards' "
-                f"indexes with {BUILD_INDEX})"
-            )
+            raise UsageError(f"{source}: a directory without manifest.json{_instead(where.path)}")
         return manifest
     if where.remote and source.endswith("/"):
         return source + "manifest.json"
     return None
+
+
+def _instead(directory: str) -> str:
+    """What to do with a directory named as a dataset that has no manifest: index the
+    shards it holds, or (holding none) make shards of what it holds."""
+    from ..format.file_types import SHARD_ENDINGS  # only for this error
+
+    if any(name.endswith(SHARD_ENDINGS) for name in os.listdir(directory)):
+        return f" (build one and the shards' indexes with {BUILD_INDEX})"
+    return what_directory_holds(directory)
 
 
 def names_shard_set(source: str) -> bool:

@@ -621,8 +621,9 @@ NOT_TAR = {
     "png": f"a PNG image, not a tar archive: {SHARDS_FROM}",
     "zip": "a zip archive, not a tar archive: unpack it into a directory and make shards of "
     "that with tarkit shard DIR -o 'shards/shard-%06d.tar'",
-    "json": "JSON, not a tar archive: a manifest? ShardDataset and tarkit verify take one; the "
-    "shell tools take the shards it lists",
+    # A manifest named to tarcat is a dataset, read by its index (docs/tarcat.md).
+    "json": "tarcat reads a dataset (a manifest or its directory) by its index, with --keys "
+    "FILE; to read all of it, name its shards",
     "lz4": f"an lz4 stream: {DECOMPRESS}: lz4 -dc x.tar.lz4 > x.tar (or read 'pipe:lz4 -dc "
     "x.tar.lz4')",
     "lz": f"an lzip stream: {DECOMPRESS}: lzip -dc x.tar.lz > x.tar (or read 'pipe:lzip -dc "
