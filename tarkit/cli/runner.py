@@ -19,7 +19,7 @@ import sys
 from collections.abc import Callable
 from typing import TYPE_CHECKING, NoReturn
 
-from ..errors import TarkitError
+from ..errors import TarkitError, Terminated
 from ..format.samples import SkipLog
 from ..storage import report_reconnections, write_failure
 from .declare import Typer
@@ -29,10 +29,6 @@ if TYPE_CHECKING:
 
 EXIT_OK, EXIT_SKIPPED, EXIT_ERROR = 0, 1, 2
 EXIT_INTERRUPTED, EXIT_PIPE, EXIT_TERMINATED = 130, 141, 143
-
-
-class Terminated(BaseException):
-    """SIGTERM arrived: unwind like Ctrl-C so that cleanup code runs."""
 
 
 _received: list[int] = []  # the exit status each interrupting signal earns, as they came

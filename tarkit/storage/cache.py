@@ -35,6 +35,7 @@ import re
 import stat
 import urllib.parse
 
+from ..errors import _CacheNameTaken
 from ..sizes import parse_size
 from .downloads import PART, Download, mark_used
 from .filesystems import StorageOptions
@@ -45,10 +46,6 @@ from .sources import PIPE_BUFFER, Source, open_source
 _DIRECTORY_LOCK = ".lock"
 _UNSAFE = re.compile(r"[^A-Za-z0-9._-]+")
 _OWN = re.compile(r"[0-9a-f]{32}-[A-Za-z0-9._-]*")  # cache_name(), and its .part- files
-
-
-class _Occupied(Exception):
-    """Something the cache did not make holds the name of a shard's file or lock."""
 
 
 def cache_name(url: str) -> str:
@@ -101,7 +98,7 @@ class ShardCache:
         path = self.path_for(url)
         try:
             return self._open(url, path, storage_options, policy, size, sha256)
-        except _Occupied:  # by something the cache did not make: read past the cache
+        except _CacheNameTaken:  # by something the cache did not make: read past the cache
             return open_source(url, storage_options, policy)
 
     def _open(
@@ -151,7 +148,7 @@ class ShardCache:
         for _ in range(3):  # a shard evicted by another process right after its download
             try:
                 cached = _open_cached(url, path, size)
-            except _Occupied:
+            except _CacheNameTaken:
                 return None
             if cached is not None:
                 with cached.stream as stream:
@@ -246,11 +243,12 @@ class ShardCache:
 
 def _open_cached(url: str, path: str, size: int | None) -> Source | None:
     """The cached shard at ``path``; None when there is none, or one of another size
-    than the manifest's ``size``. Raises :class:`_Occupied` when something else is there."""
+    than the manifest's ``size``. Raises :class:`~tarkit.errors._CacheNameTaken` when
+    something else is there."""
     try:
         status = os.stat(path, follow_symlinks=False)
         if not stat.S_ISREG(status.st_mode):
-            raise _Occupied(path)
+            raise _CacheNameTaken(path)
         if size is not None and status.st_size != size:
             return None  # another version of the shard: download it again
         stream = open(path, "rb", buffering=PIPE_BUFFER)  # noqa: SIM115
@@ -267,8 +265,8 @@ def _open_lock(path: str) -> int:
     try:
         return os.open(path, os.O_CREAT | os.O_RDWR | os.O_NOFOLLOW, 0o644)
     except (IsADirectoryError, NotADirectoryError):
-        raise _Occupied(path) from None
+        raise _CacheNameTaken(path) from None
     except OSError as exc:
         if exc.errno == errno.ELOOP:  # a symbolic link
-            raise _Occupied(path) from None
+            raise _CacheNameTaken(path) from None
         raise

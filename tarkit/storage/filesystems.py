@@ -24,8 +24,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from ..errors import OutputError, SourceError, TarkitError
-from .retrying import Interrupted, changed
+from ..errors import OutputError, SourceError, TarkitError, _ConnectionFailed
+from .retrying import changed
 
 StorageOptions = Mapping[str, Any]
 # The extra of pyproject.toml that installs the package of a scheme.
@@ -166,7 +166,7 @@ class FsspecObject:
         except (PermissionError, IsADirectoryError, NotADirectoryError, ValueError) as exc:
             raise SourceError(f"{self.name}: cannot open: {exc}") from None
         except Exception as exc:  # fsspec back ends raise many kinds
-            raise Interrupted(f"cannot open: {exc}") from None
+            raise _ConnectionFailed(f"cannot open: {exc}") from None
         try:
             if isinstance(file, AbstractBufferedFile):
                 details = file.details
@@ -179,7 +179,7 @@ class FsspecObject:
         except BaseException as exc:
             file.close()
             if isinstance(exc, Exception) and not isinstance(exc, TarkitError):
-                raise Interrupted(f"cannot open: {exc}") from None
+                raise _ConnectionFailed(f"cannot open: {exc}") from None
             raise
         return _FileConnection(file)
 
@@ -194,7 +194,8 @@ class FsspecObject:
 
 
 class _FileConnection:
-    """An open fsspec file read by chunks; failures become :class:`Interrupted`."""
+    """An open fsspec file read by chunks; its failures raise
+    :class:`~tarkit.errors._ConnectionFailed`."""
 
     def __init__(self, file: Any) -> None:
         self._file = file
@@ -205,7 +206,7 @@ class _FileConnection:
         except Exception as exc:  # fsspec back ends raise many kinds
             # An object that changed (s3fs's FileExpired, a FileNotFoundError) is found
             # out by the reconnection, which checks its size and ETag.
-            raise Interrupted(f"read failed: {exc}") from None
+            raise _ConnectionFailed(f"read failed: {exc}") from None
 
     def seek(self, offset: int) -> bool:
         try:
@@ -253,7 +254,7 @@ class FsspecRange:
         except (PermissionError, IsADirectoryError, NotADirectoryError, ValueError) as exc:
             raise SourceError(f"{self.name}: cannot open: {exc}") from None
         except Exception as exc:  # fsspec back ends raise many kinds
-            raise Interrupted(f"cannot read its details: {exc}") from None
+            raise _ConnectionFailed(f"cannot read its details: {exc}") from None
         etag = details.get("ETag") or details.get("etag")
         return int(details.get("size") or 0), str(etag) if etag else None
 
@@ -269,7 +270,7 @@ class FsspecRange:
         except FileNotFoundError:
             raise changed(self.name, "it no longer exists") from None
         except Exception as exc:  # fsspec back ends raise many kinds
-            raise Interrupted(f"read failed: {exc}") from None
+            raise _ConnectionFailed(f"read failed: {exc}") from None
         if len(data) != end - offset:
             size, etag = self._details(True)
             if (size, etag) != (self.size, self.etag):

@@ -30,8 +30,8 @@ import re
 import time
 from typing import Any
 
-from ..errors import SourceError
-from .retrying import Interrupted, WaitBudget, changed
+from ..errors import SourceError, _ConnectionFailed
+from .retrying import WaitBudget, changed
 
 RETRY_STATUSES = frozenset({408, 429, 500, 502, 503, 504})
 _CONTENT_RANGE = re.compile(r"bytes\s+(\d+)-(\d+)/(\d+|\*)")
@@ -130,7 +130,7 @@ class HttpObject:
             if not data:
                 if self.size is not None and offset >= self.size:
                     raise SourceError(f"{self.name}: input ends before byte {offset}")
-                raise Interrupted(f"connection closed before byte {offset}")
+                raise _ConnectionFailed(f"connection closed before byte {offset}")
             skip -= len(data)
         return connection
 
@@ -149,7 +149,9 @@ class HttpObject:
 
     def _status_error(self, code: int, reason: str, headers: Any, offset: int) -> Exception:
         if code in RETRY_STATUSES:
-            return Interrupted(f"HTTP {code} {reason}", retry_after(headers.get("Retry-After")))
+            return _ConnectionFailed(
+                f"HTTP {code} {reason}", retry_after(headers.get("Retry-After"))
+            )
         if self._known and code in (404, 410, 412, 416):
             return changed(self.name, f"HTTP {code} {reason}")
         if code == 416:
@@ -164,17 +166,18 @@ class HttpObject:
 
         reason = getattr(exc, "reason", exc)  # a URLError wraps the cause
         if isinstance(reason, TimeoutError):
-            return Interrupted(budget.cause(), slow=True)
+            return _ConnectionFailed(budget.cause(), slow=True)
         final = isinstance(reason, ssl.SSLCertVerificationError) or (
             isinstance(reason, socket.gaierror) and reason.errno == socket.EAI_NONAME
         )
         if not final and isinstance(reason, (OSError, http.client.HTTPException)):
-            return Interrupted(f"cannot connect: {reason}")
+            return _ConnectionFailed(f"cannot connect: {reason}")
         return SourceError(f"{self.name}: cannot connect: {reason}")
 
 
 class _HttpConnection:
-    """An HTTP response body read by chunks; failures become :class:`Interrupted`."""
+    """An HTTP response body read by chunks; its failures raise
+    :class:`~tarkit.errors._ConnectionFailed`."""
 
     def __init__(self, response: Any, budget: WaitBudget) -> None:
         self._response = response
@@ -188,13 +191,13 @@ class _HttpConnection:
         try:
             return bytes(self._response.read1(size))
         except TimeoutError:
-            raise Interrupted(self._budget.cause(), slow=True) from None
+            raise _ConnectionFailed(self._budget.cause(), slow=True) from None
         except ConnectionResetError:
-            raise Interrupted("connection reset") from None
+            raise _ConnectionFailed("connection reset") from None
         except http.client.IncompleteRead:
-            raise Interrupted("connection closed early") from None
+            raise _ConnectionFailed("connection closed early") from None
         except (OSError, http.client.HTTPException) as exc:
-            raise Interrupted(f"connection failed: {exc}") from None
+            raise _ConnectionFailed(f"connection failed: {exc}") from None
 
     def seek(self, offset: int) -> bool:
         return False  # a new request for a byte range

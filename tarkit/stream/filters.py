@@ -8,12 +8,12 @@ The grammar of :func:`where` and every rule below are in ``docs/tarcat.md``.
 
 An expression is compiled once into nested closures (no ``eval``); a sample's fields are
 read only when the expression reaches them, and a JSON field is decoded at most once
-per sample. A malformed expression raises :class:`ExpressionError` pointing at it:
+per sample. A malformed expression raises :class:`~tarkit.errors.ExpressionError` pointing at it:
 
 >>> where("json.height >")
 Traceback (most recent call last):
 ...
-tarkit.stream.filters.ExpressionError: --where: expected a value after '>' at column 14
+tarkit.errors.ExpressionError: --where: expected a value after '>' at column 14
 """
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ import re
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import Any
 
-from ..errors import InputError, SourceError, UsageError
+from ..errors import ExpressionError, InputError, SourceError, UsageError
 from ..format.samples import Sample, split_name
 from ..storage import expand_inputs, open_source
 from .stages import close_iterator
@@ -50,19 +50,10 @@ _LITERALS = {"true": True, "false": False, "null": None}
 _WANTED: dict[tuple[type, ...], str] = {(str,): "a string", (int, str): "an index or a string"}
 
 
-class ExpressionError(UsageError):
-    """A ``--where`` expression that does not parse. ``column`` counts from 1."""
-
-    def __init__(self, what: str, column: int, found: str | None = None) -> None:
-        self.what, self.column, self.found = what, column, found
-        shown = f", found {found}" if found else ""
-        super().__init__(f"--where: {what} at column {column}{shown}")
-
-
 def where(expression: str) -> Predicate:
     """The predicate of a ``--where`` expression, e.g. ``where("json.height > 200")``.
 
-    Raises :class:`ExpressionError` for a malformed expression. The predicate raises
+    Raises :class:`~tarkit.errors.ExpressionError` for a malformed expression. The predicate raises
     :class:`~tarkit.errors.InputError` for a field that is not JSON when the expression
     asks a JSON path of it; a missing field or path, or a value of another type, makes a
     comparison false and is never an error.

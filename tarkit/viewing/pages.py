@@ -81,7 +81,7 @@ class Pages:
 
         Without ``where`` a page is ``count`` positions; with it, the search stops at
         :data:`SEARCH_SECONDS` and ``next`` says where to go on (``end`` false). Raises
-        :class:`~tarkit.stream.filters.ExpressionError` for a malformed expression and
+        :class:`~tarkit.errors.ExpressionError` for a malformed expression and
         :class:`~tarkit.errors.InputError` for a sample it cannot judge.
         """
         _check_position(start)
@@ -196,7 +196,7 @@ class Pages:
 
 def check_settings(where: str | None, per_page: int) -> None:
     """Raise :class:`~tarkit.errors.UsageError` for a malformed ``--where`` expression
-    (:class:`~tarkit.stream.filters.ExpressionError`) or ``--per-page``."""
+    (:class:`~tarkit.errors.ExpressionError`) or ``--per-page``."""
     if where is not None:
         parse_where(where)
     if not 1 <= per_page <= MAX_PER_PAGE:

@@ -34,13 +34,13 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from ..engines.base import Tell
-from ..errors import OutputError
+from ..errors import CarriedError, OutputError
 from ..format.compression import compression_for
 from ..format.manifest import ShardInfo
 from ..format.tar import END_OF_ARCHIVE
 from ..storage import StagedFile, remove_stale_temp
 from .cuts import ShardCut
-from .items import CarriedError, ItemEncoder, ItemFailure, Point
+from .items import ItemEncoder, ItemFailure, Point
 from .patterns import pending_name, record_path
 from .sample_encoder import raw_key
 from .shard_records import Held, PositionedReject, ShardRecord, write_record
@@ -123,7 +123,7 @@ class Written:
     def exception(self) -> BaseException:
         """The failure as the exception to raise."""
         assert self.failure is not None
-        return self.failure.rebuilt(lambda text: OutputError(f"{self.name}: {text}"))
+        return self.failure.raised(lambda text: OutputError(f"{self.name}: {text}"))
 
 
 @dataclass(frozen=True)

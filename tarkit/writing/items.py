@@ -10,11 +10,10 @@ leaves none in the shards. Whoever runs it — this process, DataLoader workers,
 
 from __future__ import annotations
 
-import traceback
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from typing import Any, NamedTuple
 
-from ..errors import InputError, SampleError, TarkitError
+from ..errors import CarriedError, InputError, SampleError
 from ..format.encoding import ImageTransform, encode_sample
 from .huggingface import FieldNames
 from .sample_encoder import raw_key, repeated_key
@@ -126,35 +125,10 @@ def _field_for(value: object, image_ext: str) -> str | None:
     return None
 
 
-class CarriedError:
-    """An exception carried back from a worker process intact: a tarkit error is rebuilt
-    as it was (its class, message and attributes); anything else travels as text, with
-    its traceback as the cause."""
-
-    def __init__(self, exc: BaseException) -> None:
-        self.tarkit = isinstance(exc, TarkitError)
-        self.type = type(exc) if self.tarkit else None
-        self.state = dict(exc.__dict__) if self.tarkit else {}
-        self.args = exc.args if self.tarkit else ()
-        self.text = f"{type(exc).__name__}: {exc}"
-        self.traceback = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))
-
-    def rebuilt(self, otherwise: Callable[[str], BaseException]) -> BaseException:
-        """The exception: a tarkit error as it was, anything else ``otherwise(text)``."""
-        cause = RuntimeError(f"in the worker:\n{self.traceback}")
-        if self.type is not None:
-            exc = self.type.__new__(self.type)
-            exc.args = self.args
-            exc.__dict__.update(self.state)
-        else:
-            exc = otherwise(self.text)
-        exc.__cause__ = cause
-        return exc
-
-
 class ItemFailure(CarriedError):
     """An error raised by one item: the item's index, where it came from (``source``,
-    when the dataset says) and the error, carried back intact."""
+    when the dataset says) and the error, carried back intact (see
+    :class:`~tarkit.errors.CarriedError`)."""
 
     def __init__(self, index: int, exc: BaseException, source: str = "") -> None:
         super().__init__(exc)
@@ -164,7 +138,7 @@ class ItemFailure(CarriedError):
     def exception(self) -> BaseException:
         """The error to raise: a tarkit error as it was, anything else as
         :class:`~tarkit.errors.InputError` naming the item."""
-        return self.rebuilt(lambda text: InputError(f"item {self.index}: {text}", source="dataset"))
+        return self.raised(lambda text: InputError(f"item {self.index}: {text}", source="dataset"))
 
 
 class EncodedItem(NamedTuple):
