@@ -7,7 +7,8 @@
 :mod:`~tarkit.storage.listing` lists, moves and removes the files already there,
 :mod:`~tarkit.storage.filesystems` is the one fsspec opener,
 :mod:`~tarkit.storage.manifests` reads and writes manifests,
-:mod:`~tarkit.storage.commit` commits a set of files whole through a journal,
+:mod:`~tarkit.storage.commit` commits a set of files whole through a journal (followed
+only within the set: :mod:`~tarkit.storage.commit_scope`),
 :mod:`~tarkit.storage.shards` resolves which shards a source names,
 :mod:`~tarkit.storage.ranges` reads byte ranges (one sample of an indexed shard),
 :mod:`~tarkit.storage.cache` caches remote shards on local disk (filled by
@@ -16,7 +17,15 @@
 reconnect at the byte reached and bounds how long they wait.
 """
 
-from .commit import JOURNAL_ENDING, Move, commit_files, finish_commit, refuse_unfinished
+from .commit import (
+    JOURNAL_ENDING,
+    Move,
+    commit_files,
+    finish_commit,
+    journal_above,
+    unfinished_files,
+)
+from .commit_scope import CommitScope, pending_name, set_manifests
 from .filesystems import ObjectInfo, StorageOptions, filesystem, object_info
 from .listing import files_below, is_directory, list_files, move_file, remove_file
 from .locations import (
@@ -45,12 +54,21 @@ from .outputs import (
 )
 from .ranges import RangeSource, open_ranges
 from .retrying import Reconnection, RetryPolicy, report_reconnections, retry_policy
-from .shards import names_shard_set, resolve_shards
+from .shards import (
+    LocalProblem,
+    check_local_files,
+    local_problems,
+    names_shard_set,
+    resolve_shards,
+)
 from .sources import (
+    JOURNAL_LIMIT,
+    MANIFEST_LIMIT,
+    RECORD_LIMIT,
+    BoundedReader,
     CountingReader,
     HashingReader,
     Source,
-    check_local_files,
     describe_exit,
     open_source,
     open_source_at,
@@ -61,12 +79,18 @@ from .sources import (
 from .write_failures import descriptor_failure, write_failure
 
 __all__ = [
+    "BoundedReader",
+    "CommitScope",
     "CountingReader",
     "FILE",
     "FSSPEC",
     "HTTP",
     "JOURNAL_ENDING",
+    "JOURNAL_LIMIT",
+    "LocalProblem",
+    "MANIFEST_LIMIT",
     "PIPE",
+    "RECORD_LIMIT",
     "STDIO",
     "HashingReader",
     "Location",
@@ -91,9 +115,11 @@ __all__ = [
     "finish_commit",
     "is_directory",
     "is_remote",
+    "journal_above",
     "list_files",
     "load_manifest",
     "load_table",
+    "local_problems",
     "location",
     "manifest_at",
     "manifest_urls",
@@ -103,9 +129,9 @@ __all__ = [
     "open_ranges",
     "open_source",
     "open_source_at",
+    "pending_name",
     "publish",
     "read_bytes",
-    "refuse_unfinished",
     "relative_url",
     "remove_file",
     "remove_stale_temp",
@@ -114,9 +140,11 @@ __all__ = [
     "resolve_url",
     "retry_policy",
     "save_manifest",
+    "set_manifests",
     "skip_bytes",
     "stdout_stream",
     "stored_matches",
     "temp_place",
+    "unfinished_files",
     "write_failure",
 ]

@@ -1,7 +1,9 @@
 """Which shards a source names: brace patterns, lists, manifests and directories, resolved
 once, when a dataset is built or a command starts (``ShardDataset``, ``tarkit verify``,
 ``tarkit stats``). Here in storage/, not in loading/, so that a command resolves shards as
-the loader does without importing torch.
+the loader does without importing torch. And whether local shards can be read at all
+(:func:`check_local_files`, the one check every reader of local files makes first: they
+exist, are files, and are not a set whose commit was stopped midway).
 
 >>> import os, tempfile
 >>> directory = tempfile.mkdtemp()
@@ -15,11 +17,12 @@ from __future__ import annotations
 
 import os
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Literal
 
 from ..errors import InputError, SourceError, UsageError
 from ..format.manifest import Manifest, ShardInfo
-from .commit import refuse_unfinished
+from .commit import unfinished_files
 from .filesystems import StorageOptions
 from .locations import expand_inputs, location
 from .manifests import load_manifest, manifest_urls
@@ -80,7 +83,7 @@ def resolve_shards(
         if not expanded or expanded == ["-"]:
             raise UsageError("ShardDataset needs shard URLs or a manifest")
         if not missing_ok:
-            _check_local_shards(expanded)
+            check_local_files(expanded, "shards")
         manifest = _manifest_beside(expanded) if beside else None
         if manifest is None:
             return expanded, None
@@ -97,7 +100,7 @@ def resolve_shards(
             raise UsageError(f"{manifest.location}: the manifest lists no shards")
         urls = manifest_urls(manifest)  # opened: the trust rule refuses what data may not name
         if not missing_ok:
-            _check_local_shards(urls)
+            check_local_files(urls, "shards")
         return urls, list(manifest.shards)
     # The shards the caller named are opened; the manifest only gives their counts.
     named = manifest_urls(manifest, opened=False)
@@ -121,17 +124,77 @@ def names_shard_set(source: str) -> bool:
     return source.endswith(".json") or os.path.isdir(source)
 
 
-def _check_local_shards(urls: Sequence[str]) -> None:
-    """Raise SourceError when local shards do not exist: a brace range past the last
-    shard or a typo fails here, not mid-epoch in a worker; and when they are a mix of two
-    runs, an overwrite stopped in its commit (:func:`~tarkit.storage.refuse_unfinished`)."""
-    refuse_unfinished(urls)
-    missing = [u for u in urls if location(u).is_file and not os.path.exists(location(u).path)]
-    if missing:
-        raise SourceError(
-            f"{missing[0]}: no such shard ({len(missing)} of {len(urls)} shards do not exist)",
-            reason=SourceError.MISSING,
+def check_local_files(specs: Sequence[str], what: str = "inputs") -> None:
+    """Raise :class:`~tarkit.errors.SourceError` (reason ``MISSING``) when a local path
+    among ``specs`` (``what`` they are) cannot be read as a shard: it does not exist
+    (naming the first, and how many do not), it is a directory, or it is part of a set
+    whose commit was stopped midway (reason ``UNFINISHED``:
+    :func:`~tarkit.storage.commit.unfinished_files`). Before any work starts, not once
+    per attempt in a worker; a typo or a brace range past the last shard fails here.
+    Other locations are not asked here. :func:`local_problems` says it shard by shard.
+
+    >>> check_local_files(["/no/such/a.tar", "/no/such/b.tar", "s3://b/x.tar"])
+    Traceback (most recent call last):
+    ...
+    tarkit.errors.SourceError: /no/such/a.tar: no such file (2 of 3 inputs do not exist)
+    """
+    problems = list(local_problems(specs).values())
+    if not problems:
+        return
+    # A set stopped in its commit, or a directory, is the cause of any missing file.
+    causes = [p for what in ("unfinished", "directory") for p in problems if p.what == what]
+    first = (causes or problems)[0]
+    if first.what != "missing" or len(specs) == 1:
+        raise first.error()
+    n, do = len(problems), "does" if len(problems) == 1 else "do"
+    raise SourceError(f"{first.spec}: no such file ({n} of {len(specs)} {what} {do} not exist)",
+                      reason=SourceError.MISSING)  # fmt: skip
+
+
+@dataclass(frozen=True)
+class LocalProblem:
+    """Why a local file cannot be read as a shard: ``what`` is ``missing``,
+    ``directory`` or ``unfinished`` (``journal``: the journal of the commit that was
+    stopped); :meth:`error` is the error that says so."""
+
+    spec: str
+    what: str
+    journal: str | None = None
+
+    def text(self) -> str:
+        """The problem in words, without the file's name."""
+        if self.what == "missing":
+            return "no such file"
+        if self.what == "directory":
+            return "is a directory, not a shard (name the files in it)"
+        return (
+            f"part of a set whose commit was stopped midway ({self.journal}), so the files "
+            "there are a mix of two runs: run the writer again (with any mode) to finish "
+            "it, then read them"
         )
+
+    def error(self) -> SourceError:
+        reason = SourceError.UNFINISHED if self.what == "unfinished" else SourceError.MISSING
+        return SourceError(f"{self.spec}: {self.text()}", reason=reason)
+
+
+def local_problems(specs: Sequence[str]) -> dict[str, LocalProblem]:
+    """The local files among ``specs`` that cannot be read as shards, in their order,
+    each with its problem (see :func:`check_local_files`): one ``stat`` per file, one
+    listing per directory (and the few above it) for the journals."""
+    problems: dict[str, LocalProblem] = {}
+    for spec, journal in unfinished_files(specs).items():
+        problems[spec] = LocalProblem(spec, "unfinished", journal)
+    for spec in specs:
+        where = location(spec)
+        if not where.is_file or spec in problems:
+            continue
+        if os.path.isdir(where.path):
+            problems[spec] = LocalProblem(spec, "directory")
+        elif not os.path.exists(where.path):
+            problems[spec] = LocalProblem(spec, "missing")
+    order = {spec: i for i, spec in enumerate(specs)}
+    return dict(sorted(problems.items(), key=lambda item: order[item[0]]))
 
 
 def _manifest_beside(urls: Sequence[str]) -> Manifest | None:

@@ -421,9 +421,19 @@ def test_local_shards_that_do_not_exist_fail_when_the_dataset_is_built(tmp_path)
     past_the_end = str(tmp_path / "s-{000..004}.tar")
     with pytest.raises(SourceError) as info:
         ShardDataset(past_the_end)
-    assert str(info.value) == (f"{tmp_path}/s-003.tar: no such shard (2 of 5 shards do not exist)")
-    with pytest.raises(SourceError, match="s-00l.tar: no such shard \\(1 of 1"):
+    assert str(info.value) == (f"{tmp_path}/s-003.tar: no such file (2 of 5 shards do not exist)")
+    assert info.value.reason == SourceError.MISSING
+    with pytest.raises(SourceError, match="s-00l.tar: no such file$"):
         ShardDataset(str(tmp_path / "s-00l.tar"), handler="skip")
+
+
+def test_a_directory_among_the_shards_fails_when_the_dataset_is_built(tmp_path):
+    make_shards(tmp_path, [2])
+    (tmp_path / "more").mkdir()
+    with pytest.raises(SourceError) as info:
+        ShardDataset([str(tmp_path / "s-000.tar"), str(tmp_path / "more")])
+    assert str(info.value) == f"{tmp_path}/more: is a directory, not a shard (name the files in it)"
+    assert info.value.reason == SourceError.MISSING
 
 
 WORKER_ERROR_SCRIPT = """

@@ -13,11 +13,11 @@ import pytest
 from tarkit.errors import OutputError, SourceError
 from tarkit.format.encoding import ImageTransform
 from tarkit.format.tar import default_mtime
-from tarkit.storage import Move, commit_files, finish_commit, refuse_unfinished
+from tarkit.storage import Move, check_local_files, commit_files, finish_commit
 from tarkit.writing.cluster import ClusterRun
 from tarkit.writing.from_dataset import shard_dataset
 from tarkit.writing.items import ItemEncoder
-from tarkit.writing.patterns import journal_name
+from tarkit.writing.patterns import PatternFiles, journal_name
 from tarkit.writing.shard_writer import ShardWriter
 
 
@@ -92,13 +92,15 @@ def test_readers_refuse_the_files_of_a_stopped_commit_and_only_those(tmp_path: P
     out, _, _ = stopped_commit(tmp_path)
     write(out / "val", "pq", manifest=False)
     (out / "val" / "s-0.tar").rename(out / "v-0.tar")  # another set in the same directory
-    with pytest.raises(SourceError, match=r"\.s-%d\.tar\.commit\.json\), so they are a mix"):
-        refuse_unfinished([str(out / "s-1.tar")])
-    with pytest.raises(SourceError):
-        refuse_unfinished([str(out / "s-4.tar")])  # to be removed by the commit
-    refuse_unfinished([str(out / "v-0.tar")])
-    assert finish_commit(journal_name(str(out / "s-%d.tar")))
-    refuse_unfinished([str(out / "s-1.tar")])
+    with pytest.raises(SourceError, match=r"\.s-%d\.tar\.commit\.json\), so the files there are"):
+        check_local_files([str(out / "s-1.tar")])
+    with pytest.raises(SourceError) as raised:
+        check_local_files([str(out / "s-4.tar")])  # to be removed by the commit
+    assert raised.value.reason == SourceError.UNFINISHED
+    check_local_files([str(out / "v-0.tar")])
+    pattern = str(out / "s-%d.tar")
+    assert finish_commit(journal_name(pattern), PatternFiles(pattern))
+    check_local_files([str(out / "s-1.tar")])
 
 
 def test_a_journal_that_cannot_be_finished_says_so_and_a_foreign_one_is_not_followed(
@@ -108,7 +110,7 @@ def test_a_journal_that_cannot_be_finished_says_so_and_a_foreign_one_is_not_foll
     journal = Path(journal_name(str(out / "s-%d.tar")))
     (out / ".s-2.tar.pending").unlink()
     with pytest.raises(OutputError, match=r"s-2\.tar: cannot finish the commit of .*remove the "):
-        finish_commit(str(journal))
+        finish_commit(str(journal), PatternFiles(str(out / "s-%d.tar")))
     entries = json.loads(journal.read_text())
     assert entries["format"] == "tarkit-commit" and entries["moves"][0][:2] == [
         ".s-0.tar.pending", "s-0.tar"
@@ -123,7 +125,7 @@ def test_a_journal_that_cannot_be_finished_says_so_and_a_foreign_one_is_not_foll
     with pytest.raises(OutputError, match="not the journal of a tarkit commit"):
         ShardWriter(str(out / "s-%d.tar"))
     assert victim.read_text() == "not a shard"
-    assert not finish_commit(str(out / ".none.commit.json"))
+    assert not finish_commit(str(out / ".none.commit.json"), PatternFiles(str(out / "s-%d.tar")))
 
 
 def test_a_journal_that_cannot_be_written_leaves_the_old_set_and_no_pending_shard(
