@@ -139,3 +139,41 @@ def test_a_journal_that_cannot_be_written_leaves_the_old_set_and_no_pending_shar
             Path(journal_name(pattern)).mkdir()  # where the journal should go
     Path(journal_name(pattern)).rmdir()
     assert files(tmp_path) == old
+
+
+def test_a_journal_above_the_shards_is_found_by_readers_and_a_link_out_is_refused(
+    tmp_path: Path,
+) -> None:
+    # The shard number in a directory: the journal lies above the shards (out/), not beside.
+    pattern = str(tmp_path / "out" / "{shard:03d}" / "x.tar")
+    with ShardWriter(pattern, maxcount=1) as writer:
+        for key in "abc":
+            writer.write({"__key__": key, "txt": key})
+    out = tmp_path / "out"
+    for n in range(3):
+        (out / f"{n:03d}" / ".x.tar.pending").write_bytes((out / f"{n:03d}" / "x.tar").read_bytes())
+    moves = [
+        Move(str(out / f"{n:03d}" / ".x.tar.pending"), str(out / f"{n:03d}" / "x.tar"), 3072)
+        for n in (0, 1, 2, 3)
+    ]  # fmt: skip (the fourth staged shard is missing)
+    with pytest.raises(OutputError, match="neither the new file nor its staged copy"):
+        commit_files(journal_name(pattern), moves, [])
+    assert Path(journal_name(pattern)).parent == out
+    with pytest.raises(SourceError, match=r"_x\.tar\.commit\.json\), so the files there") as raised:
+        check_local_files([str(out / "001" / "x.tar")])
+    assert raised.value.reason == SourceError.UNFINISHED
+
+    # A shard directory that is a link: the journal's removal would reach through it.
+    victim = tmp_path / "victim"
+    victim.mkdir()
+    (victim / "x.tar").write_text("not a shard of this set")
+    shutil.rmtree(out / "002")
+    (out / "002").symlink_to(victim)
+    journal = Path(journal_name(pattern))
+    journal.write_text(json.dumps({"format": "tarkit-commit", "version": 1, "moves": [],
+                                   "remove": ["002/x.tar"], "manifest": None}))  # fmt: skip
+    with pytest.raises(
+        OutputError, match=r"002/x\.tar lies outside its directory \(through a link\)"
+    ):
+        ShardWriter(pattern, mode="overwrite")
+    assert (victim / "x.tar").read_text() == "not a shard of this set"
