@@ -252,9 +252,7 @@ def test_a_download_unlike_the_manifest_is_refused_and_not_kept(
     assert Path(cache.path_for(url, right)).read_bytes() == SHARD
 
 
-def test_a_cached_shard_whose_manifest_gives_another_sha256_is_downloaded_again(
-    tmp_path, server
-):
+def test_a_cached_shard_whose_manifest_gives_another_sha256_is_downloaded_again(tmp_path, server):
     url = f"{server.url}/s.tar"
     cache = ShardCache(str(tmp_path))
     again = make_tar((f"s{i:03d}.bin", bytes([i + 1]) * 5000) for i in range(20))
