@@ -24,7 +24,15 @@ from typing import Any
 from ..errors import InputError, SourceError
 from ..format.index import ShardIndex, sample_from_span
 from ..format.samples import Sample
-from ..storage import RangeSource, RetryPolicy, StorageOptions, location, open_ranges, read_bytes
+from ..storage import (
+    MANIFEST_LIMIT,
+    RangeSource,
+    RetryPolicy,
+    StorageOptions,
+    location,
+    open_ranges,
+    read_bytes,
+)
 from ..storage.cache import ShardCache
 from .catalog import Catalog, missing_index, refuse_compressed
 
@@ -83,7 +91,7 @@ class IndexedShard:
             except OSError as exc:
                 raise SourceError(f"{index}: cannot read: {exc.strerror}") from None
             return ShardIndex(self._map if self._map is not None else b"", index)
-        data = read_bytes(index, storage_options)
+        data = read_bytes(index, storage_options, limit=MANIFEST_LIMIT)
         if data is None:
             raise missing_index(self.url, index)
         return ShardIndex(data, index)

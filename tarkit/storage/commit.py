@@ -236,7 +236,10 @@ def unfinished_files(urls: Sequence[str]) -> dict[str, str]:
         for journal in glob.glob(os.path.join(glob.escape(directory), f".*{JOURNAL_ENDING}")):
             try:
                 with open(journal, "rb") as stream:
-                    entries = Journal.parse(stream.read(JOURNAL_LIMIT + 1), journal)
+                    data = stream.read(JOURNAL_LIMIT + 1)
+                if len(data) > JOURNAL_LIMIT:
+                    continue  # larger than any tarkit writes: not a journal
+                entries = Journal.parse(data, journal)
             except (OSError, OutputError):
                 continue  # gone meanwhile (the commit ended), or not a journal
             changed = [move.target for move in entries.moves] + entries.removals
