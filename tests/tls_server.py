@@ -42,14 +42,15 @@ def certificate(directory: Path) -> tuple[Path, Path]:
     return cert, key
 
 
-class SlowTlsServer:
-    def __init__(self, cert: Path, key: Path, body: bytes, handshake: float, headers: float):
-        self.context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
-        self.context.load_cert_chain(str(cert), str(key))
-        self.body, self.handshake, self.headers = body, handshake, headers
+class _Server:
+    """A server on 127.0.0.1 that serves each connection in a thread of its own."""
+
+    scheme = "http"
+
+    def __init__(self) -> None:
         self.stopping = threading.Event()
         self.listener = socket.create_server(("127.0.0.1", 0))
-        self.url = f"https://127.0.0.1:{self.listener.getsockname()[1]}"
+        self.url = f"{self.scheme}://127.0.0.1:{self.listener.getsockname()[1]}"
         threading.Thread(target=self._accept, daemon=True).start()
 
     def stop(self) -> None:
@@ -63,6 +64,19 @@ class SlowTlsServer:
             except OSError:
                 return
             threading.Thread(target=self._serve, args=(conn,), daemon=True).start()
+
+    def _serve(self, conn: socket.socket) -> None:
+        raise NotImplementedError
+
+
+class SlowTlsServer(_Server):
+    scheme = "https"
+
+    def __init__(self, cert: Path, key: Path, body: bytes, handshake: float, headers: float):
+        self.context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+        self.context.load_cert_chain(str(cert), str(key))
+        self.body, self.handshake, self.headers = body, handshake, headers
+        super().__init__()
 
     def _serve(self, conn: socket.socket) -> None:
         incoming, outgoing = ssl.MemoryBIO(), ssl.MemoryBIO()
@@ -118,28 +132,13 @@ class SlowTlsServer:
             conn.sendall(data[start : start + step])
 
 
-class TrickleProxy:
+class TrickleProxy(_Server):
     """A proxy that answers ``CONNECT`` with a status line, then header lines a byte every
     ``every`` seconds, never ending them."""
 
     def __init__(self, every: float = 0.05) -> None:
         self.every = every
-        self.stopping = threading.Event()
-        self.listener = socket.create_server(("127.0.0.1", 0))
-        self.url = f"http://127.0.0.1:{self.listener.getsockname()[1]}"
-        threading.Thread(target=self._accept, daemon=True).start()
-
-    def stop(self) -> None:
-        self.stopping.set()
-        self.listener.close()
-
-    def _accept(self) -> None:
-        while not self.stopping.is_set():
-            try:
-                conn, _ = self.listener.accept()
-            except OSError:
-                return
-            threading.Thread(target=self._serve, args=(conn,), daemon=True).start()
+        super().__init__()
 
     def _serve(self, conn: socket.socket) -> None:
         with conn:
