@@ -331,7 +331,11 @@ def _held_signals(hold: bool) -> Iterator[None]:
     """Hold SIGINT and SIGTERM until the block ends, then deliver the first that came
     (to the handler that was in place); a second one acts at once (the journal lets the
     next run finish what is stopped). Only the main thread can; elsewhere, and without
-    ``hold``, signals act at once."""
+    ``hold``, signals act at once.
+
+    Handlers, not the signal mask (as :mod:`tarkit.processing.jobs` holds them for the
+    microseconds of a start): a commit can take seconds, and a masked signal cannot be
+    told from a second one, which must still stop it."""
     if not hold or threading.current_thread() is not threading.main_thread():
         yield
         return
