@@ -219,35 +219,47 @@ def unfinished_files(urls: Sequence[str]) -> dict[str, str]:
     each with that journal: a mix of two sets until a writer finishes it. Journals are
     looked for in each file's directory and the :data:`JOURNAL_DEPTH` directories above
     it (one listing per directory)."""
-    below: dict[str, list[str]] = {}  # directory: the files of ``urls`` below it
+    by_directory: dict[str, list[tuple[str, str]]] = {}  # directory: (url, absolute path)
     for url in urls:
         where = location(url)
-        if not where.is_file:
-            continue
-        path = os.path.abspath(where.path)
-        directory = os.path.dirname(path)
+        if where.is_file:
+            path = os.path.abspath(where.path)
+            by_directory.setdefault(os.path.dirname(path), []).append((url, path))
+    listed: dict[str, list[str]] = {}  # directory: the journals in it
+    named: dict[str, set[str]] = {}  # journal: the absolute paths it changes
+    found: dict[str, str] = {}
+    for directory, files in by_directory.items():
+        journals: list[str] = []
         for _ in range(JOURNAL_DEPTH + 1):
-            below.setdefault(directory, []).append(url)
+            if directory not in listed:
+                pattern = os.path.join(glob.escape(directory), f".*{JOURNAL_ENDING}")
+                listed[directory] = glob.glob(pattern)
+            journals += listed[directory]
             directory, child = os.path.dirname(directory), directory
             if directory == child:
                 break
-    found: dict[str, str] = {}
-    for directory, files in below.items():
-        for journal in glob.glob(os.path.join(glob.escape(directory), f".*{JOURNAL_ENDING}")):
-            try:
-                with open(journal, "rb") as stream:
-                    data = stream.read(JOURNAL_LIMIT + 1)
-                if len(data) > JOURNAL_LIMIT:
-                    continue  # larger than any tarkit writes: not a journal
-                entries = Journal.parse(data, journal)
-            except (OSError, OutputError):
-                continue  # gone meanwhile (the commit ended), or not a journal
-            changed = [move.target for move in entries.moves] + entries.removals
-            named = {os.path.abspath(location(u).path) for u in changed}
-            for url in files:
-                if os.path.abspath(location(url).path) in named:
+        for journal in journals:
+            if journal not in named:
+                named[journal] = _changed_files(journal)
+            for url, path in files:
+                if path in named[journal]:
                     found.setdefault(url, journal)
     return found
+
+
+def _changed_files(journal: str) -> set[str]:
+    """The absolute paths of the files the local journal ``journal`` changes (its moves'
+    targets, its removals); none when it is gone (the commit ended) or is not one."""
+    try:
+        with open(journal, "rb") as stream:
+            data = stream.read(JOURNAL_LIMIT + 1)
+        if len(data) > JOURNAL_LIMIT:
+            return set()  # larger than any tarkit writes: not a journal
+        entries = Journal.parse(data, journal)
+    except (OSError, OutputError):
+        return set()
+    changed = [move.target for move in entries.moves] + entries.removals
+    return {os.path.abspath(location(url).path) for url in changed}
 
 
 def _named(journal: str, url: str) -> str:

@@ -16,6 +16,7 @@ exist, are files, and are not a set whose commit was stopped midway).
 from __future__ import annotations
 
 import os
+import stat
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Literal
@@ -189,10 +190,13 @@ def local_problems(specs: Sequence[str]) -> dict[str, LocalProblem]:
         where = location(spec)
         if not where.is_file or spec in problems:
             continue
-        if os.path.isdir(where.path):
-            problems[spec] = LocalProblem(spec, "directory")
-        elif not os.path.exists(where.path):
+        try:
+            if stat.S_ISDIR(os.stat(where.path).st_mode):
+                problems[spec] = LocalProblem(spec, "directory")
+        except FileNotFoundError:
             problems[spec] = LocalProblem(spec, "missing")
+        except OSError:
+            continue  # (opening it says what is wrong)
     order = {spec: i for i, spec in enumerate(specs)}
     return dict(sorted(problems.items(), key=lambda item: order[item[0]]))
 
