@@ -143,11 +143,13 @@ class SourceError(TarkitError):
 
     ``reason`` classifies it for code that must tell cases apart (never the message):
     :attr:`MISSING` for a file or object that does not exist, :attr:`CHANGED` for a
-    remote object that changed between two parts of one read, else None.
+    remote object that changed between two parts of one read, :attr:`UNFINISHED` for a
+    file of a set whose commit was stopped midway (a mix of two runs), else None.
     """
 
     MISSING = "missing"
     CHANGED = "changed"
+    UNFINISHED = "unfinished"
 
     def __init__(self, message: str, *, reason: str | None = None) -> None:
         super().__init__(message)

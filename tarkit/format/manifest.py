@@ -53,6 +53,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from ..errors import InputError
+from ..sizes import MAX_COUNT
 
 if TYPE_CHECKING:
     from .shard_table import ShardTable
@@ -152,6 +153,8 @@ def parse(text: str, location: str | None = None) -> Manifest:
             ShardInfo(entry["url"], entry["samples"], entry["bytes"], entry.get("sha256"),
                       entry.get("keys"), entry.get("offsets"))
         )  # fmt: skip
+    if sum(shard.samples for shard in shards) > MAX_COUNT:
+        raise InputError("its shards hold more than 2**62 samples in all", source=name)
     return Manifest(shards, location)
 
 
@@ -204,6 +207,8 @@ def _malformed(entry: object) -> str | None:
             return f'"{name}" is {entry[name]!r}'
     if entry["samples"] < 0 or entry["bytes"] < 0:
         return "a negative count"
+    if entry["samples"] > MAX_COUNT or entry["bytes"] > MAX_COUNT:
+        return "a count past 2**62"
     if not isinstance(entry.get("sha256"), (str, type(None))):
         return '"sha256" is not text'
     keys, offsets = entry.get("keys"), entry.get("offsets")

@@ -32,6 +32,7 @@ from typing import Any, NoReturn
 
 from ..errors import UsageError
 from ..format.manifest import ShardInfo
+from ..sizes import MAX_COUNT
 from ..storage import location
 from .plans import Generation, Topology, WorkerPosition
 
@@ -47,7 +48,6 @@ MAX_SPLITS = 1 << 16  # ranks x workers, summed over the generations of a state
 MIXED_SPLITS = 1 << 12  # the same for a mixture: each split draws a schedule (ms each)
 MAX_GENERATIONS = 64  # elastic resumes within one epoch
 MAX_SPANS = 1 << 20  # spans of samples lost to bad shards, per worker
-MAX_COUNT = 1 << 62  # epochs and counts (they are kept in int64 shared memory)
 
 
 def fingerprint(

@@ -15,7 +15,10 @@ Publishing is atomic and ordered so that a finished-looking output is always com
    the object, if it gives one.
 
 With ``resume``, a task whose output exists and matches its record (same input, same
-maker) is not redone: its record is returned. A remote input that reconnects mid-shard
+maker) is not redone: its record is returned. With ``staged`` (an overwrite), the output
+and its record are published under their pending names, for the driver to commit the
+whole set (:mod:`tarkit.processing.output_set`); they get no ETag (a commit in an object
+store copies them). A remote input that reconnects mid-shard
 (:mod:`tarkit.storage.retrying`) goes on at the byte reached; the result counts the
 reconnections.
 """
@@ -32,10 +35,17 @@ from ..errors import InputError, SampleError, ShardFailure, SourceError
 from ..format.manifest import ShardInfo
 from ..format.samples import Sample, SkipLog
 from ..format.tar import END_OF_ARCHIVE
-from ..storage import StagedFile, location, open_source, remove_stale_temp, retry_policy
+from ..storage import (
+    StagedFile,
+    location,
+    open_source,
+    pending_name,
+    remove_stale_temp,
+    retry_policy,
+)
 from ..writing.sample_encoder import SampleEncoder
 from .mappers import Maker, Row, ShardMapper
-from .records import completed_record, write_record
+from .records import completed_record, record_path, write_record
 
 PROGRESS_EVERY = 0.5  # seconds between a running task's progress reports
 
@@ -54,6 +64,12 @@ class ShardTask:
     resume: bool = True
     attempt: int = 1
     storage_options: dict[str, Any] | None = None
+    staged: bool = False
+
+    @property
+    def target(self) -> str:
+        """Where the output is published: its name, or its pending name when ``staged``."""
+        return pending_name(self.output) if self.staged else self.output
 
     def run(
         self, shared: ShardMapper, inputs: Sequence[bytes], tell: Callable[[int], object] | None
@@ -65,7 +81,7 @@ class ShardTask:
         return replace(self, attempt=self.attempt + 1, resume=False)
 
     def abandon(self) -> None:
-        remove_stale_temp(self.output, self.storage_options)
+        remove_stale_temp(self.target, self.storage_options)
 
 
 @dataclass
@@ -78,6 +94,7 @@ class ShardResult:
     samples_in: int = 0
     rows: list[Row] = field(default_factory=list)
     rejects: list[str] = field(default_factory=list)
+    record_bytes: int = 0  # of the record published beside the output
     skipped_members: str | None = None
     reconnections: int = 0  # of the input's read, at the byte reached
     failure: ShardFailure | None = None
@@ -108,10 +125,10 @@ def run_shard(
                 result.info, result.rows, result.rejects = record
                 result.resumed = True
                 return result
-        remove_stale_temp(task.output, options)
+        remove_stale_temp(task.target, options)
         policy = retry_policy(on_reconnect=reconnected)
         with (
-            StagedFile(task.output, options, hashing=True) as staged,
+            StagedFile(task.target, options, hashing=True) as staged,
             open_source(task.input, options, policy) as source,
         ):
             from ..stream.stages import source_samples
@@ -142,10 +159,11 @@ def run_shard(
             info = ShardInfo(task.output, written, size, sha256)
             source.close()  # a pipe: input's exit status counts before the output is published
             made_by = task.made_by
-            write_record(task.output, task.input, info, result.rows, result.rejects, made_by,
-                         None, options)  # fmt: skip
+            at = pending_name(record_path(task.output)) if task.staged else None
+            result.record_bytes = write_record(task.output, task.input, info, result.rows,
+                                               result.rejects, made_by, None, options, at)  # fmt: skip
             staged.publish()
-            published = staged.info()
+            published = None if task.staged else staged.info()
             if published is not None and published.etag is not None:
                 # A re-run can then tell this object from another of the same size.
                 write_record(

@@ -18,7 +18,7 @@ from ..errors import SourceError, TarkitError, UsageError
 from ..format.classes import CLASSES_FILE, ClassNames, parse_class_names
 from ..format.samples import SkipLog
 from ..sizes import check_parallel
-from ..storage import StorageOptions, location, read_bytes, resolve_shards
+from ..storage import RECORD_LIMIT, StorageOptions, location, read_bytes, resolve_shards
 from ..stream.summary import DatasetStats, Tally, tally_shard
 
 _TICK = 0.5  # seconds between looks at the workers
@@ -106,7 +106,7 @@ def _class_names(
     """The class names of the file ``named`` (which must exist), else of the first of
     ``beside`` that exists; None when there is none."""
     for place in [named] if named is not None else beside:
-        data = read_bytes(place, storage_options)
+        data = read_bytes(place, storage_options, limit=RECORD_LIMIT)
         if data is None:
             if named is not None:
                 raise SourceError(f"{named}: no such file", reason=SourceError.MISSING)

@@ -7,7 +7,8 @@
 :mod:`~tarkit.storage.listing` lists, moves and removes the files already there,
 :mod:`~tarkit.storage.filesystems` is the one fsspec opener,
 :mod:`~tarkit.storage.manifests` reads and writes manifests,
-:mod:`~tarkit.storage.commit` commits a set of files whole through a journal,
+:mod:`~tarkit.storage.commit` commits a set of files whole through a journal (followed
+only within the set: :mod:`~tarkit.storage.commit_scope`),
 :mod:`~tarkit.storage.shards` resolves which shards a source names,
 :mod:`~tarkit.storage.ranges` reads byte ranges (one sample of an indexed shard),
 :mod:`~tarkit.storage.indexed_shards` reads indexed shards by position or key (with
@@ -19,7 +20,15 @@
 reconnect at the byte reached and bounds how long they wait.
 """
 
-from .commit import JOURNAL_ENDING, Move, commit_files, finish_commit, refuse_unfinished
+from .commit import (
+    JOURNAL_ENDING,
+    Move,
+    commit_files,
+    finish_commit,
+    journal_above,
+    unfinished_files,
+)
+from .commit_scope import CommitScope, pending_name, set_manifests
 from .filesystems import ObjectInfo, StorageOptions, filesystem, object_info
 from .listing import files_below, is_directory, list_files, move_file, remove_file
 from .locations import (
@@ -48,12 +57,22 @@ from .outputs import (
 )
 from .ranges import RangeSource, open_ranges
 from .retrying import Reconnection, RetryPolicy, report_reconnections, retry_policy
-from .shards import dataset_manifest, names_shard_set, resolve_shards
+from .shards import (
+    LocalProblem,
+    check_local_files,
+    dataset_manifest,
+    local_problems,
+    names_shard_set,
+    resolve_shards,
+)
 from .sources import (
+    JOURNAL_LIMIT,
+    MANIFEST_LIMIT,
+    RECORD_LIMIT,
+    BoundedReader,
     CountingReader,
     HashingReader,
     Source,
-    check_local_files,
     describe_exit,
     open_source,
     open_source_at,
@@ -64,12 +83,18 @@ from .sources import (
 from .write_failures import descriptor_failure, write_failure
 
 __all__ = [
+    "BoundedReader",
+    "CommitScope",
     "CountingReader",
     "FILE",
     "FSSPEC",
     "HTTP",
     "JOURNAL_ENDING",
+    "JOURNAL_LIMIT",
+    "LocalProblem",
+    "MANIFEST_LIMIT",
     "PIPE",
+    "RECORD_LIMIT",
     "STDIO",
     "HashingReader",
     "Location",
@@ -95,9 +120,11 @@ __all__ = [
     "finish_commit",
     "is_directory",
     "is_remote",
+    "journal_above",
     "list_files",
     "load_manifest",
     "load_table",
+    "local_problems",
     "location",
     "manifest_at",
     "manifest_urls",
@@ -107,9 +134,9 @@ __all__ = [
     "open_ranges",
     "open_source",
     "open_source_at",
+    "pending_name",
     "publish",
     "read_bytes",
-    "refuse_unfinished",
     "relative_url",
     "remove_file",
     "remove_stale_temp",
@@ -118,9 +145,11 @@ __all__ = [
     "resolve_url",
     "retry_policy",
     "save_manifest",
+    "set_manifests",
     "skip_bytes",
     "stdout_stream",
     "stored_matches",
     "temp_place",
+    "unfinished_files",
     "write_failure",
 ]

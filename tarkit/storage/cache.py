@@ -1,7 +1,9 @@
 """A local cache of remote shards, bounded in bytes, shared by every process of a machine.
 
-A cached shard is named by a hash of its full URL (plus its base name, for people), so
-two datasets whose shards share base names never collide. A shard that is not cached
+A cached shard is named by a hash of its full URL and, when the manifest gives one, of
+its sha256 (plus its base name, for people), so two datasets whose shards share base
+names never collide, and a shard whose manifest now gives another sha256 (the shard was
+written again, maybe with the same size) is another file, downloaded anew. A shard that is not cached
 yet is downloaded by a background thread of the first process that asks for it, which
 reads the file as it grows: reading starts with the first bytes, not after the download,
 and the download runs at network speed whatever that reader does. Other processes that
@@ -10,7 +12,8 @@ finished file, so each shard is downloaded once per machine. A download goes to 
 temporary name and is renamed into place only once it is known whole (its length, the
 manifest's sha256, else the archive's end: :mod:`~tarkit.storage.downloads`); one that is
 not whole is an error for its reader and is never kept, and a failed or abandoned one is
-removed. A cached shard whose size differs from the manifest's is downloaded again.
+removed. A cached shard whose size differs from the manifest's is downloaded again (the
+old version of a shard, under its old name, goes as the least recently used).
 
 The cache touches only its own files, known by their names (a 32-digit hash, a dash,
 the base name; ``.part-PID`` while downloading; ``.lock``): anything else in the
@@ -48,15 +51,19 @@ _UNSAFE = re.compile(r"[^A-Za-z0-9._-]+")
 _OWN = re.compile(r"[0-9a-f]{32}-[A-Za-z0-9._-]*")  # cache_name(), and its .part- files
 
 
-def cache_name(url: str) -> str:
-    """The file name a shard from ``url`` gets in a cache: URL hash, then base name.
+def cache_name(url: str, sha256: str | None = None) -> str:
+    """The file name a shard from ``url`` gets in a cache: a hash of the URL and of the
+    manifest's ``sha256`` of the shard (when it gives one), then the base name.
 
     >>> cache_name("https://host/a/shard-000.tar")
     'e7f83cab8e2fb150ac27c21249594033-shard-000.tar'
     >>> cache_name("s3://one/shard-000.tar") != cache_name("s3://two/shard-000.tar")
     True
+    >>> cache_name("s3://b/s.tar", "ab" * 32) != cache_name("s3://b/s.tar", "cd" * 32)
+    True
     """
-    digest = hashlib.sha256(url.encode("utf-8", "surrogateescape")).hexdigest()[:32]
+    named = url if sha256 is None else f"{url}\n{sha256.lower()}"
+    digest = hashlib.sha256(named.encode("utf-8", "surrogateescape")).hexdigest()[:32]
     base = os.path.basename(urllib.parse.urlsplit(url).path)
     return f"{digest}-{_UNSAFE.sub('_', base)[-80:]}"
 
@@ -73,9 +80,10 @@ class ShardCache:
         self.max_bytes = None if max_bytes is None else parse_size(max_bytes, "cache size")
         os.makedirs(self.directory, exist_ok=True)
 
-    def path_for(self, url: str) -> str:
-        """Where the shard from ``url`` is (or will be) cached."""
-        return os.path.join(self.directory, cache_name(url))
+    def path_for(self, url: str, sha256: str | None = None) -> str:
+        """Where the shard from ``url`` (whose manifest gives ``sha256``) is, or will be,
+        cached."""
+        return os.path.join(self.directory, cache_name(url, sha256))
 
     def open(
         self,
@@ -95,7 +103,7 @@ class ShardCache:
         :meth:`Download.close` (``SourceError``, or ``InputError``: a cut archive, or
         :attr:`~tarkit.errors.InputError.MISMATCH` with the manifest).
         """
-        path = self.path_for(url)
+        path = self.path_for(url, sha256)
         try:
             return self._open(url, path, storage_options, policy, size, sha256)
         except _CacheNameTaken:  # by something the cache did not make: read past the cache
@@ -144,7 +152,7 @@ class ShardCache:
         a name taken by something the cache did not make): read it from its URL. Raises
         what a download that is not whole raises.
         """
-        path = self.path_for(url)
+        path = self.path_for(url, sha256)
         for _ in range(3):  # a shard evicted by another process right after its download
             try:
                 cached = _open_cached(url, path, size)

@@ -29,7 +29,7 @@ from .filesystems import StorageOptions
 from .locations import location
 from .ranges import RangeSource, open_ranges
 from .retrying import RetryPolicy
-from .sources import read_bytes
+from .sources import MANIFEST_LIMIT, read_bytes
 
 if TYPE_CHECKING:  # the shell tools read without a cache, and start without it
     from .cache import ShardCache
@@ -95,7 +95,7 @@ class IndexedShard:
             except OSError as exc:
                 raise SourceError(f"{index}: cannot read: {exc.strerror}") from None
             return ShardIndex(self._map if self._map is not None else b"", index)
-        data = read_bytes(index, storage_options)
+        data = read_bytes(index, storage_options, limit=MANIFEST_LIMIT)
         if data is None:
             raise missing_index(self.url, index)
         return ShardIndex(data, index)

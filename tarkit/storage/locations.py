@@ -167,6 +167,8 @@ def relative_url(manifest: str | None, shard: str) -> str:
     'x.tar'
     >>> relative_url("m.json", "pipe:cat x.tar")
     'pipe:cat x.tar'
+    >>> relative_url("/d/m.json", "/d/..x.tar.pending"), relative_url("/d/m.json", "/x.tar")
+    ('..x.tar.pending', '/x.tar')
     """
     target, base = location(shard), location(manifest) if manifest is not None else None
     if target.kind not in (FILE, HTTP, FSSPEC) or base is None:
@@ -181,7 +183,7 @@ def relative_url(manifest: str | None, shard: str) -> str:
     directory = os.path.dirname(os.path.abspath(base.path))
     absolute = os.path.abspath(target.path)
     relative = os.path.relpath(absolute, directory)
-    if relative.startswith(".."):
+    if relative == os.pardir or relative.startswith(os.pardir + os.sep):
         return absolute
     return relative.replace(os.sep, "/")
 

@@ -16,18 +16,19 @@ from ..format.shard_table import ShardTable
 from .filesystems import StorageOptions
 from .locations import location, relative_url, resolve_url
 from .outputs import publish
-from .sources import open_source, read_bytes
+from .sources import MANIFEST_LIMIT, BoundedReader, open_source, read_bytes
 
 
 def load_manifest(spec: str, storage_options: StorageOptions | None = None) -> Manifest:
     """Read a manifest from a path or URL (anything :func:`open_source` opens).
 
-    Raises :class:`~tarkit.errors.SourceError` when it cannot be read and
-    :class:`~tarkit.errors.InputError` when it is not a tarkit manifest.
+    Raises :class:`~tarkit.errors.SourceError` when it cannot be read (or holds more than
+    :data:`~tarkit.storage.MANIFEST_LIMIT` bytes) and :class:`~tarkit.errors.InputError`
+    when it is not a tarkit manifest.
     """
     with open_source(spec, storage_options) as source:
         try:
-            text = source.stream.read().decode("utf-8")
+            text = BoundedReader(source.stream, spec, MANIFEST_LIMIT).read().decode("utf-8")
         except UnicodeDecodeError:
             raise InputError("manifest is not UTF-8 text", source=spec) from None
         except OSError as exc:
@@ -53,14 +54,15 @@ def load_table(spec: str, storage_options: StorageOptions | None = None) -> Shar
                     return mmap.mmap(file.fileno(), 0, access=mmap.ACCESS_READ)
             except OSError as exc:
                 raise SourceError(f"{where.spec}: cannot read: {exc.strerror}") from None
-        data = read_bytes(where.spec, storage_options)
+        data = read_bytes(where.spec, storage_options, limit=MANIFEST_LIMIT)
         if data is None:
             raise SourceError(f"{where.spec}: no such file", reason=SourceError.MISSING)
         return data
 
     with open_source(spec, storage_options) as source:
         try:
-            return read_table(source.stream, spec, columns)  # type: ignore[arg-type]
+            stream = BoundedReader(source.stream, spec, MANIFEST_LIMIT)
+            return read_table(stream, spec, columns)  # type: ignore[arg-type]
         except OSError as exc:
             raise SourceError(f"{spec}: cannot read: {exc}") from None
 

@@ -1,7 +1,9 @@
 """Which shards a source names: brace patterns, globs, lists, manifests and directories,
 resolved once, when a dataset is built or a command starts (``ShardDataset``, ``tarkit
 verify``, ``tarkit stats``). Here in storage/, not in loading/, so that a command resolves
-shards as the loader does without importing torch.
+shards as the loader does without importing torch. And whether local shards can be read at
+all (:func:`check_local_files`, the one check every reader of local files makes first: they
+exist, are files, and are not a set whose commit was stopped midway).
 
 A local glob (``wds/data-*.tar``) is expanded and sorted, as the shell would; a remote one
 is refused with the brace form to write instead, since a listing of a bucket is neither
@@ -23,12 +25,14 @@ from __future__ import annotations
 import glob
 import os
 import re
+import stat
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Literal
 
 from ..errors import InputError, SourceError, UsageError
 from ..format.manifest import Manifest, ShardInfo
-from .commit import refuse_unfinished
+from .commit import unfinished_files
 from .filesystems import StorageOptions
 from .listing import list_files, what_directory_holds
 from .locations import expand_inputs, location
@@ -85,7 +89,7 @@ def resolve_shards(
         if not expanded or expanded == ["-"]:
             raise UsageError("ShardDataset needs shard URLs or a manifest")
         if not missing_ok:
-            _check_local_shards(expanded, specs)
+            check_local_files(expanded, "shards", written=specs)
         manifest = _manifest_beside(expanded) if beside else None
         if manifest is None:
             return expanded, None
@@ -102,7 +106,7 @@ def resolve_shards(
             raise UsageError(f"{manifest.location}: the manifest lists no shards")
         urls = manifest_urls(manifest)  # opened: the trust rule refuses what data may not name
         if not missing_ok:
-            _check_local_shards(urls)
+            check_local_files(urls, "shards")
         return urls, list(manifest.shards)
     # The shards the caller named are opened; the manifest only gives their counts.
     named = manifest_urls(manifest, opened=False)
@@ -160,22 +164,90 @@ def names_shard_set(source: str) -> bool:
     return source.endswith(".json") or os.path.isdir(source)
 
 
-def _check_local_shards(urls: Sequence[str], specs: Sequence[str] = ()) -> None:
-    """Raise SourceError when local shards do not exist: a brace range past the last
-    shard or a typo fails here, not mid-epoch in a worker; and when they are a mix of two
-    runs, an overwrite stopped in its commit (:func:`~tarkit.storage.refuse_unfinished`).
-    A range of ``specs`` (as written) that names none of its files gets the range that
-    would, when the files are numbered with another padding (:func:`padded_range`)."""
-    refuse_unfinished(urls)
-    missing = [u for u in urls if location(u).is_file and not os.path.exists(location(u).path)]
-    if missing:
-        hints = [hint for spec in specs if (hint := padded_range(spec)) is not None]
-        guess = f"; did you mean {hints[0]}?" if hints else ""
-        raise SourceError(
-            f"{missing[0]}: no such shard ({len(missing)} of {len(urls)} shards do not "
-            f"exist){guess}",
-            reason=SourceError.MISSING,
+def check_local_files(
+    specs: Sequence[str], what: str = "inputs", written: Sequence[str] = ()
+) -> None:
+    """Raise :class:`~tarkit.errors.SourceError` (reason ``MISSING``) when a local path
+    among ``specs`` (``what`` they are) cannot be read as a shard: it does not exist
+    (naming the first, and how many do not), it is a directory, or it is part of a set
+    whose commit was stopped midway (reason ``UNFINISHED``:
+    :func:`~tarkit.storage.commit.unfinished_files`). Before any work starts, not once
+    per attempt in a worker; a typo or a brace range past the last shard fails here.
+    Other locations are not asked here. :func:`local_problems` says it shard by shard.
+    For shards resolved from ``written`` (the specs as the user wrote them), a range
+    that names none of its files gets the range that would (:func:`padded_range`).
+
+    >>> check_local_files(["/no/such/a.tar", "/no/such/b.tar", "s3://b/x.tar"])
+    Traceback (most recent call last):
+    ...
+    tarkit.errors.SourceError: /no/such/a.tar: no such file (2 of 3 inputs do not exist)
+    """
+    problems = list(local_problems(specs).values())
+    if not problems:
+        return
+    # A set stopped in its commit, or a directory, is the cause of any missing file.
+    causes = [p for what in ("unfinished", "directory") for p in problems if p.what == what]
+    first = (causes or problems)[0]
+    shards = what == "shards"
+    if first.what != "missing" or (len(specs) == 1 and not shards):
+        raise first.error()
+    hints = [hint for spec in written if (hint := padded_range(spec)) is not None]
+    guess = f"; did you mean {hints[0]}?" if hints else ""
+    n, do = len(problems), "does" if len(problems) == 1 and not shards else "do"
+    raise SourceError(
+        f"{first.spec}: no such {'shard' if shards else 'file'} ({n} of {len(specs)} {what} "
+        f"{do} not exist){guess}",
+        reason=SourceError.MISSING,
+    )
+
+
+@dataclass(frozen=True)
+class LocalProblem:
+    """Why a local file cannot be read as a shard: ``what`` is ``missing``,
+    ``directory`` or ``unfinished`` (``journal``: the journal of the commit that was
+    stopped); :meth:`error` is the error that says so."""
+
+    spec: str
+    what: str
+    journal: str | None = None
+
+    def text(self) -> str:
+        """The problem in words, without the file's name."""
+        if self.what == "missing":
+            return "no such file"
+        if self.what == "directory":
+            return f"is a directory, not a shard{what_directory_holds(self.spec)}"
+        return (
+            f"part of a set whose commit was stopped midway ({self.journal}), so the files "
+            "there are a mix of two runs: run the writer again (with any mode) to finish "
+            "it, then read them"
         )
+
+    def error(self) -> SourceError:
+        reason = SourceError.UNFINISHED if self.what == "unfinished" else SourceError.MISSING
+        return SourceError(f"{self.spec}: {self.text()}", reason=reason)
+
+
+def local_problems(specs: Sequence[str]) -> dict[str, LocalProblem]:
+    """The local files among ``specs`` that cannot be read as shards, in their order,
+    each with its problem (see :func:`check_local_files`): one ``stat`` per file, one
+    listing per directory (and the few above it) for the journals."""
+    problems: dict[str, LocalProblem] = {}
+    for spec, journal in unfinished_files(specs).items():
+        problems[spec] = LocalProblem(spec, "unfinished", journal)
+    for spec in specs:
+        where = location(spec)
+        if not where.is_file or spec in problems:
+            continue
+        try:
+            if stat.S_ISDIR(os.stat(where.path).st_mode):
+                problems[spec] = LocalProblem(spec, "directory")
+        except FileNotFoundError:
+            problems[spec] = LocalProblem(spec, "missing")
+        except OSError:
+            continue  # (opening it says what is wrong)
+    order = {spec: i for i, spec in enumerate(specs)}
+    return dict(sorted(problems.items(), key=lambda item: order[item[0]]))
 
 
 def _expand_globs(urls: list[str]) -> list[str]:

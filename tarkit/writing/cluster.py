@@ -54,6 +54,7 @@ from .patterns import (
     OVERWRITE,
     RESUME,
     existing_shards,
+    finished_earlier,
     pending_name,
     record_path,
     refuse_existing,
@@ -107,7 +108,8 @@ class ClusterRun:
         self.compression = compression_for(pattern)
         self.chain = self.compression in MEASURED
         self.plan = plan_digest(order, maxcount, maxsize, self.compression)
-        settle_earlier_run(pattern, self.options)
+        if settle_earlier_run(pattern, self.options):
+            report(Tally(message=finished_earlier(pattern)))
         existing = existing_shards(pattern, start, self.options)
         if mode == CREATE and existing:
             raise refuse_existing(pattern, existing, start)

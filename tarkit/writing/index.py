@@ -19,6 +19,7 @@ from ..storage import (
     STDIO,
     HashingReader,
     StorageOptions,
+    check_local_files,
     expand_inputs,
     location,
     open_source,
@@ -93,10 +94,14 @@ def index_shards(
 
     ``manifest_path`` is where the manifest will be written: local shards beside or
     below it are named relative to it. ``storage_options`` go to fsspec; ``on_shard`` is
-    called with each entry as it is made.
+    called with each entry as it is made. Local shards are checked first
+    (:func:`~tarkit.storage.check_local_files`: missing, a directory, a set whose commit
+    was stopped midway raise :class:`~tarkit.errors.SourceError`).
     """
     shards = []
-    for spec in expand_inputs(specs):
+    named = expand_inputs(specs)
+    check_local_files(named, "shards")
+    for spec in named:
         shard = index_shard(spec, offsets=offsets, manifest_path=manifest_path, strict=strict,
                             skips=skips, storage_options=storage_options)  # fmt: skip
         shards.append(shard)

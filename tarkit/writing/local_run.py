@@ -29,7 +29,14 @@ from ..storage import Move
 from .cluster import Tally
 from .items import EncodedItem, ItemEncoder, ItemFailure, Point
 from .kept import check_kept_items, counted_spans
-from .patterns import OVERWRITE, RESUME, pending_name, record_path, settle_earlier_run
+from .patterns import (
+    OVERWRITE,
+    RESUME,
+    finished_earlier,
+    pending_name,
+    record_path,
+    settle_earlier_run,
+)
 from .rejects import Rejected, save_rejects
 from .sample_encoder import raw_key
 from .shard_records import (
@@ -89,6 +96,8 @@ def write_here(
     options = storage_options
     plan = plan_digest(order or [], maxcount, parse_size(maxsize, "maxsize"),
                        compression_for(pattern))  # fmt: skip
+    if settle_earlier_run(pattern, options):  # (before a resume looks at the shards)
+        report(Tally(message=finished_earlier(pattern)))
     covered = _resumable(pattern, start, plan, rejects if skipping else None, options, mode)
     rejected = [r for c in covered for r in [*(c.unplaced or []), *(r for _, r in c.rejects)]]
     published: list[int | None] = [len(rejected) if covered else None]  # in the rejects file
@@ -261,12 +270,11 @@ def _resumable(
     options: Mapping[str, Any] | None, mode: str,
 ) -> list[Covered]:  # fmt: skip
     """The complete shards a resumed run keeps, from ``start`` on without a gap (a
-    shard after a gap, which a run on a cluster can leave, is refused by the writer),
-    once the commit of an overwrite stopped midway is finished (as every writer does
-    first: :func:`~tarkit.writing.patterns.settle_earlier_run`)."""
+    shard after a gap, which a run on a cluster can leave, is refused by the writer);
+    the caller first finishes the commit of an overwrite stopped midway (as every writer
+    does: :func:`~tarkit.writing.patterns.settle_earlier_run`)."""
     if mode != RESUME:
         return []
-    settle_earlier_run(pattern, options)
     kept: list[Covered] = []
     for covered in completed_ranges(pattern, start, plan, rejects, options):
         if covered.number != (kept[-1].after if kept else start):

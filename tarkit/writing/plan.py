@@ -36,7 +36,7 @@ from dataclasses import dataclass
 
 from ..errors import InputError, SampleError, SourceError, UsageError
 from ..format.encoding import ImageTransform, check_key
-from ..storage import StorageOptions, location, read_bytes, resolve_url
+from ..storage import MANIFEST_LIMIT, StorageOptions, location, read_bytes, resolve_url
 from .files import read_file
 
 KEY_COLUMN = "__key__"
@@ -219,7 +219,7 @@ def read_plan(
         # What the file is comes first: a zip named photos.zip is a zip, not a plan
         # whose delimiter cannot be told.
         if remote:
-            data = read_bytes(path, storage_options)
+            data = read_bytes(path, storage_options, limit=MANIFEST_LIMIT)
             if data is None:
                 raise SourceError(f"{path}: no such file")
             check_plan_file(path, data[:4096])

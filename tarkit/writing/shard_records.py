@@ -43,6 +43,7 @@ from dataclasses import dataclass
 from ..errors import OutputError
 from ..format.manifest import ShardInfo
 from ..storage import (
+    RECORD_LIMIT,
     StorageOptions,
     location,
     publish,
@@ -181,7 +182,8 @@ def read_record(
 ) -> tuple[ShardRecord, ShardInfo] | None:
     """The record and entry of ``shard`` when its record is of the plan ``plan`` and the
     shard matches it; else None (a record that does not parse counts as absent)."""
-    return _usable(shard, read_bytes(record_path(shard), storage_options), plan, storage_options)
+    text = read_bytes(record_path(shard), storage_options, limit=RECORD_LIMIT)
+    return _usable(shard, text, plan, storage_options)
 
 
 def _usable(
@@ -274,7 +276,7 @@ def completed_ranges(
     first_recorded = None  # the record that ends the shards without records, read once
     while shard_name(pattern, number) in names:
         name = shard_name(pattern, number)
-        text = read_bytes(record_path(name), storage_options)
+        text = read_bytes(record_path(name), storage_options, limit=RECORD_LIMIT)
         if text is not None:  # a record of another plan makes it a stranger, not counted
             first_recorded = _usable(name, text, plan, storage_options)
             break

@@ -4,7 +4,9 @@
 (:func:`~tarkit.storage.resolve_shards`: shards, brace patterns, manifests, directories),
 reads every shard whole with :func:`~tarkit.writing.index.index_shard` (the strict
 reader; the shard's samples, bytes and sha256) and compares what it found with the
-shard's manifest entry. A shard that fails is reported and the next one is checked: the
+shard's manifest entry; a local shard that is part of a set whose commit was stopped
+midway (:func:`~tarkit.storage.local_problems`) is bad without being read: the set is a
+mix of two runs. A shard that fails is reported and the next one is checked: the
 result is one :class:`ShardCheck` per shard, in the order given, however many shards are
 read at once.
 """
@@ -21,7 +23,14 @@ from ..errors import InputError, SourceError, TarkitError, UsageError
 from ..format.manifest import ShardInfo
 from ..format.samples import Sample, SkipLog
 from ..sizes import check_parallel
-from ..storage import STDIO, StorageOptions, location, names_shard_set, resolve_shards
+from ..storage import (
+    STDIO,
+    StorageOptions,
+    local_problems,
+    location,
+    names_shard_set,
+    resolve_shards,
+)
 from .index import index_shard
 
 # Problem.reason: what is wrong with a shard, for code that tells cases apart.
@@ -34,6 +43,7 @@ SAMPLES = "samples"  # more or fewer samples than the manifest says
 OFFSETS = "offsets"  # a sample starts at another byte than the manifest says
 BYTES = "bytes"  # another size than the manifest says
 SHA256 = "sha256"  # other bytes than the manifest's sha256 says
+UNFINISHED = "unfinished"  # part of a set whose commit was stopped midway: a mix of two runs
 
 
 @dataclass(frozen=True)
@@ -159,6 +169,8 @@ class Verification:
         self.strict = strict
         self.storage_options = storage_options
         self.summary = Summary()
+        problems = local_problems([url for url, _ in shards]).values()
+        self.unfinished = {p.spec: p.text() for p in problems if p.what == UNFINISHED}
 
     def __len__(self) -> int:
         return len(self.shards)
@@ -168,6 +180,9 @@ class Verification:
 
         def check(shard: tuple[str, ShardInfo | None]) -> ShardCheck:
             url, expected = shard
+            if url in self.unfinished:
+                return ShardCheck(url, expected, None, Problem(UNFINISHED, self.unfinished[url]),
+                                  0, 0.0)  # fmt: skip
             return check_shard(url, expected, strict=self.strict,
                                storage_options=self.storage_options)  # fmt: skip
 
@@ -190,7 +205,8 @@ def verify_shards(
     Each source is shards (paths, URLs, brace patterns), a manifest or a directory, as
     for ``ShardDataset``; a manifest beside shards that lists exactly them is used, and
     ``manifest`` names one for the shards given (each must be in it). Shards that do not
-    exist are not an error here: each is reported as :data:`MISSING` when checked.
+    exist are not an error here: each is reported as :data:`MISSING` when checked (and
+    each of a set whose commit was stopped midway as :data:`UNFINISHED`).
     Raises :class:`~tarkit.errors.UsageError` when nothing is named (or stdin) and
     :class:`~tarkit.errors.InputError` for a malformed manifest. ``parallel`` shards are
     read at once (threads: hashing and reading run outside the GIL).

@@ -473,27 +473,29 @@ def test_a_resume_with_another_function_or_command_is_refused_naming_the_output(
     first = run(["tarkit", "map", "--fn", "map_functions:shout", inputs, "-o", f"{out}/", "-q"],
                 env=env)  # fmt: skip
     assert first.returncode == 0, first.stderr
-    # Another function with --overwrite fails on in-1.tar: its output stays the first run's.
+    # Another function with --overwrite fails on in-1.tar: the first run's set stays whole.
+    first_set = {p.name: p.read_bytes() for p in out.iterdir()}
     good = (tmp_path / "in" / "in-1.tar").read_bytes()
     (tmp_path / "in" / "in-1.tar").write_bytes(make_tar([("s1-00.txt", b"bad")]))
     other = ["tarkit", "map", "--fn", "map_functions:fail_on_bad", inputs, "-o", f"{out}/", "-q"]
     failed = run([*other, "--overwrite", "--retries", "0"], env=env)
     assert failed.returncode == 2, failed.stderr
     (tmp_path / "in" / "in-1.tar").write_bytes(good)
+    assert {p.name: p.read_bytes() for p in out.iterdir()} == first_set
 
     before = {p.name: p.stat().st_mtime_ns for p in out.iterdir()}
     resumed = run(other, env=env)
     assert resumed.returncode == 2
     assert resumed.stderr == (
-        f"tarkit map: error: {out}/in-1.tar: made by the function map_functions:shout, while "
-        "this run maps with the function map_functions:fail_on_bad (1 of 4 outputs): resuming "
+        f"tarkit map: error: {out}/in-0.tar: made by the function map_functions:shout, while "
+        "this run maps with the function map_functions:fail_on_bad (4 of 4 outputs): resuming "
         "would keep outputs of both in one set. Pass --overwrite (mode='overwrite') to redo "
         "every shard, or write the outputs elsewhere\n"
     )
     changed = run(["tarkit", "map", "-c", "true", inputs, "-o", f"{out}/", "-q"], env=env)
     assert changed.returncode == 2
     assert changed.stderr.startswith(
-        f"tarkit map: error: {out}/in-0.tar: made by the function map_functions:fail_on_bad, "
+        f"tarkit map: error: {out}/in-0.tar: made by the function map_functions:shout, "
         "while this run maps with the command 'true' (4 of 4 outputs): "
     )
     assert {p.name: p.stat().st_mtime_ns for p in out.iterdir()} == before  # nothing ran

@@ -524,3 +524,21 @@ def test_shards_named_with_bytes_that_are_not_utf8_get_a_manifest(
     assert [s["url"] for s in manifest["shards"]] == [
         os.fsdecode(f"out/caf\xe9-{i:03d}.tar".encode("latin-1")) for i in range(4)
     ]
+
+
+def test_split_directories_of_plain_files_are_refused_too_with_the_fix(tmp_path: Path) -> None:
+    data = tmp_path / "d4"
+    for split, name in (("train", "a.wav"), ("val", "b.wav")):
+        (data / split).mkdir(parents=True)
+        (data / split / name).write_bytes(b"RIFF")
+    result = run(["tarkit", "shard", "d4/", "-o", "out/s-%06d.tar"], cwd=tmp_path)
+    assert result.returncode == 2
+    assert result.stderr == (
+        "tarkit shard: error: d4/: train/ and val/ look like a dataset's splits (they hold its "
+        "files): shard each split on its own, as in tarkit shard d4/train -o 'train-%06d.tar' "
+        "(--layout tree shards them together)\n"
+    )
+    assert not (tmp_path / "out").exists()
+    together = run(["tarkit", "shard", "d4/", "--layout", "tree", "-o", "out/s-%06d.tar"],
+                   cwd=tmp_path)  # fmt: skip
+    assert together.returncode == 0, together.stderr

@@ -302,6 +302,18 @@ def test_a_malformed_version_2_manifest_is_refused_naming_it(
         )
 
 
+@pytest.mark.parametrize("counts", [[2**62 + 1], [2**62, 2**62], [2**63 - 1, 1]])
+def test_counts_past_2_62_are_an_input_error_in_both_readers_never_an_overflow(
+    counts: list[int],
+) -> None:
+    shards = [{"url": f"s-{i}.tar", "samples": n, "bytes": 1024} for i, n in enumerate(counts)]
+    text = v1_text(*shards)
+    with pytest.raises(InputError, match=r"^m\.json: .*2\*\*62"):
+        parse(text, "m.json")
+    with pytest.raises(InputError, match=r"^m\.json: (malformed shard entry 0$|.*2\*\*62)"):
+        read_table(io.BytesIO(text.encode()), "m.json")
+
+
 def test_a_negative_count_in_the_columns_is_refused() -> None:
     json_text, columns = v2_files(samples=0)
     negative = (-5).to_bytes(8, "little", signed=True) + (5).to_bytes(8, "little") + columns[16:]
@@ -344,6 +356,8 @@ def test_a_manifest_reads_back_what_was_written() -> None:
     [
         ({"samples": -5}, "a negative count"),
         ({"bytes": -1}, "a negative count"),
+        ({"samples": 2**62 + 1, "keys": None, "offsets": None}, "a count past 2**62"),
+        ({"bytes": 2**63}, "a count past 2**62"),
         ({"samples": 2.5}, '"samples" is 2.5'),
         ({"samples": True}, '"samples" is True'),
         ({"samples": "2"}, "\"samples\" is '2'"),

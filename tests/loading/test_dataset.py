@@ -422,7 +422,10 @@ def test_local_shards_that_do_not_exist_fail_when_the_dataset_is_built(tmp_path)
     with pytest.raises(SourceError) as info:
         ShardDataset(past_the_end)
     assert str(info.value) == (f"{tmp_path}/s-003.tar: no such shard (2 of 5 shards do not exist)")
-    with pytest.raises(SourceError, match="s-00l.tar: no such shard \\(1 of 1"):
+    assert info.value.reason == SourceError.MISSING
+    with pytest.raises(
+        SourceError, match="s-00l.tar: no such shard \\(1 of 1 shards do not exist\\)$"
+    ):
         ShardDataset(str(tmp_path / "s-00l.tar"), handler="skip")
 
 
@@ -485,6 +488,15 @@ def test_a_jpeg_given_for_a_shard_is_named_with_the_command_that_makes_shards(tm
         f"{path}: a JPEG image, not a tar archive: make shards of image files with tarkit "
         "shard DIR -o 'shards/shard-%06d.tar' (or tarcreate)"
     )
+
+
+def test_a_directory_among_the_shards_fails_when_the_dataset_is_built(tmp_path):
+    make_shards(tmp_path, [2])
+    (tmp_path / "more").mkdir()
+    with pytest.raises(SourceError) as info:
+        ShardDataset([str(tmp_path / "s-000.tar"), str(tmp_path / "more")])
+    assert str(info.value) == f"{tmp_path}/more: is a directory, not a shard; it holds no files"
+    assert info.value.reason == SourceError.MISSING
 
 
 WORKER_ERROR_SCRIPT = """

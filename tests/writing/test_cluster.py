@@ -177,7 +177,8 @@ def test_the_driver_killed_mid_run_then_resume_gives_the_bytes_of_a_clean_run(
     tmp_path: Path, two_nodes: str
 ) -> None:
     args = ["shard", "--dataset", "shard_datasets:slow_words", "-c", "6", "--manifest"]
-    env = dict(os.environ, PYTHONPATH=str(HERE), TARKIT_TEST_DELAY="0")
+    path = os.pathsep.join([str(HERE), os.environ["PYTHONPATH"]])  # this checkout's tarkit
+    env = dict(os.environ, PYTHONPATH=path, TARKIT_TEST_DELAY="0")
     clean = run(["tarkit", *args, "clean/m.json", "-o", "clean/s-%02d.tar"], cwd=tmp_path,
                 env=env)  # fmt: skip
     assert clean.returncode == 0, clean.stderr

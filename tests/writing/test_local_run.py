@@ -106,6 +106,11 @@ def test_an_overwrite_killed_in_its_commit_is_finished_records_included_by_a_res
     process.send_signal(signal.SIGKILL)
     process.communicate(timeout=60)
     assert files(out) != new and any(name.endswith(".commit.json") for name in os.listdir(out))
+    told = []
     shard_dataset(Words(40), str(out / "s-%02d.tar"), to_sample=Chunks(), maxcount=4,
-                  mode="resume")  # fmt: skip
+                  mode="resume", progress=lambda state: told.append(state.message))  # fmt: skip
     assert files(out) == new
+    assert told[0] == (  # the first report, before any item: tarkit shard prints it
+        f"finished the commit of an earlier overwrite into {out}/s-%02d.tar that was stopped "
+        f"midway ({out}/.s-%02d.tar.commit.json): its new set is in place"
+    )
