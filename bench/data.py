@@ -15,6 +15,8 @@ never modify a returned file, copy it into your ``workdir`` first.
   shards (2,000 under ``--quick``).
 - :func:`photo_shards`: 6,000 photo-sized JPEGs (about 360–440 pixels wide, 30–75 KB) +
   ``.cls``, cut into ``n`` shards (600 under ``--quick``).
+- :func:`square_image_shards`: 2,000 256×256 JPEGs drawn like the tiny set's (~19 KB) +
+  ``.cls``, cut into ``n`` shards (200 under ``--quick``).
 
 Timing runs real shell pipelines (``bash -o pipefail -c``) as a user would: the venv's
 ``bin`` first on ``PATH`` (ahead of Debian's unrelated ``/usr/sbin/tarcat``) and
@@ -54,6 +56,7 @@ LARGE_IMAGE_SIDE, LARGE_IMAGE_QUALITY = 1280, 95  # ~1.9 MB JPEG of noise
 TINY_IMAGES, TINY_IMAGES_QUICK = 20_000, 2_000
 TINY_IMAGE_SIDE = 64
 PHOTOS, PHOTOS_QUICK = 6_000, 600
+SQUARE_IMAGES, SQUARE_IMAGES_QUICK, SQUARE_IMAGE_SIDE = 2_000, 200, 256
 CLASSES = ("cat", "dog", "bird", "fish", "horse", "frog", "ship", "truck", "plane", "car")
 
 
@@ -116,6 +119,12 @@ def tiny_image_shards(workdir: Path | None, n: int, *, quick: bool | None = None
 def photo_shards(workdir: Path | None, n: int, *, quick: bool | None = None) -> list[Path]:
     """6,000 photo-sized JPEGs (30–75 KB) and their ``.cls``, in ``n`` shards (600 quick)."""
     return _numbered("photos", PHOTOS_QUICK if _quick(quick) else PHOTOS, n, _photo)
+
+
+def square_image_shards(workdir: Path | None, n: int, *, quick: bool | None = None) -> list[Path]:
+    """2,000 256×256 JPEGs drawn like the tiny set's, and their ``.cls``, in ``n`` shards."""
+    count = SQUARE_IMAGES_QUICK if _quick(quick) else SQUARE_IMAGES
+    return _numbered("square", count, n, _square_image)
 
 
 def _numbered(
@@ -213,6 +222,12 @@ def _tiny_image(i: int) -> dict[str, bytes]:
     """A 64×64 JPEG (about 2 KB) drawn like the small set's, and its class."""
     label = i * 7919 % len(CLASSES)
     return {"cls": str(label).encode(), "jpg": _small_image(i, TINY_IMAGE_SIDE, SEED + 3)}
+
+
+def _square_image(i: int) -> dict[str, bytes]:
+    """A 256×256 JPEG (about 19 KB) drawn like the tiny set's, and its class."""
+    label = i * 7919 % len(CLASSES)
+    return {"cls": str(label).encode(), "jpg": _small_image(i, SQUARE_IMAGE_SIDE, SEED + 6)}
 
 
 _PHOTO_NOISE: list[Any] = []  # one seeded noise field, cropped differently for each photo

@@ -27,12 +27,15 @@ __version__ = "0.1.0"
 # Imported on first use, so ``import tarkit`` does not load torch and the tools start fast.
 _LAZY = {
     "BlockSampler": "loading.sampler",
+    "KeySplit": "seeds",
+    "IndexedDataset": "loading.indexed",
     "ShardDataset": "loading.dataset",
     "ShardLoader": "loading.loader",
     "loader": "loading.loader",
     "shard_dataset": "writing.from_dataset",
     "ShardWriter": "writing.shard_writer",
     "map_shards": "processing.driver",
+    "dataset_stats": "processing.stats",
 }
 
 
@@ -48,7 +51,9 @@ __all__ = [
     "BlockSampler",
     "CompressionError",
     "HeaderError",
+    "IndexedDataset",
     "InputError",
+    "KeySplit",
     "MapError",
     "Member",
     "OutputError",
@@ -63,6 +68,7 @@ __all__ = [
     "TarkitError",
     "TruncatedError",
     "UsageError",
+    "dataset_stats",
     "group_samples",
     "loader",
     "map_shards",

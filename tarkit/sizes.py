@@ -23,6 +23,13 @@ import re
 
 from .errors import UsageError
 
+# The most any count read from data may say (a shard's samples, a dataset's, an epoch): far
+# above any real dataset, and low enough that sums of such counts fit the int64 columns
+# and shared memory they are kept in, and ``len()``'s range. Checked where a manifest or a
+# state is read (:mod:`tarkit.format.manifest`, :mod:`tarkit.format.shard_table`,
+# :mod:`tarkit.loading.state`, :mod:`tarkit.loading.sampler_state`).
+MAX_COUNT = 1 << 62
+
 _SIZE = re.compile(r"\s*([0-9]*\.?[0-9]+(?:[eE][+-]?[0-9]+)?)\s*([A-Za-z]*)\s*")
 _UNITS = {
     "": 1,

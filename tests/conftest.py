@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import io
 import os
+import signal
 import subprocess
 import sys
 from collections.abc import Callable, Iterable
@@ -18,6 +19,18 @@ from tarkit.format.tar import TarWriter
 BIN = Path(sys.executable).parent
 ROOT = Path(__file__).resolve().parent.parent
 DATA = Path(__file__).resolve().parent / "data"
+
+# Every command a test starts runs this checkout's tarkit, whatever the venv installed
+# (another worktree's) and whatever directory the test runs it in (a relative entry
+# would be read from there); a test that sets PYTHONPATH prepends to this one.
+_PATH = [
+    str(ROOT),
+    *(os.path.abspath(p) for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p),
+]
+os.environ["PYTHONPATH"] = os.pathsep.join(dict.fromkeys(_PATH))
+# pytest started in the background (``pytest &``) inherits an ignored SIGINT: the tests
+# that interrupt code in this process need Python's own handler.
+signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
 def tool(name: str) -> str:

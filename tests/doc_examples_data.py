@@ -64,6 +64,21 @@ def members(path: Path, named: list[tuple[str, bytes]]) -> None:
     path.write_bytes(out.getvalue())
 
 
+def indexed_dataset(directory: Path) -> None:
+    """Three shards, an index beside each and their manifest: random access (tarcat.md)."""
+    from tarkit.format.index import index_stream
+    from tarkit.storage import save_manifest
+    from tarkit.writing.index import index_shards
+
+    shards(str(directory / "data-%03d.tar"), 3, 20, "d")
+    paths = sorted(str(path) for path in directory.glob("*.tar"))
+    for path in paths:
+        with open(path, "rb") as stream:
+            Path(path + ".idx").write_bytes(index_stream(stream, path))
+    manifest = str(directory / "manifest.json")
+    save_manifest(index_shards(paths, manifest_path=manifest), manifest)
+
+
 def image_folder(root: Path, per_class: int = 4) -> None:
     for c, name in enumerate(["cat", "dog"]):
         (root / name).mkdir(parents=True)
@@ -100,6 +115,8 @@ def prepare(root: Path) -> None:
     archive(root / "web.tar", [sample(f"web{i:03d}", i) for i in range(12)])
     archive(root / "curated.tar", [sample(f"cur{i:03d}", i) for i in range(4)])
     (root / "keep.txt").write_text("train/000003\ntrain/000010\n")
+    indexed_dataset(root / "dataset")
+    (root / "wanted.txt").write_text("d000045\nd000003\n")
     demo = [
         {"__key__": f"{i:06d}", "cls": i, "jpg": picture(i, (256, 192)),
          "json": {"width": 256, "height": 192}, "txt": text}

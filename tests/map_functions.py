@@ -153,9 +153,18 @@ def text_only(sample: dict[str, Any]) -> str:
     return sample["txt"].decode()
 
 
-def rows_as_list(sample: dict[str, Any]) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
-    """Wrong: a list of metadata rows where one row (a dict) belongs."""
-    return [{"__key__": sample["__key__"], "txt": sample["txt"]}], [{"key": sample["__key__"]}]
+def word_rows(sample: dict[str, Any]) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """One output sample per word, keys ``KEY/N``, each with its metadata row."""
+    key = sample["__key__"]
+    words = sample["txt"].decode("utf-8").split()
+    samples = [{"__key__": f"{key}/{i}", "txt": f"{word}{i}"} for i, word in enumerate(words)]
+    return samples, [{"key": f"{key}/{i}", "word": i} for i in range(len(words))]
+
+
+def rows_short(sample: dict[str, Any]) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """Wrong: two output samples and a list of one metadata row."""
+    key = sample["__key__"]
+    return [{"__key__": f"{key}/0", "txt": "a"}, {"__key__": f"{key}/1", "txt": "b"}], [{"k": key}]
 
 
 def _marks() -> Path:

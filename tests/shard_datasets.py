@@ -62,3 +62,30 @@ def _note_node() -> None:
     if ray is None or not ray.is_initialized() or "TARKIT_TEST_MARKS" not in os.environ:
         return
     (_marks() / f"node-{ray.get_runtime_context().get_node_id()}").touch()
+
+
+class Chunks:
+    """A ``to_sample`` for :class:`Words` items that gives several samples per item:
+    item ``i`` gives ``i % 4`` (none for every fourth), keyed ``w0007/0``…, with uneven
+    text. Item ``bad`` raises after its first sample; item ``repeat`` gives its first
+    sample the key of the last sample before it; ``as_list`` returns lists, not
+    generators; ``stop`` ends the run at that item as a crash would."""
+
+    def __init__(self, bad: int | None = None, repeat: int | None = None,
+                 as_list: bool = False, stop: int | None = None) -> None:  # fmt: skip
+        self.bad, self.repeat, self.as_list, self.stop = bad, repeat, as_list, stop
+
+    def __call__(self, item: dict[str, Any], index: int) -> Any:
+        if index == self.stop:
+            raise KeyboardInterrupt  # not an item's failure: the run stops here
+        samples = self.samples(item, index)
+        return list(samples) if self.as_list else samples
+
+    def samples(self, item: dict[str, Any], index: int) -> Any:
+        for number in range(index % 4):
+            if index == self.bad and number == 1:
+                raise ValueError(f"no chunk {number} of item {index}")
+            key = f"{item['__key__']}/{number}"
+            if index == self.repeat and number == 0:
+                key = f"w{index - 1:04d}/{(index - 1) % 4 - 1}"
+            yield {"__key__": key, "txt": item["txt"][number::3] or "-", "cls": number}

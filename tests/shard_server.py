@@ -4,12 +4,12 @@
 leaves it out: the body then ends where the connection closes, and a cut body looks
 whole), an ``ETag`` (a hash of the content) and ``Last-Modified`` (``validators = False``
 leaves both out);
-``Range: bytes=N-`` is honoured (``honour_ranges = False``: the whole file, with 200, as
-some servers do) unless an ``If-Range`` no longer matches, which gets the whole file with
-200, as RFC 9110 says (``honour_if_range = False`` ignores ``If-Range``).
+``Range: bytes=N-`` and ``bytes=N-M`` are honoured (``honour_ranges = False``: the whole
+file, with 200, as some servers do) unless an ``If-Range`` no longer matches, which gets the
+whole file with 200, as RFC 9110 says (``honour_if_range = False`` ignores ``If-Range``).
 
 Records: ``hits`` counts GET requests per path, ``ranges`` lists ``(path, start)`` of every
-range honoured, ``requests`` every ``(path, headers)``.
+range honoured, ``requests`` every ``(path, headers)``, ``sent`` the body bytes sent.
 
 Faults strike the next requests of a path, one each, in order
 (``server.fail("/a.tar", drop(1000), status(503))``):
@@ -88,6 +88,7 @@ class ShardServer:
         self.files: dict[str, bytes] = {}
         self.hits: Counter[str] = Counter()
         self.ranges: list[tuple[str, int]] = []
+        self.sent = 0
         self.requests: list[tuple[str, dict[str, str]]] = []
         self.faults: dict[str, list[Fault]] = {}
         self.cut: dict[str, int] = {}
@@ -165,8 +166,8 @@ class ShardServer:
             handler.send_error(404)
             return
         etag, modified = self.etag(path), self.last_modified(path)
-        start = 0
-        match = re.fullmatch(r"bytes=(\d+)-", handler.headers.get("Range", ""))
+        start, end = 0, len(data)
+        match = re.fullmatch(r"bytes=(\d+)-(\d*)", handler.headers.get("Range", ""))
         if_range = handler.headers.get("If-Range")
         fresh = if_range is None or not self.honour_if_range or if_range in (etag, modified)
         head: list[tuple[str, str]] = []
@@ -178,12 +179,14 @@ class ShardServer:
                 handler.send_header("Content-Length", "0")
                 handler.end_headers()
                 return
+            if match.group(2):
+                end = min(end, int(match.group(2)) + 1)
             self.ranges.append((path, start))
             code = 206
-            head.append(("Content-Range", f"bytes {start}-{len(data) - 1}/{len(data)}"))
+            head.append(("Content-Range", f"bytes {start}-{end - 1}/{len(data)}"))
         else:
             code = 200
-        body = memoryview(data)[start:]  # no copy: the benchmark serves hundreds of MB
+        body = memoryview(data)[start:end]  # no copy: the benchmark serves hundreds of MB
         if self.lengths:
             head.append(("Content-Length", str(len(body))))
         else:
@@ -218,6 +221,8 @@ class ShardServer:
                 handler.wfile.write(body[gate[0] : limit])
             else:
                 handler.wfile.write(body[:limit])
+                with self._lock:
+                    self.sent += limit
             handler.wfile.flush()
         except (BrokenPipeError, ConnectionResetError):
             handler.close_connection = True

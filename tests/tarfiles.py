@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from tarkit.errors import InputError, SampleError
-from tarkit.format.samples import group_samples, split_name
+from tarkit.format.samples import Sample, group_samples, split_name
 from tarkit.format.tar import (
     DEFAULT_MTIME,
     DIRECTORY,
@@ -20,6 +20,7 @@ from tarkit.format.tar import (
     FILE,
     HARDLINK,
     SYMLINK,
+    Member,
     read_members,
 )
 
@@ -232,3 +233,32 @@ def strip_end(archive: bytes) -> bytes:
     while end >= 512 and archive[end - 512 : end] == bytes(512):
         end -= 512
     return archive[:end]
+
+
+# --- samples of many fields -----------------------------------------------------------
+
+
+def wide_members(samples: int, fields: int) -> list[tuple[str, bytes]]:
+    """Members of ``samples`` samples of ``fields`` empty fields each, whose names (87
+    bytes) differ only in their last digits: a comparison of two runs over all of them."""
+    return [
+        (f"{key}.{'f' * 80}{i:06d}", b"") for key in "abcdefgh"[:samples] for i in range(fields)
+    ]
+
+
+class CountedName(str):
+    """A field name that counts how often it is lowercased (``CountedName.folds``): a
+    look-up by name folds each field once per sample, not once per column."""
+
+    folds = 0
+
+    def lower(self) -> str:
+        CountedName.folds += 1
+        return str.lower(self)
+
+
+def counted_sample(fields: int) -> Sample:
+    """A sample of ``fields`` one-byte fields named by :class:`CountedName`."""
+    names = [CountedName(f"F{i:05d}") for i in range(fields)]
+    members = [Member(f"k.{name}", FILE, 1, 0, b"%d" % (i % 10), 0) for i, name in enumerate(names)]
+    return Sample("k", list(names), members, "-")

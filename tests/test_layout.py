@@ -7,6 +7,8 @@ See docs/architecture.md for the data flow and the reasons.
 from __future__ import annotations
 
 import ast
+import builtins
+import re
 from pathlib import Path
 
 import pytest
@@ -22,10 +24,13 @@ ALLOWED = {
     "writing": {"format", "storage", "stream", "engines"},
     "loading": {"format", "storage", "stream"},
     "processing": {"format", "storage", "stream", "engines", "writing"},
+    "viewing": {"format", "storage", "stream", "processing"},
 }
 SHARED = {"errors", "sizes", "seeds"}
 LONG_MODULES = {"format/tar.py"}  # the reader: one state machine, read in one place
 MAX_LINES = 500
+# The base of another library's exception class, by its name (``requests.HTTPError``).
+FOREIGN_EXCEPTION = re.compile(r"(Error|Exception|Exit|Interrupt|Warning)$")
 
 
 def modules() -> list[Path]:
@@ -137,3 +142,50 @@ def test_every_module_but_the_tar_reader_is_small_enough_to_read_in_one_sitting(
         if (n := len(path.read_text(encoding="utf-8").splitlines())) > MAX_LINES
     }
     assert set(long) <= LONG_MODULES, long
+
+
+def class_bases(path: Path) -> list[tuple[str, list[str], int]]:
+    """(name, the last part of each base's name, line) of every class in ``path``, nested
+    ones too."""
+    tree = ast.parse(path.read_text(encoding="utf-8"))
+    found = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ClassDef):
+            bases = [ast.unparse(base).split("[")[0].rsplit(".", 1)[-1] for base in node.bases]
+            found.append((node.name, bases, node.lineno))
+    return found
+
+
+def test_no_exception_class_is_defined_outside_errors_py() -> None:
+    # An exception derives from a built-in one, from another library's (named so), or
+    # from a class of tarkit that does (CarriedError, a carrier, is none): followed
+    # through every module until none is new.
+    builtin = {n for n, v in vars(builtins).items() if isinstance(v, type)
+               and issubclass(v, BaseException)}  # fmt: skip
+    classes = {path: class_bases(path) for path in modules()}
+    ours = {name for found in classes.values() for name, _, _ in found}
+    exceptions = set(builtin)
+    while True:
+        more = {
+            name
+            for found in classes.values()
+            for name, bases, _ in found
+            if name not in exceptions
+            and any(
+                b in exceptions or (b not in ours and FOREIGN_EXCEPTION.search(b)) for b in bases
+            )
+        }
+        if not more:
+            break
+        exceptions |= more
+    where = {
+        f"{path.relative_to(ROOT)}:{line} {name}"
+        for path, found in classes.items()
+        for name, _, line in found
+        if name in exceptions
+    }
+    in_errors = {w for w in where if w.startswith("tarkit/errors.py:")}
+    assert len(in_errors) >= 10  # (the check sees the tree)
+    assert not where - in_errors, "define it in tarkit/errors.py:\n" + "\n".join(
+        sorted(where - in_errors)
+    )

@@ -12,17 +12,13 @@ import time
 from pathlib import Path
 from typing import Annotated, TextIO
 
-from ..errors import TarkitError
+from ..errors import StepFailed
 from . import declare as typer  # typer itself only when needed: declare.py
 from .runner import run, typer_main
 
 app = typer.Typer(add_completion=False, rich_markup_mode=None)
 
 MIN_ACCURACY = 0.9
-
-
-class StepFailed(TarkitError):
-    """A step of the demo exited non-zero."""
 
 
 class Demo:

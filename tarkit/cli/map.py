@@ -69,7 +69,8 @@ def map_command(
         typer.Option(
             "--fn",
             help="Python function package.module:function mapping a sample "
-            "dict to a sample, a list, None, or (samples, metadata row dict).",
+            "dict to a sample, a list, None, or (samples, metadata row dict, or a list of "
+            "rows: one per output sample).",
             show_default=False,
         ),
     ] = None,  # fmt: skip

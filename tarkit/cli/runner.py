@@ -19,7 +19,7 @@ import sys
 from collections.abc import Callable
 from typing import TYPE_CHECKING, NoReturn
 
-from ..errors import TarkitError
+from ..errors import TarkitError, Terminated
 from ..format.samples import SkipLog
 from ..storage import report_reconnections, write_failure
 from .declare import Typer
@@ -31,12 +31,23 @@ EXIT_OK, EXIT_SKIPPED, EXIT_ERROR = 0, 1, 2
 EXIT_INTERRUPTED, EXIT_PIPE, EXIT_TERMINATED = 130, 141, 143
 
 
-class Terminated(BaseException):
-    """SIGTERM arrived: unwind like Ctrl-C so that cleanup code runs."""
+_received: list[int] = []  # the exit status each interrupting signal earns, as they came
 
 
 def _on_sigterm(signum: int, frame: object) -> None:
+    _received.append(EXIT_TERMINATED)
     raise Terminated()
+
+
+def _on_sigint(signum: int, frame: object) -> None:
+    _received.append(EXIT_INTERRUPTED)
+    raise KeyboardInterrupt
+
+
+def interrupted() -> bool:
+    """Whether Ctrl-C or SIGTERM has come: the command is unwinding (what fails in its
+    cleanup then, such as worker processes killed by the same signal, is part of it)."""
+    return bool(_received)
 
 
 _CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]")
@@ -147,6 +158,8 @@ def _tune_malloc() -> None:
 def run(tool: str, body: Callable[[], int | None]) -> NoReturn:
     """Run a command's body and exit with the status it earned."""
     signal.signal(signal.SIGTERM, _on_sigterm)
+    if signal.getsignal(signal.SIGINT) is signal.default_int_handler:  # not when ignored
+        signal.signal(signal.SIGINT, _on_sigint)
     _tune_malloc()
     report_reconnections(lambda event: warn(tool, str(event)))
     debug = bool(os.environ.get("TARKIT_DEBUG"))
@@ -178,6 +191,17 @@ def run(tool: str, body: Callable[[], int | None]) -> NoReturn:
             traceback.print_exc()
         sys.stderr.write(f"{tool}: error: {one_line(_os_error_message(exc))}\n")
         status = EXIT_ERROR
+    except Exception:
+        # A signal to the whole process group kills worker processes too, and the library
+        # that ran them may raise about that while the command unwinds: the signal is what
+        # happened (a traceback with TARKIT_DEBUG=1).
+        if not _received:
+            raise
+        if debug:
+            import traceback
+
+            traceback.print_exc()
+        status = _received[0]
     sys.stderr.flush()
     # Skip interpreter teardown flushes that could hit a closed pipe again.
     try:

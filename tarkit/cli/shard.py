@@ -10,7 +10,15 @@ from . import declare as typer  # typer itself only when needed: declare.py
 from . import options as o
 from .imports import load_function
 from .progress import ShardProgressLine
-from .runner import report_skips, run, shard_reporter, skip_log, typer_main, warn
+from .runner import (
+    interrupted,
+    report_skips,
+    run,
+    shard_reporter,
+    skip_log,
+    typer_main,
+    warn,
+)
 
 app = typer.Typer(add_completion=False, rich_markup_mode=None)
 
@@ -186,6 +194,7 @@ def shard(
         from ..writing.files import NOT_AN_IMAGE
         from ..writing.from_dataset import is_map_style, shard_dataset
         from ..writing.from_files import shard_files
+        from ..writing.huggingface import refuse_splits
         from ..writing.items import DatasetFactory
         from ..writing.rejects import Rejected, default_rejects
 
@@ -219,6 +228,7 @@ def shard(
                 # importable there): the dataset is not sent whole.
                 items = DatasetFactory(factory, *([] if source is None else [source]))
                 made = items.dataset
+                refuse_splits(made)  # before the warning an iterable earns
                 if engine == "local":
                     items = made
                 order = shuffle
@@ -237,6 +247,10 @@ def shard(
                     shuffle=shuffle is not False, warn=lambda message: warn(tool, message),
                     **options,
                 )  # fmt: skip
+        except BaseException:
+            if interrupted():  # Ctrl-C or SIGTERM, whatever it raised on its way out
+                sys.stderr.write(f"{tool}: {what_was_kept(output, overwrite, resume, start)}\n")
+            raise
         finally:
             display.close()
         report_skips(tool, skips)
@@ -253,6 +267,27 @@ def shard(
         return 1 if skips.counts.get(NOT_AN_IMAGE) or rejected else 0
 
     run(tool, body)
+
+
+def what_was_kept(output: str, overwrite: bool, resume: bool, start: int) -> str:
+    """What an interrupted run kept (the complete shards under ``output``, as a run with
+    --resume finds them) and how to go on from there."""
+    from ..errors import TarkitError
+    from ..writing.patterns import existing_shards
+
+    if overwrite:
+        return ("interrupted: none of this run's shards were kept (--overwrite replaces the "
+                "earlier set only once the new one is complete); run the command again")  # fmt: skip
+    try:
+        kept = existing_shards(output, start)
+    except TarkitError as exc:
+        return f"interrupted; the complete shards could not be listed ({exc})"
+    go_on = "run the same command again" if resume else "add --resume to the same command"
+    if not kept:
+        return "interrupted before the first shard was complete: nothing was kept"
+    shards = f"{len(kept)} complete shards" if len(kept) > 1 else "1 complete shard"
+    span = kept[0].url if len(kept) == 1 else f"{kept[0].url} … {kept[-1].url}"
+    return f"interrupted: {shards} kept ({span}); {go_on} to continue after them"
 
 
 def main() -> None:

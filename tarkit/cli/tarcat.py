@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
-from typing import Annotated, Optional
+from typing import TYPE_CHECKING, Annotated, Optional
 
 from . import declare as typer  # typer itself only when needed: declare.py
 from . import options as o
 from .progress import Progress, wanted, writes_stdout
 from .runner import report_skips, run, skip_log, typer_main
+
+if TYPE_CHECKING:
+    from ..stream.picking import Picking
 
 app = typer.Typer(add_completion=False, rich_markup_mode=None)
 
@@ -56,20 +59,39 @@ def tarcat(
             "--keys",
             metavar="FILE",
             help="Keep the samples whose key is listed in this file, one per line "
-            "('-' for stdin when the archives come from elsewhere).",
+            "('-' for stdin when the archives come from elsewhere). Over an indexed "
+            "dataset (a manifest or its directory), or archives with indexes beside them, "
+            "only the listed samples are read.",
             show_default=False,
         ),
     ] = None,
+    allow_missing: Annotated[
+        bool,
+        typer.Option(
+            "--allow-missing",
+            help="With --keys over a dataset: leave out listed keys that no sample has "
+            "instead of failing (archives always leave them out).",
+        ),
+    ] = False,
     fraction: Annotated[
         Optional[float],
         typer.Option(
             "--fraction",
             metavar="F",
             help="Keep each sample with this probability (0 to 1), drawn from a hash of "
-            "--seed and its key: the same samples in every run and in any order.",
+            "--seed and its key alone: the same samples in every run, in any order and "
+            "however the shards are cut.",
             show_default=False,
         ),
     ] = None,
+    invert: Annotated[
+        bool,
+        typer.Option(
+            "--invert",
+            help="With --fraction: keep exactly the samples it drops instead (the other "
+            "side of a split: --fraction 0.9 --seed 1 for train, add --invert for val).",
+        ),
+    ] = False,
     interleave: Annotated[
         bool,
         typer.Option(
@@ -109,27 +131,38 @@ def tarcat(
     def body() -> int:
         from tarkit.storage import Sink
 
+        from ..errors import UsageError
         from ..format.samples import parse_field_spec, select_fields
+        from ..stream.filters import filter_samples, sample_filter
         from ..stream.mixing import combine_inputs
+        from ..stream.picking import whole_archive_options
         from ..stream.stages import shuffle_samples, slice_samples, take, write_samples
 
         if skip < 0:
-            from ..errors import UsageError
-
             raise UsageError("--skip must not be negative")
-        keep = None
-        if where is not None or keys is not None or fraction is not None:
-            from ..stream.filters import filter_samples, sample_filter
-
-            keep = sample_filter(
-                expression=where, keys=keys, fraction=fraction, seed=seed, inputs=inputs or []
-            )
         skips = skip_log(tool)
-        samples = combine_inputs(
-            inputs or [], interleaved=interleave, weights=mix, seed=seed, until_all=until_all,
-            parallel=parallel, strict=strict, skips=skips,
-            ignore_zeros=ignore_zeros, allow_empty=allow_empty,
-        )  # fmt: skip
+        picking = _picking(inputs or [], keys, whole_archive_options(
+            interleave=interleave, mix=mix is not None, ignore_zeros=ignore_zeros,
+            allow_empty=allow_empty,
+        ))  # fmt: skip
+        keep = None
+        if where is not None or keys is not None or fraction is not None or invert:
+            keep = sample_filter(expression=where, keys=None if picking else keys,
+                                 fraction=fraction, seed=seed, invert=invert,
+                                 inputs=inputs or [])  # fmt: skip
+        if picking is not None:
+            from ..stream.filters import read_keys
+            from ..stream.picking import listed_samples
+
+            assert keys is not None
+            samples = listed_samples(picking, read_keys(keys), missing_ok=allow_missing,
+                                     skips=skips, strict=strict)  # fmt: skip
+        else:
+            samples = combine_inputs(
+                inputs or [], interleaved=interleave, weights=mix, seed=seed,
+                until_all=until_all, parallel=parallel, strict=strict, skips=skips,
+                ignore_zeros=ignore_zeros, allow_empty=allow_empty,
+            )  # fmt: skip
         if keep is not None:
             samples = filter_samples(samples, keep)
         if skip:
@@ -149,6 +182,24 @@ def tarcat(
         return 0
 
     run(tool, body)
+
+
+def _picking(inputs: list[str], keys: str | None, whole: list[str]) -> Picking | None:
+    """The inputs opened to read the samples ``--keys`` lists alone (docs/tarcat.md,
+    "Random access"), or None to read them as streams; a dataset without --keys is
+    refused."""
+    from ..errors import UsageError
+    from ..stream.picking import named_dataset, open_picking
+
+    if keys is None:
+        dataset = named_dataset(inputs)
+        if dataset is not None:
+            raise UsageError(
+                f"{dataset}: tarcat reads a dataset (a manifest or its directory) by its "
+                "index, with --keys FILE; to read all of it, name its shards"
+            )
+        return None
+    return open_picking(inputs, whole=whole)
 
 
 def main() -> None:

@@ -31,7 +31,12 @@ def tarfirst(
     ] = None,
     key: Annotated[
         Optional[str],
-        typer.Option("--key", help="Only the sample with this key.", show_default=False),
+        typer.Option(
+            "--key",
+            help="Only the sample with this key. Over an indexed dataset (a manifest or its "
+            "directory), or archives with indexes beside them, only that sample is read.",
+            show_default=False,
+        ),
     ] = None,
     strict: o.Strict = False,
     ignore_zeros: o.IgnoreZeros = False,
@@ -40,11 +45,17 @@ def tarfirst(
     tool = ctx.command_path
 
     def body() -> int:
-        from tarkit.storage import display_name, expand_inputs, stdout_stream
+        from tarkit.storage import stdout_stream
 
         from ..errors import NotFound, UsageError
         from ..format.samples import parse_field_spec
         from ..stream.lookup import first_field
+        from ..stream.picking import (
+            describe_inputs,
+            open_picking,
+            sample_with_key,
+            whole_archive_options,
+        )
         from ..stream.stages import output_errors, read_samples, write_all
 
         alternatives = None
@@ -56,18 +67,24 @@ def tarfirst(
             alternatives = columns[0]
         out = stdout_stream()
         skips = skip_log(tool)
-        samples = read_samples(
-            inputs or [], strict=strict, skips=skips,
-            ignore_zeros=ignore_zeros, allow_empty=allow_empty,
-        )  # fmt: skip
+        # By the indexes: a dataset always, archives indexed alike when --key names one.
+        whole = whole_archive_options(ignore_zeros=ignore_zeros, allow_empty=allow_empty)
+        picking = open_picking(inputs or [], archives=key is not None, whole=whole)
+        if picking is None:
+            samples = read_samples(
+                inputs or [], strict=strict, skips=skips,
+                ignore_zeros=ignore_zeros, allow_empty=allow_empty,
+            )  # fmt: skip
+        elif key is not None:
+            samples = iter([sample_with_key(picking, key, skips=skips, strict=strict)])
+        else:  # a dataset's samples in order, each read alone, up to the first match
+            shards = picking.shards
+            samples = shards.samples(range(len(shards)), skips=skips, strict=strict)
         try:
             found = first_field(samples, alternatives, key)
         except NotFound as exc:
             # Every input was read to its end: name them, as any other error names its source.
-            names = [display_name(spec) for spec in expand_inputs(inputs or [])]
-            if len(names) > 3:
-                names = [f"{names[0]} … {names[-1]} ({len(names)} inputs)"]
-            raise NotFound(f"{', '.join(names)}: {exc}") from None
+            raise NotFound(f"{describe_inputs(inputs or [])}: {exc}") from None
         with output_errors("-"):
             write_all(out, found.data)
         report_skips(tool, skips)

@@ -101,8 +101,8 @@ def tarproc(
             ProcReport,
             Rejection,
             check_on_error,
-            shown_key,
         )
+        from ..processing.keys import shown_key
         from ..processing.supervisor import map_command
         from ..sizes import check_parallel
         from ..stream.stages import read_samples, write_samples

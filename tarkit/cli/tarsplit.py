@@ -91,6 +91,7 @@ def tarsplit(
         from ..errors import InputError, SourceError, UsageError
         from ..stream.stages import read_samples
         from ..writing.equal_shards import UNLIMITED_SIZE, checked_total, write_equal_shards
+        from ..writing.patterns import finished_earlier
         from ..writing.shard_writer import ShardWriter
 
         mode = o.write_mode(overwrite, resume)
@@ -124,6 +125,8 @@ def tarsplit(
             # only a manifest shows them (a resumed one lists the kept shards too)
             checksums=manifest is not None, mode=mode,
         )  # fmt: skip
+        if writer.finished_commit:
+            warn(tool, finished_earlier(output))
         skips = skip_log(tool)
         samples = shown.count(read_samples(
             inputs or [], strict=strict, skips=skips,

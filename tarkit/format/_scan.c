@@ -23,6 +23,19 @@
  *     The data of one member of a span sample, without making the member objects.
  * span_data_all(span) -> list[bytes]
  *     The data of every member of a span sample, in order.
+ * span_data_of(span, indices) -> list[bytes]
+ *     The data of the members numbered indices, in that order, in one pass over the span.
+ * span_sample(buf, base, source) -> Sample | None
+ *     The one sample that buf (a shard index's span: bytes of a shard from offset base) is
+ *     when it is a run of ordinary members of one key, with fields and nothing else: the
+ *     sample the Python reader and grouping would give. None for anything else, which
+ *     the Python code then reads (and refuses, naming what is wrong).
+ * crc32(data, crc=0) -> int
+ *     zlib's crc32, folded with carry-less multiplication where the processor has it
+ *     (CRC32_ACCELERATED): a sample's span is checked against its index at memory speed.
+ * span_extents(span) -> list[tuple[bytes, int, int]]
+ *     Where the data of each member of a span sample lies, without copying it: the span's
+ *     buffer, and the start and stop of the data in it.
  *
  * TARKIT_SCAN_PORTABLE builds it without the x86 and little-endian shortcuts (to test the
  * plain C that other machines run).
@@ -359,8 +372,35 @@ new_sample(PyObject *key, PyObject *fields, PyObject *members, PyObject *source,
     return sample;
 }
 
+/* Two ASCII fields ordered by length, then by their bytes ignoring ASCII case: 0 when they
+ * are the same field. */
+static int
+order_fields(PyObject *a, PyObject *b)
+{
+    Py_ssize_t la = PyUnicode_GET_LENGTH(a), lb = PyUnicode_GET_LENGTH(b);
+    if (la != lb)
+        return la < lb ? -1 : 1;
+    const unsigned char *sa = PyUnicode_1BYTE_DATA(a), *sb = PyUnicode_1BYTE_DATA(b);
+    for (Py_ssize_t k = 0; k < la; k++) {
+        int ca = Py_TOLOWER(sa[k]), cb = Py_TOLOWER(sb[k]);
+        if (ca != cb)
+            return ca - cb;
+    }
+    return 0;
+}
+
+static int
+compare_fields(const void *x, const void *y)
+{
+    return order_fields(*(PyObject *const *)x, *(PyObject *const *)y);
+}
+
+/* Samples with more fields than this are checked by sorting, not pair by pair. */
+#define FIELDS_PAIRWISE 16
+
 /* 1 when the fields are distinct ignoring ASCII case; 0 when two may be the same field
- * (or one is not ASCII: then samples.py decides, with str.lower). */
+ * (or one is not ASCII: then samples.py decides, with str.lower). Linear-logarithmic in
+ * the number of fields: a sample may have many thousands. */
 static int
 fields_surely_distinct(PyObject *fields)
 {
@@ -372,23 +412,24 @@ fields_surely_distinct(PyObject *fields)
         if (!PyUnicode_Check(a) || !PyUnicode_IS_ASCII(a))
             return 0;
     }
-    for (Py_ssize_t i = 0; i < n; i++) {
-        PyObject *a = PyList_GET_ITEM(fields, i);
-        Py_ssize_t la = PyUnicode_GET_LENGTH(a);
-        const unsigned char *sa = PyUnicode_1BYTE_DATA(a);
-        for (Py_ssize_t j = i + 1; j < n; j++) {
-            PyObject *b = PyList_GET_ITEM(fields, j);
-            if (PyUnicode_GET_LENGTH(b) != la)
-                continue;
-            const unsigned char *sb = PyUnicode_1BYTE_DATA(b);
-            Py_ssize_t k = 0;
-            while (k < la && Py_TOLOWER(sa[k]) == Py_TOLOWER(sb[k]))
-                k++;
-            if (k == la)
-                return 0;
-        }
+    if (n <= FIELDS_PAIRWISE) {
+        for (Py_ssize_t i = 0; i < n; i++)
+            for (Py_ssize_t j = i + 1; j < n; j++)
+                if (order_fields(PyList_GET_ITEM(fields, i), PyList_GET_ITEM(fields, j)) == 0)
+                    return 0;
+        return 1;
     }
-    return 1;
+    PyObject **sorted = PyMem_Malloc((size_t)n * sizeof(PyObject *));
+    if (!sorted)
+        return 0; /* samples.py decides */
+    for (Py_ssize_t i = 0; i < n; i++)
+        sorted[i] = PyList_GET_ITEM(fields, i);
+    qsort(sorted, (size_t)n, sizeof(PyObject *), compare_fields);
+    int distinct = 1;
+    for (Py_ssize_t i = 1; i < n && distinct; i++)
+        distinct = order_fields(sorted[i - 1], sorted[i]) != 0;
+    PyMem_Free(sorted);
+    return distinct;
 }
 
 /* The grouping state shared with samples.py: the open sample and the keys seen. */
@@ -536,6 +577,27 @@ group_open(Group *group, PyObject *key, Py_ssize_t pos, const Header *header,
     return 0;
 }
 
+/* Where the key of a sample member's path ends (the dot before its field), by the rule of
+ * samples.py; -1 for a path the Python grouping must look at: perhaps webdataset metadata
+ * (a leading "__"), or a file name without a field. */
+static Py_ssize_t
+field_dot(const unsigned char *path, Py_ssize_t path_len)
+{
+    if (path_len >= 2 && path[0] == '_' && path[1] == '_')
+        return -1;
+    Py_ssize_t slash = 0;
+    for (Py_ssize_t i = path_len - 1; i >= 0; i--) {
+        if (path[i] == '/') {
+            slash = i + 1;
+            break;
+        }
+    }
+    const unsigned char *found = memchr(path + slash, '.', (size_t)(path_len - slash));
+    if (!found || found - path <= slash)
+        return -1;
+    return found - path;
+}
+
 static PyObject *
 scan_samples(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
 {
@@ -561,20 +623,9 @@ scan_samples(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
     while (pos >= 0 && len - pos >= BLOCK && plain_header(data + pos, &header) &&
            header.total <= len - pos) {
         Py_ssize_t path_len = full_name(&header, path);
-        if (path_len >= 2 && path[0] == '_' && path[1] == '_')
-            break; /* perhaps webdataset metadata */
-        Py_ssize_t slash = 0, dot = -1;
-        for (Py_ssize_t i = path_len - 1; i >= 0; i--) {
-            if (path[i] == '/') {
-                slash = i + 1;
-                break;
-            }
-        }
-        const unsigned char *found = memchr(path + slash, '.', (size_t)(path_len - slash));
-        if (found)
-            dot = found - path;
-        if (dot <= slash)
-            break; /* no field */
+        Py_ssize_t dot = field_dot(path, path_len);
+        if (dot < 0)
+            break; /* metadata, or no field: samples.py decides */
         if (group.key != Py_None && dot == group.key_len &&
             memcmp(path, group.key_raw, (size_t)dot) == 0) {
             if (group_extend(&group, buf, pos, base, &header, path, path_len, dot) < 0)
@@ -694,10 +745,15 @@ span_data(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
     return NULL;
 }
 
+/* What a list of a span's members holds for each: made from the buffer object, its bytes,
+ * and the member's header at pos. A new reference, or NULL with an exception set. */
+typedef PyObject *(*span_item)(PyObject *buf, const unsigned char *data, Py_ssize_t pos,
+                               const Header *header);
+
+/* One item for each member of the span args[0], in order. */
 static PyObject *
-span_data_all(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
+span_list(PyObject *const *args, Py_ssize_t nargs, const char *usage, span_item item)
 {
-    const char *usage = "span_data_all(span)";
     Py_ssize_t start, stop;
     PyObject *buf;
     Header header;
@@ -712,13 +768,282 @@ span_data_all(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
     if (!result)
         return NULL;
     for (Py_ssize_t pos = start; span_next(data, pos, stop, &header); pos += header.total) {
-        PyObject *item = PyBytes_FromStringAndSize((const char *)data + pos + BLOCK, header.size);
-        if (append_new(result, item) < 0) {
+        if (append_new(result, item(buf, data, pos, &header)) < 0) {
             Py_DECREF(result);
             return NULL;
         }
     }
     return result;
+}
+
+/* The sample a span is, when it is one run of ordinary members of one key (see the module
+ * comment); None for anything the Python reader must look at. */
+static PyObject *
+span_sample(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
+{
+    Py_ssize_t base, pos = 0, key_len = -1;
+    if (nargs != 3 || !PyBytes_Check(args[0]) || !PyUnicode_Check(args[2])) {
+        PyErr_SetString(PyExc_TypeError, "span_sample(buf: bytes, base, source: str)");
+        return NULL;
+    }
+    if (member_type == NULL || sample_type == NULL) {
+        PyErr_SetString(PyExc_RuntimeError, "tarkit scanner: init_sample was not called");
+        return NULL;
+    }
+    if (!parse_position(args[1], &base))
+        return NULL;
+    PyObject *buf = args[0];
+    const unsigned char *data = (const unsigned char *)PyBytes_AS_STRING(buf);
+    Py_ssize_t len = PyBytes_GET_SIZE(buf);
+    unsigned char path[NAME_MAX_BYTES], key[NAME_MAX_BYTES];
+    Header header;
+    PyObject *fields = PyList_New(0);
+    if (!fields)
+        return NULL;
+    while (pos < len) {
+        if (len - pos < BLOCK || !plain_header(data + pos, &header) || header.total > len - pos)
+            goto other;
+        Py_ssize_t path_len = full_name(&header, path);
+        Py_ssize_t dot = field_dot(path, path_len);
+        if (dot < 0)
+            goto other; /* metadata, or no field */
+        if (key_len < 0) {
+            memcpy(key, path, (size_t)dot);
+            key_len = dot;
+        }
+        else if (dot != key_len || memcmp(path, key, (size_t)dot) != 0)
+            goto other; /* another key */
+        if (append_new(fields, decode_field(path + dot + 1, path_len - dot - 1)) < 0) {
+            Py_DECREF(fields);
+            return NULL;
+        }
+        pos += header.total;
+    }
+    if (key_len < 0 || !fields_surely_distinct(fields))
+        goto other;
+    PyObject *key_str = decode(key, key_len);
+    PyObject *span = key_str ? span_of(buf, 0, len, base) : NULL;
+    PyObject *sample = span ? new_sample(key_str, fields, Py_None, args[2], span) : NULL;
+    Py_XDECREF(key_str);
+    Py_XDECREF(span);
+    Py_DECREF(fields);
+    return sample;
+other:
+    Py_DECREF(fields);
+    Py_RETURN_NONE;
+}
+
+/* crc32 (zlib's: reflected polynomial 0xEDB88320), a byte at a time for short tails and
+ * machines without carry-less multiplication, else 64 bytes at a time by folding (Gopal,
+ * Ozturk et al., "Fast CRC Computation for Generic Polynomials Using PCLMULQDQ
+ * Instruction", Intel, 2009; the constants are those of its bit-reflected CRC-32). */
+static uint32_t crc_table[256];
+
+static void
+init_crc_table(void)
+{
+    for (uint32_t n = 0; n < 256; n++) {
+        uint32_t c = n;
+        for (int k = 0; k < 8; k++)
+            c = c & 1 ? 0xEDB88320u ^ (c >> 1) : c >> 1;
+        crc_table[n] = c;
+    }
+}
+
+/* reg: the register (the crc before its final inversion). */
+static uint32_t
+crc_bytes(uint32_t reg, const unsigned char *p, Py_ssize_t n)
+{
+    for (Py_ssize_t i = 0; i < n; i++)
+        reg = crc_table[(reg ^ p[i]) & 0xFF] ^ (reg >> 8);
+    return reg;
+}
+
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(TARKIT_SCAN_PORTABLE)
+#include <immintrin.h>
+#define SCAN_CLMUL 1
+
+/* The register after n bytes (n ≥ 64, a multiple of 16) from register reg. */
+__attribute__((target("pclmul,sse4.1"))) static uint32_t
+crc_folded(uint32_t reg, const unsigned char *p, Py_ssize_t n)
+{
+    const __m128i k1k2 = _mm_set_epi64x(0x01c6e41596LL, 0x0154442bd4LL);
+    const __m128i k3k4 = _mm_set_epi64x(0x00ccaa009eLL, 0x01751997d0LL);
+    const __m128i k5 = _mm_set_epi64x(0, 0x0163cd6124LL);
+    const __m128i poly = _mm_set_epi64x(0x01f7011641LL, 0x01db710641LL);
+    const __m128i mask32 = _mm_setr_epi32(~0, 0, ~0, 0);
+    __m128i x1 = _mm_loadu_si128((const __m128i *)(p + 0x00));
+    __m128i x2 = _mm_loadu_si128((const __m128i *)(p + 0x10));
+    __m128i x3 = _mm_loadu_si128((const __m128i *)(p + 0x20));
+    __m128i x4 = _mm_loadu_si128((const __m128i *)(p + 0x30));
+    __m128i x0, x5, x6, x7, x8;
+    x1 = _mm_xor_si128(x1, _mm_cvtsi32_si128((int)reg));
+    p += 64;
+    n -= 64;
+    while (n >= 64) { /* four lanes of 128 bits folded 512 bits forward */
+        x5 = _mm_clmulepi64_si128(x1, k1k2, 0x00);
+        x6 = _mm_clmulepi64_si128(x2, k1k2, 0x00);
+        x7 = _mm_clmulepi64_si128(x3, k1k2, 0x00);
+        x8 = _mm_clmulepi64_si128(x4, k1k2, 0x00);
+        x1 = _mm_clmulepi64_si128(x1, k1k2, 0x11);
+        x2 = _mm_clmulepi64_si128(x2, k1k2, 0x11);
+        x3 = _mm_clmulepi64_si128(x3, k1k2, 0x11);
+        x4 = _mm_clmulepi64_si128(x4, k1k2, 0x11);
+        x1 = _mm_xor_si128(_mm_xor_si128(x1, x5), _mm_loadu_si128((const __m128i *)(p + 0x00)));
+        x2 = _mm_xor_si128(_mm_xor_si128(x2, x6), _mm_loadu_si128((const __m128i *)(p + 0x10)));
+        x3 = _mm_xor_si128(_mm_xor_si128(x3, x7), _mm_loadu_si128((const __m128i *)(p + 0x20)));
+        x4 = _mm_xor_si128(_mm_xor_si128(x4, x8), _mm_loadu_si128((const __m128i *)(p + 0x30)));
+        p += 64;
+        n -= 64;
+    }
+    /* The four lanes into one, then 128 bits at a time. */
+    x5 = _mm_clmulepi64_si128(x1, k3k4, 0x00);
+    x1 = _mm_xor_si128(_mm_xor_si128(_mm_clmulepi64_si128(x1, k3k4, 0x11), x2), x5);
+    x5 = _mm_clmulepi64_si128(x1, k3k4, 0x00);
+    x1 = _mm_xor_si128(_mm_xor_si128(_mm_clmulepi64_si128(x1, k3k4, 0x11), x3), x5);
+    x5 = _mm_clmulepi64_si128(x1, k3k4, 0x00);
+    x1 = _mm_xor_si128(_mm_xor_si128(_mm_clmulepi64_si128(x1, k3k4, 0x11), x4), x5);
+    while (n >= 16) {
+        x2 = _mm_loadu_si128((const __m128i *)p);
+        x5 = _mm_clmulepi64_si128(x1, k3k4, 0x00);
+        x1 = _mm_xor_si128(_mm_xor_si128(_mm_clmulepi64_si128(x1, k3k4, 0x11), x2), x5);
+        p += 16;
+        n -= 16;
+    }
+    /* 128 bits to 64, then Barrett's reduction to 32. */
+    x2 = _mm_clmulepi64_si128(x1, k3k4, 0x10);
+    x1 = _mm_xor_si128(_mm_srli_si128(x1, 8), x2);
+    x2 = _mm_srli_si128(x1, 4);
+    x1 = _mm_and_si128(x1, mask32);
+    x1 = _mm_xor_si128(_mm_clmulepi64_si128(x1, k5, 0x00), x2);
+    x0 = _mm_and_si128(x1, mask32);
+    x0 = _mm_clmulepi64_si128(x0, poly, 0x10);
+    x0 = _mm_and_si128(x0, mask32);
+    x0 = _mm_clmulepi64_si128(x0, poly, 0x00);
+    x1 = _mm_xor_si128(x1, x0);
+    return (uint32_t)_mm_extract_epi32(x1, 1);
+}
+#endif
+
+static int crc_accelerated;
+
+static PyObject *
+crc32(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
+{
+    Py_buffer view;
+    unsigned long long start = 0;
+    if (nargs < 1 || nargs > 2) {
+        PyErr_SetString(PyExc_TypeError, "crc32(data, crc=0)");
+        return NULL;
+    }
+    if (nargs == 2) {
+        start = PyLong_AsUnsignedLongLongMask(args[1]);
+        if (start == (unsigned long long)-1 && PyErr_Occurred())
+            return NULL;
+    }
+    if (PyObject_GetBuffer(args[0], &view, PyBUF_SIMPLE) < 0)
+        return NULL;
+    const unsigned char *p = view.buf;
+    Py_ssize_t n = view.len;
+    uint32_t reg = ~(uint32_t)start;
+    /* Other threads run meanwhile only for long data: taking the lock back can wait for
+     * another thread's switch interval, far longer than a sample's few microseconds. */
+    PyThreadState *released = n >= (1 << 20) ? PyEval_SaveThread() : NULL;
+#if defined(SCAN_CLMUL)
+    if (crc_accelerated && n >= 64) {
+        Py_ssize_t folded = n & ~(Py_ssize_t)15;
+        reg = crc_folded(reg, p, folded);
+        p += folded;
+        n -= folded;
+    }
+#endif
+    reg = crc_bytes(reg, p, n);
+    if (released)
+        PyEval_RestoreThread(released);
+    PyBuffer_Release(&view);
+    return PyLong_FromUnsignedLong(~reg);
+}
+
+static PyObject *
+span_data_of(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
+{
+    const char *usage = "span_data_of(span, indices)";
+    Py_ssize_t start, stop, count = 0;
+    PyObject *buf;
+    Header header;
+    if (nargs != 2 || !PyList_Check(args[1])) {
+        PyErr_SetString(PyExc_TypeError, usage);
+        return NULL;
+    }
+    if (!span_bounds(args[0], usage, &buf, &start, &stop))
+        return NULL;
+    const unsigned char *data = (const unsigned char *)PyBytes_AS_STRING(buf);
+    /* Where each member starts (its header), found in one pass. */
+    for (Py_ssize_t pos = start; span_next(data, pos, stop, &header); pos += header.total)
+        count++;
+    Py_ssize_t *starts = PyMem_Malloc((size_t)(count ? count : 1) * sizeof(Py_ssize_t));
+    if (!starts)
+        return PyErr_NoMemory();
+    count = 0;
+    for (Py_ssize_t pos = start; span_next(data, pos, stop, &header); pos += header.total)
+        starts[count++] = pos;
+    PyObject *indices = args[1];
+    PyObject *result = PyList_New(0);
+    for (Py_ssize_t i = 0; result && i < PyList_GET_SIZE(indices); i++) {
+        Py_ssize_t index;
+        if (!parse_position(PyList_GET_ITEM(indices, i), &index))
+            Py_CLEAR(result);
+        else if (index < 0 || index >= count) {
+            PyErr_SetString(PyExc_IndexError, "tarkit scanner: no such member in the span");
+            Py_CLEAR(result);
+        }
+        else {
+            span_next(data, starts[index], stop, &header);
+            PyObject *item = PyBytes_FromStringAndSize(
+                (const char *)data + starts[index] + BLOCK, header.size);
+            if (append_new(result, item) < 0)
+                Py_CLEAR(result);
+        }
+    }
+    PyMem_Free(starts);
+    return result;
+}
+
+static PyObject *
+member_data(PyObject *buf, const unsigned char *data, Py_ssize_t pos, const Header *header)
+{
+    return PyBytes_FromStringAndSize((const char *)data + pos + BLOCK, header->size);
+}
+
+static PyObject *
+span_data_all(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
+{
+    return span_list(args, nargs, "span_data_all(span)", member_data);
+}
+
+/* (buffer, start, stop) of a member's data. */
+static PyObject *
+member_extent(PyObject *buf, const unsigned char *data, Py_ssize_t pos, const Header *header)
+{
+    PyObject *item = PyTuple_New(3);
+    PyObject *first = PyLong_FromSsize_t(pos + BLOCK);
+    PyObject *last = PyLong_FromSsize_t(pos + BLOCK + header->size);
+    if (!item || !first || !last) {
+        Py_XDECREF(item);
+        Py_XDECREF(first);
+        Py_XDECREF(last);
+        return NULL;
+    }
+    PyTuple_SET_ITEM(item, 0, Py_NewRef(buf));
+    PyTuple_SET_ITEM(item, 1, first);
+    PyTuple_SET_ITEM(item, 2, last);
+    return item;
+}
+
+static PyObject *
+span_extents(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
+{
+    return span_list(args, nargs, "span_extents(span)", member_extent);
 }
 
 static PyObject *
@@ -774,6 +1099,14 @@ static PyMethodDef scan_methods[] = {
      "span_data(span, index) -> the data of the index-th member of a span sample."},
     {"span_data_all", (PyCFunction)(void (*)(void))span_data_all, METH_FASTCALL,
      "span_data_all(span) -> the data of every member of a span sample, in order."},
+    {"span_data_of", (PyCFunction)(void (*)(void))span_data_of, METH_FASTCALL,
+     "span_data_of(span, indices) -> the data of the members numbered indices, in order."},
+    {"span_sample", (PyCFunction)(void (*)(void))span_sample, METH_FASTCALL,
+     "span_sample(buf, base, source) -> the one sample of an index's span, or None."},
+    {"crc32", (PyCFunction)(void (*)(void))crc32, METH_FASTCALL,
+     "crc32(data, crc=0) -> zlib's crc32 of data, continuing crc."},
+    {"span_extents", (PyCFunction)(void (*)(void))span_extents, METH_FASTCALL,
+     "span_extents(span) -> (buffer, start, stop) of each member's data."},
     {"init_member", init_member, METH_VARARGS, "init_member(Member, FILE)"},
     {"init_sample", init_sample, METH_O, "init_sample(Sample)"},
     {NULL, NULL, 0, NULL},
@@ -791,8 +1124,14 @@ PyMODINIT_FUNC
 PyInit__scan(void)
 {
     init_byte_class();
+    init_crc_table();
+#if defined(SCAN_CLMUL)
+    __builtin_cpu_init();
+    crc_accelerated = __builtin_cpu_supports("pclmul") && __builtin_cpu_supports("sse4.1");
+#endif
     PyObject *module = PyModule_Create(&scan_module);
-    if (module && PyModule_AddStringConstant(module, "SOURCE_HASH", TARKIT_SCAN_SOURCE) < 0) {
+    if (module && (PyModule_AddStringConstant(module, "SOURCE_HASH", TARKIT_SCAN_SOURCE) < 0 ||
+                   PyModule_AddIntConstant(module, "CRC32_ACCELERATED", crc_accelerated) < 0)) {
         Py_DECREF(module);
         return NULL;
     }

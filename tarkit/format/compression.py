@@ -24,6 +24,9 @@ _MAGICS = (
     (b"BZh", "bzip2"),
     (b"\xfd7zXZ\x00", "xz"),
     (b"\x28\xb5\x2f\xfd", "zstd"),
+    # A zstd stream may start with skippable frames (magic 0x184D2A50 to 0x184D2A5F):
+    # zstd and bsdtar read past them, and so does the frame reader here.
+    *((bytes((0x50 + low, 0x2A, 0x4D, 0x18)), "zstd") for low in range(16)),
 )
 _SUFFIXES = (
     (".tar.gz", "gzip"),
@@ -151,57 +154,105 @@ def _reason(exc: BaseException) -> str:
 
 
 class _ZstdReader(io.RawIOBase):
-    """zstd frames, one after another, failing on a frame cut short."""
+    """zstd frames, one after another, failing on a frame cut short.
+
+    A read gives at most what it asks for, decompressed as asked: a few kilobytes of zstd
+    can hold gigabytes, so inflating a whole chunk of input at once is no bound on memory.
+    zstandard's ``stream_reader`` decompresses that way but takes a frame cut short for
+    the end of the stream; :class:`_ZstdFrames` says where the frames end.
+    """
 
     def __init__(self, stream: BinaryIO) -> None:
         import zstandard
 
-        self._stream = stream
-        self._read = getattr(stream, "read1", None) or stream.read
-        self._dctx = zstandard.ZstdDecompressor()
-        self._obj = self._dctx.decompressobj()
-        self._done = False
+        self._frames = _ZstdFrames(stream)
+        self._reader = zstandard.ZstdDecompressor().stream_reader(
+            self._frames,  # type: ignore[arg-type]  # only read() is used
+            read_size=1 << 20,
+            read_across_frames=True,
+            closefd=False,
+        )
 
     def readable(self) -> bool:
         return True
 
     def read1(self, n: int = -1) -> bytes:  # type: ignore[override]
-        # One compressed chunk can inflate to many megabytes: hand them out n at a time.
-        if self._pos >= len(self._pending):
-            self._pending, self._pos = self._decompress_more(), 0
-        start = self._pos
-        self._pos = len(self._pending) if n is None or n < 0 else start + n
-        return self._pending[start : self._pos]
+        data = self._reader.read1(n if n and n > 0 else 1 << 20)
+        if not data and self._frames.inside:
+            raise EOFError("zstd frame cut short")
+        return data
 
     def read(self, n: int | None = -1) -> bytes:  # type: ignore[override]
         return _read_all(self.read1) if n is None or n < 0 else self.read1(n) if n else b""
 
-    def _decompress_more(self) -> bytes:
-        while not self._done:
-            chunk = self._read(1 << 20)
-            if not chunk:
-                self._done = True
-                if not self._obj.eof and self._started:
-                    raise EOFError("zstd frame cut short")
-                return b""
-            self._started = True
-            out = []
-            while chunk:
-                out.append(self._obj.decompress(chunk))
-                if self._obj.eof:
-                    chunk = self._obj.unused_data
-                    self._obj = self._dctx.decompressobj()
-                    self._started = bool(chunk)
-                else:
-                    chunk = b""
-            data = b"".join(out)
-            if data:
-                return data
-        return b""
 
-    _started = False
-    _pending = b""
-    _pos = 0
+_ZSTD_MAGIC = 0xFD2FB528
+_SKIPPABLE_MAGIC = 0x184D2A50  # the low four bits are free
+_MAGIC, _FRAME_HEADER, _BLOCK_HEADER, _SKIPPABLE_SIZE, _UNKNOWN = range(5)
+_HEADER_SIZES = (4, 1, 3, 4)  # bytes of the header read in each state
+
+
+class _ZstdFrames:
+    """The compressed bytes of ``stream``, read through (``read``) while following the
+    zstd frame format (RFC 8878: frame and block headers, skippable frames) to know
+    whether the bytes so far end inside a frame (``inside``). Only headers are looked at;
+    the decompressor checks everything else."""
+
+    def __init__(self, stream: BinaryIO) -> None:
+        self._read = getattr(stream, "read1", None) or stream.read
+        self._state = _MAGIC
+        self._header = b""  # the bytes of the header being read
+        self._skip = 0  # bytes to pass before the next header
+        self._checksum = 0  # bytes of checksum after the current frame's last block
+
+    @property
+    def inside(self) -> bool:
+        return self._state != _MAGIC or bool(self._header) or self._skip > 0
+
+    def read(self, n: int) -> bytes:
+        data = self._read(n)
+        pos, size = 0, len(data)
+        while pos < size and self._state != _UNKNOWN:
+            if self._skip:
+                passed = min(self._skip, size - pos)
+                self._skip -= passed
+                pos += passed
+                continue
+            length = _HEADER_SIZES[self._state]
+            taken = data[pos : pos + length - len(self._header)]
+            self._header += taken
+            pos += len(taken)
+            if len(self._header) == length:
+                self._next(int.from_bytes(self._header, "little"))
+                self._header = b""
+        return data
+
+    def _next(self, value: int) -> None:
+        """Take the header just read: what comes after it, and how long it is."""
+        if self._state == _MAGIC:
+            if value == _ZSTD_MAGIC:
+                self._state = _FRAME_HEADER
+            elif value & ~0xF == _SKIPPABLE_MAGIC:
+                self._state = _SKIPPABLE_SIZE
+            else:
+                self._state = _UNKNOWN  # not zstd: the decompressor says so
+        elif self._state == _FRAME_HEADER:
+            # Frame header descriptor: content size flag, single segment, checksum and
+            # dictionary id flags; the window descriptor, dictionary id and content size
+            # follow.
+            single = value >> 5 & 1
+            self._skip = (1 - single) + (0, 1, 2, 4)[value & 3] + (single, 2, 4, 8)[value >> 6]
+            self._checksum = 4 if value & 4 else 0
+            self._state = _BLOCK_HEADER
+        elif self._state == _BLOCK_HEADER:
+            # Last-block bit, block type (raw, RLE: one byte, compressed), block size.
+            self._skip = 1 if value >> 1 & 3 == 1 else value >> 3
+            if value & 1:
+                self._skip += self._checksum
+                self._state = _MAGIC
+        else:
+            self._skip = value
+            self._state = _MAGIC
 
 
 def open_decompressed(stream: BinaryIO, source: str) -> BinaryIO:

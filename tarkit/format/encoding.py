@@ -35,7 +35,6 @@ from __future__ import annotations
 import io
 import json
 import numbers
-import pickle
 from collections.abc import Mapping
 from typing import Any
 
@@ -180,6 +179,8 @@ def _encode_by_extension(ext: str, value: object, quality: int) -> bytes | str |
         torch.save(value, out)
         return out.getvalue()
     if ext in PICKLE_EXTENSIONS:
+        import pickle  # here: the shell tools start faster without it
+
         return pickle.dumps(value, protocol=4)
     return None
 
@@ -278,12 +279,13 @@ def encode_sample(
 RESIZE_MODES = {"": "fit", "!": "exact", "^": "cover", ":crop": "crop"}
 
 
-def parse_resize(text: str) -> tuple[int, int, str]:
+def parse_resize(text: str, option: str = "--resize") -> tuple[int, int, str]:
     """Parse an image size: ``WxH`` fits inside W×H, ``WxH^`` covers it, ``WxH:crop`` covers
     it and crops the centre to exactly W×H, ``WxH!`` resizes to exactly W×H (distorting).
 
     Only ``WxH:crop`` and ``WxH!`` give every image the same size (what a batch of tensors
-    needs); the others keep the aspect ratio, so sizes differ.
+    needs); the others keep the aspect ratio, so sizes differ. A malformed size raises
+    :class:`~tarkit.errors.UsageError` naming ``option`` (the flag or parameter it came in).
 
     >>> parse_resize("224x224"), parse_resize("64x48!"), parse_resize("256x256^")
     ((224, 224, 'fit'), (64, 48, 'exact'), (256, 256, 'cover'))
@@ -292,15 +294,17 @@ def parse_resize(text: str) -> tuple[int, int, str]:
     """
     from ..errors import UsageError
 
-    suffix = next((s for s in RESIZE_MODES if s and text.endswith(s)), "")
-    body = text[: len(text) - len(suffix)]
-    width, sep, height = body.lower().partition("x")
-    if not sep or not width.isdigit() or not height.isdigit() or not int(width) or not int(height):
-        raise UsageError(
-            f"--resize {text!r}: expected WxH (fit inside), WxH^ (cover), WxH:crop (cover and "
-            "crop the centre to exactly WxH) or WxH! (exactly, distorting)"
-        )
-    return int(width), int(height), RESIZE_MODES[suffix]
+    if isinstance(text, str):
+        suffix = next((s for s in RESIZE_MODES if s and text.endswith(s)), "")
+        body = text[: len(text) - len(suffix)].lower()
+        width, sep, height = body.partition("x")
+        digits = body.isascii() and width.isdigit() and height.isdigit()
+        if sep and digits and int(width) and int(height):
+            return int(width), int(height), RESIZE_MODES[suffix]
+    raise UsageError(
+        f"{option} {text!r}: expected WxH (fit inside), WxH^ (cover), WxH:crop (cover and "
+        "crop the centre to exactly WxH) or WxH! (exactly, distorting)"
+    )
 
 
 class ImageTransform:
@@ -401,10 +405,37 @@ class ImageTransform:
         return out
 
 
-def resize_image(image: Any, width: int, height: int, mode: str) -> Any:
+def resized_size(size: tuple[int, int], width: int, height: int, mode: str) -> tuple[int, int]:
+    """The size an image of ``size`` is resized to by :func:`resize_image` (before a
+    ``crop`` cuts out its centre).
+
+    >>> resized_size((100, 50), 40, 40, "fit"), resized_size((100, 50), 40, 40, "crop")
+    ((40, 20), (80, 40))
+    """
+    if mode == "exact":
+        return width, height
+    scale = min if mode == "fit" else max
+    factor = scale(width / size[0], height / size[1])
+    return max(1, round(size[0] * factor)), max(1, round(size[1] * factor))
+
+
+def resize_image(
+    image: Any,
+    width: int,
+    height: int,
+    mode: str,
+    *,
+    full_size: tuple[int, int] | None = None,
+    scale: int = 1,
+) -> Any:
     """Resize a PIL image to ``width``×``height``: ``fit`` inside keeping the aspect,
     ``cover`` the box keeping the aspect, ``crop`` (cover, then the centre W×H), or
     ``exact``.
+
+    ``full_size`` and ``scale``: the image was decoded at 1/``scale`` of ``full_size``
+    (``Image.draft``). The result then has the size the full image gives, and is resized
+    from the part of the image that holds it (a reduced decode rounds up: its last row
+    and column may stand for less than ``scale`` pixels), as ``Image.thumbnail`` does.
 
     >>> from PIL import Image
     >>> resize_image(Image.new("RGB", (100, 50)), 40, 40, "fit").size
@@ -416,18 +447,15 @@ def resize_image(image: Any, width: int, height: int, mode: str) -> Any:
     """
     from PIL import Image
 
-    if mode == "exact":
-        size = (width, height)
-    else:
-        scale = min if mode == "fit" else max
-        factor = scale(width / image.width, height / image.height)
-        size = (max(1, round(image.width * factor)), max(1, round(image.height * factor)))
-    if size != image.size:
+    full_size = full_size or image.size
+    size = resized_size(full_size, width, height, mode)
+    box = (0.0, 0.0, full_size[0] / scale, full_size[1] / scale)
+    if size != image.size or box[2:] != image.size:
         if image.mode not in ("1", "L", "LA", "RGB", "RGBA", "I", "F"):
             image = image.convert(
                 "RGBA" if "A" in image.mode or "transparency" in image.info else "RGB"
             )
-        image = image.resize(size, Image.Resampling.LANCZOS)
+        image = image.resize(size, Image.Resampling.LANCZOS, box=box)
     if mode == "crop" and image.size != (width, height):
         left = (image.width - width) // 2
         top = (image.height - height) // 2

@@ -53,6 +53,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from ..errors import InputError
+from ..sizes import MAX_COUNT
 
 if TYPE_CHECKING:
     from .shard_table import ShardTable
@@ -140,21 +141,20 @@ def parse(text: str, location: str | None = None) -> Manifest:
         raise InputError(f'not a tarkit manifest (no "format": "{FORMAT}")', source=name)
     if data.get("version") != VERSION:
         raise InputError(f"unsupported manifest version {data.get('version')!r}", source=name)
+    listed = data.get("shards", [])
+    if not isinstance(listed, list):
+        raise InputError('"shards" is not a list', source=name)
     shards = []
-    for i, entry in enumerate(data.get("shards", [])):
-        try:
-            shards.append(
-                ShardInfo(
-                    url=str(entry["url"]),
-                    samples=int(entry["samples"]),
-                    bytes=int(entry["bytes"]),
-                    sha256=entry.get("sha256"),
-                    keys=entry.get("keys"),
-                    offsets=entry.get("offsets"),
-                )
-            )
-        except (KeyError, TypeError, ValueError):
-            raise InputError(f"malformed shard entry {i}", source=name) from None
+    for i, entry in enumerate(listed):
+        problem = _malformed(entry)
+        if problem is not None:
+            raise InputError(f"malformed shard entry {i} ({problem})", source=name)
+        shards.append(
+            ShardInfo(entry["url"], entry["samples"], entry["bytes"], entry.get("sha256"),
+                      entry.get("keys"), entry.get("offsets"))
+        )  # fmt: skip
+    if sum(shard.samples for shard in shards) > MAX_COUNT:
+        raise InputError("its shards hold more than 2**62 samples in all", source=name)
     return Manifest(shards, location)
 
 
@@ -193,3 +193,30 @@ def _json_text(document: Any) -> str:
     that are not UTF-8, read with ``surrogateescape``) as ``\\udcXX`` escapes."""
     text = json.dumps(document, indent=1, ensure_ascii=False) + "\n"
     return _SURROGATE.sub(lambda m: f"\\u{ord(m.group()):04x}", text)
+
+
+def _malformed(entry: object) -> str | None:
+    """What is wrong with a shard entry read from a file (None: nothing): every field of
+    its type, counts not negative, since the loader's plans are made from them."""
+    if not isinstance(entry, dict):
+        return "not an object"
+    for name, kind in (("url", str), ("samples", int), ("bytes", int)):
+        if name not in entry:
+            return f'no "{name}"'
+        if not isinstance(entry[name], kind) or isinstance(entry[name], bool):
+            return f'"{name}" is {entry[name]!r}'
+    if entry["samples"] < 0 or entry["bytes"] < 0:
+        return "a negative count"
+    if entry["samples"] > MAX_COUNT or entry["bytes"] > MAX_COUNT:
+        return "a count past 2**62"
+    if not isinstance(entry.get("sha256"), (str, type(None))):
+        return '"sha256" is not text'
+    keys, offsets = entry.get("keys"), entry.get("offsets")
+    if keys is not None and not (isinstance(keys, list) and all(isinstance(k, str) for k in keys)):
+        return '"keys" is not a list of text'
+    if offsets is not None and not (
+        isinstance(offsets, list)
+        and all(isinstance(o, int) and not isinstance(o, bool) and o >= 0 for o in offsets)
+    ):
+        return '"offsets" is not a list of byte offsets'
+    return None

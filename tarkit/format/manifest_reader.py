@@ -20,6 +20,7 @@ from operator import itemgetter, methodcaller
 from typing import Any, BinaryIO
 
 from ..errors import InputError
+from ..sizes import MAX_COUNT
 from .columns import SHARD_COLUMNS_SIZE, Buffer, numbers
 from .manifest import FORMAT, VERSION, VERSION_2
 from .shard_names import NamesBuilder, ShardNames, is_pattern
@@ -157,7 +158,7 @@ class _V1Columns:
                 digests = [digest or _NO_DIGEST for digest in digests]
                 if {*map(len, digests)} != {64}:
                     raise ValueError
-            if min(samples) < 0 or min(sizes) < 0:
+            if min(samples) < 0 or min(sizes) < 0 or max(samples) > MAX_COUNT:
                 raise ValueError
             binary = bytes.fromhex("".join(digests))
             if len(binary) != 32 * len(entries):
@@ -209,7 +210,7 @@ def _count(document: dict[str, Any], key: str, source: str) -> int:
 
 
 def _natural(value: object) -> bool:
-    return type(value) is int and value >= 0
+    return type(value) is int and 0 <= value <= MAX_COUNT
 
 
 class _JsonReader:

@@ -24,6 +24,7 @@ from .tar import BLOCK, DIRECTORY, END_OF_ARCHIVE, FILE, Member, MemberReader, r
 _META = re.compile(r"__[^/]*__($|/)")
 
 NO_FIELD = "member without a field (no dot in the file name)"
+DOT_FIRST = "member whose file name starts with a dot (no key before it)"
 DIRECTORY_MEMBER = "directory member"
 METADATA_MEMBER = "webdataset metadata member"
 # Left out without a warning, by webdataset and by tarkit: they are not samples' data.
@@ -48,6 +49,34 @@ def split_name(name: str) -> tuple[str, str] | None:
     return name[:dot], name[dot + 1 :]
 
 
+def field_positions(fields: list[str]) -> dict[str, int]:
+    """Each field name in lower case, to its index: how a field is looked up by name,
+    case-insensitively as webdataset lowercases fields (``-f jpg`` finds ``x.JPG``). Made
+    once per sample, so that looking up many names costs one pass over the fields.
+
+    >>> field_positions(["jpg", "CLS", "cls"])  # the first of two that fold alike
+    {'jpg': 0, 'cls': 1}
+    """
+    positions: dict[str, int] = {}
+    for index, field in enumerate(fields):
+        positions.setdefault(field.lower(), index)
+    return positions
+
+
+def find_field(positions: dict[str, int], alternatives: Iterable[str]) -> int | None:
+    """The index of the first of ``alternatives`` (matched in lower case) that
+    ``positions`` (:func:`field_positions`) has, or None.
+
+    >>> find_field(field_positions(["JPG", "cls"]), ["png", "Jpg"])
+    0
+    """
+    for alternative in alternatives:
+        index = positions.get(alternative.lower())
+        if index is not None:
+            return index
+    return None
+
+
 def is_metadata(name: str) -> bool:
     """Whether ``name`` is webdataset metadata: its first part is ``__name__``.
 
@@ -61,13 +90,16 @@ def skip_reason(member: Member) -> str | None:
     """Why readers leave ``member`` out of the samples; None for sample data.
 
     The reasons in :data:`QUIET_SKIPS` (directories, webdataset metadata) are left out
-    without a word; the others (:data:`NO_FIELD`, ``"<kind> member"`` for links, devices
-    and FIFOs) are warned about and counted, or are errors under ``--strict``.
+    without a word; the others (:data:`NO_FIELD`, :data:`DOT_FIRST`, ``"<kind> member"``
+    for links, devices and FIFOs) are warned about and counted, or are errors under
+    ``--strict``.
 
     >>> from tarkit.format.tar import DIRECTORY, FILE, SYMLINK
     >>> [skip_reason(Member(name, kind, 0, 0, b"", 0)) for name, kind in
     ...  [("a/x.jpg", FILE), ("a/README", FILE), ("a/", DIRECTORY), ("l.jpg", SYMLINK)]]
     [None, 'member without a field (no dot in the file name)', 'directory member', 'symlink member']
+    >>> skip_reason(Member("a/.x.jpg", FILE, 0, 0, b"", 0))
+    'member whose file name starts with a dot (no key before it)'
     """
     kind = member[1]
     if kind is not FILE:
@@ -76,8 +108,9 @@ def skip_reason(member: Member) -> str | None:
     if name[:2] == "__" and _META.match(name):
         return METADATA_MEMBER
     slash = name.rfind("/") + 1
-    if name.find(".", slash) <= slash:
-        return NO_FIELD
+    dot = name.find(".", slash)
+    if dot <= slash:
+        return DOT_FIRST if dot == slash else NO_FIELD
     return None
 
 
@@ -127,12 +160,33 @@ class Sample:
             return data
         return self.members[index].data
 
+    def data_of(self, indices: list[int]) -> list[bytes]:
+        """The bytes of the fields numbered ``indices``, in that order (:meth:`data_at` of
+        each, in one pass over a sample still in its read buffer)."""
+        if self._members is None and self.span is not None and _compiled is not None:
+            data: list[bytes] = _compiled.span_data_of(self.span, indices)
+            return data
+        members = self.members
+        return [members[index].data for index in indices]
+
     def data_all(self) -> list[bytes]:
         """The bytes of every field, in order (as :meth:`data_at` of each, in one call)."""
         if self._members is None and self.span is not None and _compiled is not None:
             data: list[bytes] = _compiled.span_data_all(self.span)
             return data
         return [m.data for m in self.members]
+
+    def extents(self) -> list[tuple[bytes, int, int]]:
+        """Where each field's bytes lie, in field order: ``(buffer, start, stop)``, field
+        ``i`` being ``buffer[start:stop]``.
+
+        The buffers are those the bytes were read into, nothing is copied: a field's
+        size, or its first bytes, cost nothing more to look at.
+        """
+        if self._members is None and self.span is not None and _compiled is not None:
+            extents: list[tuple[bytes, int, int]] = _compiled.span_extents(self.span)
+            return extents
+        return [(m[4], m[5], m[5] + m[2]) for m in self.members]
 
     @property
     def raw(self) -> bytes:
@@ -211,6 +265,14 @@ class SkipLog:
                 self.notify(reason, source, member)
         self.counts[reason] += 1
 
+    def merge(self, other: SkipLog) -> None:
+        """Add the skips ``other`` counted (a log kept apart, e.g. by another thread)."""
+        for reason, count in other.counts.items():
+            if reason not in self.counts:
+                self.add(reason, *other.first[reason])
+                count -= 1
+            self.counts[reason] += count
+
     @property
     def total(self) -> int:
         return sum(self.counts.values())
@@ -235,9 +297,9 @@ def group_samples(
     """Group adjacent members with the same key into samples.
 
     Members that are not sample data are left out as :func:`skip_reason` says:
-    directories and webdataset's ``__meta__`` members silently; members with no field
-    (no dot in the file name) and non-regular members counted in ``skips``, and with
-    ``strict`` they raise
+    directories and webdataset's ``__meta__`` members silently; members without a key
+    and a field (no dot in the file name, or a dot first) and non-regular members counted
+    in ``skips``, and with ``strict`` they raise
     :class:`~tarkit.errors.SampleError`. A field that appears twice in a sample
     (case-insensitively, as webdataset lowercases fields) and a key that comes back
     after its sample ended raise :class:`SampleError`. A sample is yielded only once
@@ -395,14 +457,16 @@ def skip_member(
     """Count ``member`` in ``skips`` under ``reason``; with ``strict``, raise
     :class:`SampleError` instead."""
     if strict:
-        raise SampleError(
-            f"{reason} is not allowed with --strict",
-            source=source,
-            offset=member.offset,
-            member=member.name,
-        )
+        raise strict_refusal(reason, source, member.name, member.offset)
     if skips is not None:
         skips.add(reason, source, member.name)
+
+
+def strict_refusal(reason: str, source: str, member: str, offset: int | None = None) -> SampleError:
+    """The error of a member skipped for ``reason`` (:func:`skip_reason`) under ``--strict``."""
+    return SampleError(
+        f"{reason} is not allowed with --strict", source=source, offset=offset, member=member
+    )
 
 
 def parse_field_spec(spec: str) -> list[list[str]]:
@@ -421,14 +485,9 @@ def select_fields(sample: Sample, spec: list[list[str]]) -> Sample:
     Fields keep their archive order. Names match case-insensitively, as webdataset
     lowercases fields (``-f jpg`` keeps ``x.JPG``).
     """
-    keep: set[int] = set()
-    folded = [f.lower() for f in sample.fields]
-    for alternatives in spec:
-        for alternative in alternatives:
-            if alternative.lower() in folded:
-                keep.add(folded.index(alternative.lower()))
-                break
-    indices = sorted(keep)
+    positions = field_positions(sample.fields)
+    found = {find_field(positions, alternatives) for alternatives in spec}
+    indices = sorted(index for index in found if index is not None)
     return Sample(
         sample.key,
         [sample.fields[i] for i in indices],

@@ -24,6 +24,7 @@ from itertools import accumulate
 from operator import sub
 
 from ..errors import InputError
+from ..sizes import MAX_COUNT
 from .columns import NO_SHA256, Buffer, columns_bytes
 from .manifest import Manifest, ShardInfo
 from .shard_names import ShardNames
@@ -39,7 +40,8 @@ class ShardTable:
     pattern of the shards' index files (formatted with :meth:`number`), ``location`` where
     the manifest was read. ``extras`` holds the ``keys`` and ``offsets`` of the shards of
     a version 1 manifest that list them. Raises :class:`~tarkit.errors.InputError` (naming
-    ``location``) for columns of the wrong length or negative counts.
+    ``location``) for columns of the wrong length, negative counts, and counts past
+    :data:`~tarkit.sizes.MAX_COUNT` (a shard's, or the sum).
     """
 
     def __init__(
@@ -67,6 +69,8 @@ class ShardTable:
             )
         if count and min(samples) < 0:
             raise InputError("a negative sample count", source=source)
+        if count and (max(samples) > MAX_COUNT or sum(samples) > MAX_COUNT):
+            raise InputError("more than 2**62 samples in a shard, or in all", source=source)
         self._starts = array("q", accumulate(samples, initial=0))
         self._sizes = sizes
         self._sha256 = sha256
@@ -117,6 +121,12 @@ class ShardTable:
     def index_name(self, shard: int) -> str | None:
         """The name of the index file of shard ``shard``, None without an index."""
         return None if self.index is None else self.index % self.names.number(shard)
+
+    @property
+    def starts(self) -> array:
+        """The position of each shard's first sample, and the total last (S + 1 numbers:
+        the cumulative counts). Not a copy: do not change it."""
+        return self._starts
 
     def start(self, shard: int) -> int:
         """The position in the dataset of the first sample of shard ``shard``."""

@@ -21,6 +21,7 @@ member writes exactly what was read.
 
 from __future__ import annotations
 
+import io
 import os
 import re
 import zlib
@@ -35,6 +36,10 @@ BLOCK = 512
 ZERO_BLOCK = bytes(BLOCK)
 END_OF_ARCHIVE = bytes(2 * BLOCK)
 MAX_EXTENSION_SIZE = 1 << 20  # pax / GNU long-name data; real names are under 4 KiB
+# Zeros allowed after the end-of-archive marker: tar pads an archive to a whole record
+# (10 KiB by default; GNU tar -b N gives N x 512 bytes, bsdtar allows N up to 8192, 4 MiB).
+# 64 MiB admits GNU tar -b 131072; a longer run is no writer's padding (docs/format.md).
+MAX_TRAILING_ZEROS = 64 << 20
 DEFAULT_MTIME = 946684800  # 2000-01-01T00:00:00Z, used unless SOURCE_DATE_EPOCH is set
 
 # Member kinds, from the type flag.
@@ -72,6 +77,7 @@ _KIND_OBJECTS = {
 _PAX_CHARSETS = (b"BINARY", b"ISO-IR 10646 2000 UTF-8")
 _NO_DATA_KINDS = (DIRECTORY, SYMLINK, HARDLINK, CHARDEV, BLOCKDEV, FIFO)
 _USTAR_MAGIC = b"ustar\x0000"
+_NAME_FIELD = 100  # bytes of the name field, first in a header
 # Numeric fields are validated by their "shape": each byte mapped to 0 (octal digit),
 # z (NUL), space, or x (anything else). Whether a shape is valid, and where its digits
 # are, depends on the shape alone, so verdicts are memoized: a header costs one
@@ -263,7 +269,7 @@ def _check_pax_times(records: dict[str, bytes], source: str, offset: int) -> Non
 class _Extensions:
     """Extension headers (pax ``x``, GNU ``L``/``K``) waiting for their member."""
 
-    __slots__ = ("raw", "offset", "name", "linkname", "size", "pax_seen")
+    __slots__ = ("raw", "offset", "name", "linkname", "size", "pax_seen", "sparse")
 
     def __init__(self, offset: int) -> None:
         self.raw: list[bytes] = []
@@ -272,45 +278,87 @@ class _Extensions:
         self.linkname: bytes | None = None
         self.size: int | None = None
         self.pax_seen = False
+        self.sparse: bytes | None = None  # a GNU sparse member's real name (b"": not given)
 
 
 Carry = tuple[bytes, int]  # read data not in the buffer yet: chunk[offset:]
 
 
 def _refill(  # type: ignore[no-untyped-def]
-    buf: bytes, pos: int, n: int, carry: Carry | None, read, chunk_size: int
-) -> tuple[bytes, int, Carry | None]:
-    """Return ``(buffer, start, carry)``: ``buffer[start:]`` holds ``buf[pos:]`` and then
-    the data read after it, at least ``n`` bytes unless the stream ended; ``carry`` is
-    read data beyond that, for the next call.
+    buf: bytes, pos: int, n: int, carry: Carry | None, read, chunk_size: int,
+    head: list[bytes] | None = None,
+) -> tuple[bytes, int, Carry | None]:  # fmt: skip
+    """Return ``(buffer, start, carry)``: ``buffer[start:]`` holds ``head`` (blocks read
+    before, such as a member's extension headers), ``buf[pos:]`` and then the data read
+    after it, at least ``n`` bytes unless the stream ended; ``carry`` is read data beyond
+    that, for the next call.
 
     A read chunk becomes the buffer itself, not a copy, once nothing before it is left:
     only a member (or header) that straddles two chunks is copied, into a buffer of its
-    own. The reads are the same whatever is carried: each asks for what is missing, at
-    least ``chunk_size`` bytes.
+    own of ``n`` bytes. That buffer is filled read by read (each read is copied in and
+    let go, and reads ask for a megabyte then), so a member of any size is held once,
+    plus a read or two. Reads ask for ``chunk_size`` bytes otherwise, whatever is
+    carried or missing: a size field far beyond the input fails at the input's end,
+    never allocates what it claims.
     """
-    sources = [(buf, pos)] if pos < len(buf) else []
+    parts = [(block, 0) for block in head or ()]
+    if pos < len(buf):
+        parts.append((buf, pos))
     if carry is not None:
-        sources.append(carry)
-    avail = sum(len(chunk) - start for chunk, start in sources)
+        parts.append(carry)
+    avail = sum(len(chunk) - start for chunk, start in parts)
+    own: io.BytesIO | None = None  # the parts before the last one, copied in
+    size = chunk_size
     while avail < n:
-        # Bounded reads: a size field far beyond the input fails at its end, not here.
-        chunk = read(min(max(n - avail, chunk_size), 1 << 26))
+        chunk = read(size)
         if not chunk:
             break
-        sources.append((chunk, 0))
+        parts.append((chunk, 0))
         avail += len(chunk)
-    if not sources:
-        return b"", 0, None
-    last, start = sources[-1]
-    if len(sources) == 1:
-        return last, start, None
-    # Join what comes before the last chunk and as much of it as is needed.
-    joined = [chunk[start:] for chunk, start in sources[:-1]]
-    need = max(n - sum(len(part) for part in joined), 0)
-    joined.append(last[start : start + need])
-    rest = (last, start + need) if start + need < len(last) else None
-    return b"".join(joined), 0, rest
+        if len(parts) > 1:
+            own = _spill(own, parts, n)
+            size = min(chunk_size, _GATHERING_READ)
+    if own is None and len(parts) < 2:
+        return (*parts[0], None) if parts else (b"", 0, None)
+    own = _spill(own, parts, n)
+    rest = None
+    if parts:
+        last, start = parts[0]
+        stop = start + n - own.tell()
+        own.write(memoryview(last)[start:stop])
+        rest = (last, stop) if stop < len(last) else None
+    own.truncate()  # to what came, when the stream ended short of n
+    # CPython's BytesIO hands over its own buffer, not a copy: the member is held once.
+    return own.getvalue(), 0, rest
+
+
+def _spill(own: io.BytesIO | None, parts: list[Carry], n: int) -> io.BytesIO:
+    """Copy every part but the last into ``own`` (a new buffer for ``n`` bytes if None)
+    and let go of them."""
+    own = own or _own_buffer(n)
+    for data, start in parts[:-1]:
+        own.write(memoryview(data)[start:])
+    del parts[:-1]
+    return own
+
+
+_PRESIZED = 33 << 20
+_GATHERING_READ = 1 << 20
+
+
+def _own_buffer(n: int) -> io.BytesIO:
+    """An empty buffer for the ``n`` bytes to come. One over a megabyte is allocated at
+    once (zero-filled), up to 33 MiB, rather than grown write by write: in glibc's heap
+    each step would leave the memory of the one before resident. A block over 32 MiB is
+    always a mapping of its own, which grows in place; so a size field far beyond the
+    input costs at most 33 MiB before it fails, not what it claims.
+    """
+    own = io.BytesIO()
+    if n > 1 << 20:
+        own.seek(min(n, _PRESIZED) - 1)
+        own.write(b"\0")
+        own.seek(0)
+    return own
 
 
 def read_members(
@@ -321,6 +369,7 @@ def read_members(
     allow_empty: bool = False,
     chunk_size: int = 4 << 20,
     start: int = 0,
+    data_only: bool = False,
 ) -> MemberReader:
     """Yield the members of the tar stream ``stream``, strictly, reading forward only.
 
@@ -329,14 +378,20 @@ def read_members(
     empty input (unless ``allow_empty``) and data after the end-of-archive marker
     (unless ``ignore_zeros``, which reads concatenated archives like ``tar -i``). After
     the marker it reads the stream to its end, so a compressed input's checksum is
-    verified. Memory: one member at a time, in reads of up to ``chunk_size`` bytes
-    (4 MiB: a run of small members that long goes out in one write). Given to
+    verified; zeros are the only bytes allowed there, and at most
+    :data:`MAX_TRAILING_ZEROS` of them (beyond that, an error at the byte where they
+    pass it: no tar writer pads that much, and a stream of zeros never ends). Memory:
+    one member at a time, plus one read of ``chunk_size`` bytes (4 MiB: a run of small
+    members that long goes out in one write). ``data_only`` is for callers that take
+    members' data and never their raw bytes (the loader): a member too large for the
+    read buffer then comes with its data alone as ``raw`` (``data_start`` 0), so that
+    its ``data`` is that very buffer, not a second copy. Given to
     :func:`~tarkit.format.samples.group_samples` before it is started, the reader groups
     samples as it reads (in the compiled scanner, when it runs: :mod:`.scanner`).
     ``start`` is the archive offset of the stream's first byte, for a stream that begins
     at a member inside an archive (one sample read by its index): offsets count from it.
     """
-    return MemberReader(stream, source, ignore_zeros, allow_empty, chunk_size, start)
+    return MemberReader(stream, source, ignore_zeros, allow_empty, chunk_size, start, data_only)
 
 
 class MemberReader:
@@ -352,9 +407,9 @@ class MemberReader:
 
     def __init__(
         self, stream: BinaryIO, source: str, ignore_zeros: bool, allow_empty: bool,
-        chunk_size: int, start: int = 0,
+        chunk_size: int, start: int = 0, data_only: bool = False,
     ) -> None:  # fmt: skip
-        self._args = (stream, source, ignore_zeros, allow_empty, chunk_size, start)
+        self._args = (stream, source, ignore_zeros, allow_empty, chunk_size, start, data_only)
         self._items: Iterator[Any] | None = None
         self.end: int | None = None
 
@@ -390,6 +445,7 @@ def _read(
     allow_empty: bool,
     chunk_size: int,
     start: int,
+    data_only: bool,
     state: Any,
     reader: MemberReader,
 ) -> Iterator[Any]:
@@ -403,6 +459,7 @@ def _read(
     last_zero: int | None = None  # offset of the last zero block read
     carry: Carry | None = None  # read data after buf (_refill)
     ext: _Extensions | None = None
+    zeros_start = zeros_end = -1  # the run of zero blocks read last (ignore_zeros)
     adler32 = zlib.adler32
     shapes: dict[bytes, Any] = _shapes
     digit_sum = _OCTAL_DIGIT_SUM
@@ -444,7 +501,12 @@ def _read(
                 buf, pos, carry = _refill(buf, pos, BLOCK, carry, read, chunk_size)
                 base -= pos
             if ignore_zeros:
-                if not buf[pos:]:
+                if offset != zeros_end:
+                    zeros_start = offset  # a new run of zero blocks
+                zeros_end = offset + BLOCK
+                if zeros_end - zeros_start > len(END_OF_ARCHIVE) + MAX_TRAILING_ZEROS:
+                    raise _too_many_zeros(source, zeros_start + len(END_OF_ARCHIVE))
+                if pos >= len(buf):
                     return
                 continue
             if len(buf) - pos < BLOCK:
@@ -508,6 +570,8 @@ def _read(
             if header[345]:
                 raw_name = _prefixed_name(header, raw_name, typeflag, source, offset)
         name = raw_name.decode("utf-8", "surrogateescape")
+        if ext is not None and ext.sparse is not None:
+            _refuse_sparse(ext, name, source)
 
         if kind is not FILE or typeflag == b"\0":
             kind = _check_kind(kind, typeflag, raw_name, size, ext, source, offset, name)
@@ -515,39 +579,74 @@ def _read(
                 size = 0  # no data follows, whatever its size field says (_check_kind)
         padded = (size + 511) & ~511
         total = BLOCK + padded
+        lead = 0  # bytes of extension headers before the member in buf
         if len(buf) - pos < total:
-            base += pos
-            buf, pos, carry = _refill(buf, pos, total, carry, read, chunk_size)
+            # The member straddles reads: it gets a buffer of its own (_refill).
+            if data_only:
+                base += pos + BLOCK
+                buf, pos, carry = _refill(buf, pos + BLOCK, size, carry, read, chunk_size)
+                base -= pos
+                data = buf[pos : pos + size]  # the buffer itself, when it is the data's own
+                pos += len(data)
+                if len(data) == size and len(buf) - pos < padded - size:
+                    base += pos
+                    buf, pos, carry = _refill(buf, pos, padded - size, carry, read, chunk_size)
+                    base -= pos
+                if len(data) < size or len(buf) - pos < padded - size:
+                    raise _cut_member(len(data) + len(buf) - pos, size, source, offset, name)
+                pos += padded - size
+                linkname = _link_name(kind, ext, header)
+                ext = None
+                yield Member(name, kind, size, offset, data, 0, linkname)
+                data = b""  # not held while the next member is read
+                continue
+            head = ext.raw if ext is not None else []
+            lead = sum(map(len, head))
+            base += pos - lead
+            buf, pos, carry = _refill(buf, pos, lead + total, carry, read, chunk_size, head)
             base -= pos
+            pos += lead
             if len(buf) - pos < total:
-                got = len(buf) - pos - BLOCK
-                what = (
-                    f"inside member data ({got} of {size} bytes)"
-                    if got < size
-                    else "inside the padding after member data"
-                )
-                raise TruncatedError(
-                    f"input ends {what}", source=source, offset=offset, member=name
-                )
+                raise _cut_member(len(buf) - pos - BLOCK, size, source, offset, name)
         if ext is None:
             linkname = "" if kind is FILE else _decode(_cstring(header[157:257]))
             yield new_member(
                 Member, (name, kind, size, offset, buf[pos : pos + total], BLOCK, linkname)
             )
         else:
-            ext.raw.append(buf[pos : pos + total])
-            raw = b"".join(ext.raw)
-            linkname = ""
-            if kind is SYMLINK or kind is HARDLINK:
-                linkname = _decode(
-                    ext.linkname if ext.linkname is not None else _cstring(header[157:257])
-                )
-            member = Member(name, kind, size, ext.offset, raw, len(raw) - total + BLOCK, linkname)
+            if lead:  # its extension headers are in the member's own buffer already
+                raw = buf[pos - lead : pos + total]
+            else:
+                ext.raw.append(buf[pos : pos + total])
+                raw = b"".join(ext.raw)
+            linkname = _link_name(kind, ext, header)
+            ext_offset = ext.offset
             ext = None
             pos += total
-            yield member
+            yield Member(name, kind, size, ext_offset, raw, len(raw) - total + BLOCK, linkname)
+            raw = b""  # not held while the next member is read
             continue
         pos += total
+
+
+def _link_name(kind: str, ext: _Extensions | None, header: bytes) -> str:
+    """A member's link target: a link's from its long link name or pax ``linkpath``, else
+    from the header (where only a plain file's is ignored; ``_read`` inlines that case)."""
+    if ext is None:
+        return "" if kind is FILE else _decode(_cstring(header[157:257]))
+    if kind is SYMLINK or kind is HARDLINK:
+        return _decode(ext.linkname if ext.linkname is not None else _cstring(header[157:257]))
+    return ""
+
+
+def _cut_member(got: int, size: int, source: str, offset: int, name: str) -> TruncatedError:
+    """The error for a member whose data (``got`` of ``size`` bytes) or padding is cut."""
+    what = (
+        f"inside member data ({got} of {size} bytes)"
+        if got < size
+        else "inside the padding after member data"
+    )
+    return TruncatedError(f"input ends {what}", source=source, offset=offset, member=name)
 
 
 def _prefixed_name(
@@ -578,6 +677,10 @@ def _check_end_of_input(
             return
         raise TruncatedError("empty input (0 bytes)", source=source)
     if rest:
+        # Fewer bytes than a name field, with no NUL and no line break, may be a header cut
+        # inside its name: that is told as a cut archive, not as another kind of file.
+        if offset == 0 and (len(rest) > _NAME_FIELD or b"\0" in rest or b"\n" in rest):
+            _refuse_not_tar(rest, source)
         raise TruncatedError("input ends inside a header block", source=source, offset=offset)
     if ext is not None:
         raise TruncatedError(
@@ -606,10 +709,22 @@ def _bad_checksum(header: bytes, stored: int, source: str, offset: int) -> None:
     if stored >= 0 and _signed_checksum_ok(header, stored):
         return
     if offset == 0:
+        _refuse_not_tar(header, source)
         raise HeaderError(
             "not a tar archive (bad header checksum in the first block)", source=source, offset=0
         )
     raise HeaderError("bad header checksum", source=source, offset=offset)
+
+
+def _refuse_not_tar(head: bytes, source: str) -> None:
+    """Raise for an input whose first block is no tar header when its first bytes say
+    what it is instead (an image, a zip, an lz4 stream…: :mod:`.file_types`), with what
+    to do; the whole input is meant, so no byte offset is given."""
+    from .file_types import not_tar  # only on this error: no cost to every command
+
+    what = not_tar(head, source)
+    if what is not None:
+        raise HeaderError(what, source=source)
 
 
 def _slow_checksum_field(header: bytes) -> int:
@@ -698,14 +813,9 @@ def _extension(
         _check_pax_times(records, source, offset)
         if any(k.startswith("GNU.sparse") for k in records):
             # The data of a sparse member is a map plus the non-hole bytes: reading it as
-            # a plain file would give the wrong content without a word.
-            name = records.get("GNU.sparse.name", records.get("path", b"?"))
-            raise HeaderError(
-                "unsupported member type: GNU sparse member (pax)",
-                source=source,
-                offset=offset,
-                member=_decode(name),
-            )
+            # a plain file would give the wrong content without a word. Refused once the
+            # member's header is read: format 0.0 names it there only.
+            ext.sparse = records.get("GNU.sparse.name", records.get("path", b""))
         for keyword in ("path", "linkpath"):
             if b"\0" in records.get(keyword, b""):
                 raise HeaderError(
@@ -747,6 +857,18 @@ def _extension(
             raise HeaderError("two long link names for one member", source=source, offset=offset)
         ext.linkname = _gnu_long_name(payload, "link name", source, offset)
     return ext
+
+
+def _refuse_sparse(ext: _Extensions, name: str, source: str) -> None:
+    """Refuse a GNU sparse member of the pax formats, named by its real name (formats 0.1
+    and 1.0 give it in a record, the header holding ``GNUSparseFile.N/name``), else by its
+    header's name (format 0.0)."""
+    raise HeaderError(
+        "unsupported member type: GNU sparse member (pax)",
+        source=source,
+        offset=ext.offset,
+        member=_decode(ext.sparse) if ext.sparse else name,
+    )
 
 
 def _gnu_long_name(payload: bytes, what: str, source: str, offset: int) -> bytes:
@@ -804,7 +926,9 @@ def _check_kind(
 
 
 def _drain(rest: bytes, read, source: str, offset: int) -> None:  # type: ignore[no-untyped-def]
-    """Read past the end-of-archive marker: only zero padding may follow."""
+    """Read past the end-of-archive marker (which ends at ``offset``): only zero padding
+    may follow, at most :data:`MAX_TRAILING_ZEROS` bytes."""
+    limit = offset + MAX_TRAILING_ZEROS
     while True:
         if rest.count(0) != len(rest):
             nonzero = offset + len(rest) - len(rest.lstrip(b"\0"))
@@ -815,9 +939,22 @@ def _drain(rest: bytes, read, source: str, offset: int) -> None:  # type: ignore
                 offset=nonzero - nonzero % BLOCK,
             )
         offset += len(rest)
+        if offset > limit:
+            raise _too_many_zeros(source, limit - MAX_TRAILING_ZEROS)
         rest = read(1 << 20)
         if not rest:
             return
+
+
+def _too_many_zeros(source: str, marker_end: int) -> InputError:
+    """The error for more zeros after the end-of-archive marker (ending at ``marker_end``)
+    than any tar writer pads with: named at the byte where they pass the bound."""
+    return InputError(
+        f"more than {MAX_TRAILING_ZEROS >> 20} MiB of zeros after the end-of-archive marker "
+        "(no tar writer pads an archive that much: see docs/format.md)",
+        source=source,
+        offset=marker_end + MAX_TRAILING_ZEROS,
+    )
 
 
 def default_mtime() -> int:

@@ -27,6 +27,8 @@ import numpy as np
 import torch
 from torch.utils.data import default_collate
 
+from ..errors import _UnusualBatch
+
 Allocate = Callable[[tuple[int, ...], torch.dtype], torch.Tensor]
 
 _NUMERIC_KINDS = frozenset("biufc")  # numpy kinds torch takes (not strings or objects)
@@ -38,15 +40,11 @@ def empty(shape: tuple[int, ...], dtype: torch.dtype) -> torch.Tensor:
     return torch.empty(shape, dtype=dtype)
 
 
-class _Unusual(Exception):
-    """A batch this module does not take: ``default_collate`` does it instead."""
-
-
 def collate(batch: list[Any], allocate: Allocate = empty) -> Any:
     """``default_collate(batch)``: the same result, or the same error."""
     try:
         return _collate(batch, allocate)
-    except (_Unusual, LookupError, TypeError, ValueError, RuntimeError):
+    except (_UnusualBatch, LookupError, TypeError, ValueError, RuntimeError):
         return default_collate(batch)
 
 
@@ -66,24 +64,24 @@ def _collate(batch: Sequence[Any], allocate: Allocate) -> Any:
     if kind is dict:
         for item in batch:
             if type(item) is not dict:
-                raise _Unusual
+                raise _UnusualBatch
         return {key: _collate([item[key] for item in batch], allocate) for key in elem}
     if kind is tuple or kind is list:
         size = len(elem)
         for item in batch:
             if type(item) is not kind or len(item) != size:
-                raise _Unusual
+                raise _UnusualBatch
         return [_collate(column, allocate) for column in zip(*batch, strict=True)]
-    raise _Unusual
+    raise _UnusualBatch
 
 
 def _stack_arrays(batch: Sequence[Any], elem: np.ndarray, allocate: Allocate) -> torch.Tensor:
     dtype, shape = elem.dtype, elem.shape
     if dtype.kind not in _NUMERIC_KINDS or not dtype.isnative:
-        raise _Unusual
+        raise _UnusualBatch
     for item in batch:
         if type(item) is not np.ndarray or item.dtype != dtype or item.shape != shape:
-            raise _Unusual
+            raise _UnusualBatch
     torch_dtype = _TORCH_DTYPES.get(dtype)
     if torch_dtype is None:
         torch_dtype = _TORCH_DTYPES[dtype] = torch.from_numpy(np.empty(0, dtype)).dtype
@@ -105,7 +103,7 @@ def _stack_tensors(batch: Sequence[Any], elem: torch.Tensor, allocate: Allocate)
             or item.is_quantized
             or not item.is_contiguous()
         ):
-            raise _Unusual
+            raise _UnusualBatch
     out = allocate((len(batch), *shape), dtype)
     torch.stack(list(batch), 0, out=out)
     return out

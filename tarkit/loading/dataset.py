@@ -1,7 +1,7 @@
 """A torch ``IterableDataset`` over tar shards that gives every sample exactly once.
 
 :class:`ShardDataset` puts together the loader's parts, one module each: which shards
-(:mod:`~tarkit.loading.shards`), who reads what in an epoch
+(:mod:`~tarkit.storage.shards`), who reads what in an epoch
 (:mod:`~tarkit.loading.splitting`), reading pieces of shards with tarkit's strict reader
 (:mod:`~tarkit.loading.reading`), webdataset's per-sample stages
 (:mod:`~tarkit.loading.transforms`) and what was skipped (:mod:`~tarkit.loading.skips`).
@@ -13,7 +13,6 @@ torch is imported by this folder only.
 
 from __future__ import annotations
 
-import os
 import warnings
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any, Literal
@@ -23,19 +22,21 @@ from torch.utils.data import IterableDataset, default_collate, get_worker_info
 
 from ..errors import UsageError
 from ..format.manifest import Manifest
-from ..storage import Reconnection, RetryPolicy, retry_policy
+from ..seeds import KeySplit
+from ..storage import Reconnection, RetryPolicy, resolve_shards, retry_policy
 from ..storage.cache import ShardCache
 from . import splitting
 from .batching import batches, padded
 from .collate import collate
 from .epochs import EpochClock
 from .handoff import BUNDLE, handed_over
+from .key_split import check_resumable, check_split, kept, no_length
 from .mixing import MixRun, Mixture, dataset_fingerprint, mixture_of, mixture_settings
 from .plans import EpochPlan, Generation, Shuffling, Topology, WorkerPosition, derive_positions
+from .ranks import rank_and_world
 from .reading import PieceReader
 from .resume import Derive, check_worker_state, resume_point, rotation
 from .runs import INITIAL, WorkerRun
-from .shards import resolve_shards
 from .shuffle import buffer_size
 from .skips import COUNTER_ROWS, WARNED_IDLE, SharedState, SkipCounts
 from .state import LoaderState
@@ -43,17 +44,6 @@ from .transforms import Transforms
 from .transport import worker_collator
 
 Derived = tuple[list[WorkerPosition], "int | None"]
-
-
-def distributed_rank() -> tuple[int, int]:
-    """(rank, world size): from ``torch.distributed`` when initialised, else RANK/WORLD_SIZE."""
-    dist = torch.distributed
-    if dist.is_available() and dist.is_initialized():
-        return dist.get_rank(), dist.get_world_size()
-    try:
-        return int(os.environ.get("RANK", "0")), int(os.environ.get("WORLD_SIZE", "1"))
-    except ValueError:
-        raise UsageError("RANK and WORLD_SIZE must be integers") from None
 
 
 class ShardDataset(IterableDataset):
@@ -71,7 +61,9 @@ class ShardDataset(IterableDataset):
     ``False``: no shuffle); any value above 0 also shuffles the shard order.
     Orders are a function of ``(seed, epoch, rank, worker)`` only. ``decode``,
     ``to_tuple`` and ``map`` are passed to webdataset's stages of those names, in that
-    order; ``batch_size`` makes the dataset yield batches made by ``collate`` (torch's
+    order; ``resize`` (``"224x224:crop"``, as ``tarkit shard --resize``) makes ``decode``'s
+    image specs decode JPEGs reduced to that size (:mod:`~tarkit.loading.resized_images`);
+    ``batch_size`` makes the dataset yield batches made by ``collate`` (torch's
     ``default_collate``) inside the workers; ``drop_last`` drops a partial last batch.
 
     ``handler="raise"`` stops at the first bad shard or sample with an
@@ -79,7 +71,9 @@ class ShardDataset(IterableDataset):
     shard, key and cause; ``"skip"`` skips it, warns once and counts it in
     :attr:`skipped`. ``equal_batches`` (needs a manifest) makes every rank yield the same
     number of samples and batches. ``cache_dir``/``cache_size``: see :mod:`tarkit.storage.cache`.
-    ``rank``/``world_size`` override the detected ones.
+    ``rank``/``world_size`` override the detected ones. ``split``: a
+    :class:`~tarkit.seeds.KeySplit`, the samples it keeps (``tarcat --fraction``'s rule);
+    ``len()`` then raises TypeError (:mod:`~tarkit.loading.key_split`).
 
     Remote shards (and manifests) are read with ``storage_options`` (fsspec's), and a read
     that drops, stalls or trickles reconnects at the byte it reached: at most ``retries``
@@ -100,6 +94,7 @@ class ShardDataset(IterableDataset):
         decode: Any = None,
         to_tuple: str | Sequence[str] | None = None,
         map: Callable[[Any], Any] | None = None,  # noqa: A002 - the issue's name
+        resize: str | None = None,
         handler: str = "raise",
         manifest: str | Manifest | Literal[False] | None = None,
         equal_batches: bool = False,
@@ -113,8 +108,10 @@ class ShardDataset(IterableDataset):
         storage_options: Mapping[str, Any] | None = None,
         retries: int | None = None,
         timeout: float | None = None,
+        split: KeySplit | None = None,
     ) -> None:
         super().__init__()
+        check_split(split, mixture=isinstance(urls, Mapping), equal_batches=equal_batches)
         if handler not in ("raise", "skip"):
             raise UsageError(f"handler must be 'raise' or 'skip', not {handler!r}")
         if batch_size is not None and batch_size < 1:
@@ -151,12 +148,13 @@ class ShardDataset(IterableDataset):
         self.cache = ShardCache(cache_dir, cache_size) if cache_dir is not None else None
         self.rank = rank
         self.world_size = world_size
+        self.split = split
         self._state = SharedState(len(self.urls))
         self._clock = EpochClock()
         self._reader = PieceReader(
             self.urls, self.infos, handler=handler, cache=self.cache, skip=self._skip,
             storage_options=storage_options, retries=retries, timeout=timeout,
-            reconnected=self._reconnected,
+            reconnected=self._reconnected, split=split,
         )  # fmt: skip
         if isinstance(urls, Mapping):
             readers, base = {}, 0
@@ -172,7 +170,8 @@ class ShardDataset(IterableDataset):
             # Per source, one row per worker: a worker adds only to its own row.
             self._mixed = torch.zeros((COUNTER_ROWS, len(readers)), dtype=torch.int64)
             self._mixed.share_memory_()
-        self._transforms = Transforms(decode, to_tuple, map, handler=handler, skip=self._skip)
+        self._transforms = Transforms(decode, to_tuple, map, resize=resize, handler=handler,
+                                      skip=self._skip)  # fmt: skip
         # Set by ShardLoader: workers hand over deliveries and errors (handoff.py), in
         # bundles of up to ``bundle`` batches.
         self.in_loader = False
@@ -205,13 +204,8 @@ class ShardDataset(IterableDataset):
         return self._state.counts()
 
     def rank_and_world(self) -> tuple[int, int]:
-        """This process's (rank, world size)."""
-        detected = distributed_rank()
-        rank = detected[0] if self.rank is None else self.rank
-        world = detected[1] if self.world_size is None else self.world_size
-        if world < 1 or not 0 <= rank < world:
-            raise UsageError(f"rank {rank} is not in a world of size {world}")
-        return rank, world
+        """This process's (rank, world size) (:mod:`~tarkit.loading.ranks`)."""
+        return rank_and_world(self.rank, self.world_size)
 
     def __len__(self) -> int:
         """Samples (or batches, with ``batch_size``) this rank yields per epoch.
@@ -234,7 +228,10 @@ class ShardDataset(IterableDataset):
 
     def length(self, workers: int, epoch: int | None = None) -> int:
         """What this rank yields in ``epoch`` (default: :attr:`epoch`; a mixture's epochs
-        differ in length) with ``workers`` DataLoader workers; TypeError without counts."""
+        differ in length) with ``workers`` DataLoader workers; TypeError without counts,
+        or with a split."""
+        if self.split is not None:
+            raise no_length()
         rank, world = self.rank_and_world()
         if self.mixture is not None:
             topology = self.topology(workers)
@@ -331,6 +328,8 @@ class ShardDataset(IterableDataset):
             seed = info.seed - info.id if info is not None else None
             epoch, new, resumed = self._clock.begin(physical, seed)
             resume = self._resume if resumed else None
+        if self.split is not None and resume is not None:
+            check_resumable(resume, topology, rank, physical)
         if new:
             self._state.reset()  # skip counts are per epoch
             if self.mixture is not None:
@@ -342,6 +341,8 @@ class ShardDataset(IterableDataset):
         if physical == 0:  # one worker decides, so that a warning comes once
             self._warn_if_idle(epoch, topology, rank, resume)
         items: Iterator[Any] = run.samples()
+        if self.split is not None:
+            items = kept(items, self.split)
         if self._transforms.active:
             items = self._transforms(items, worker)
         if self.equal_batches and run.expected is not None:
@@ -396,16 +397,11 @@ class ShardDataset(IterableDataset):
         Raises :class:`~tarkit.errors.UsageError` naming the setting when the state
         belongs to another dataset, seed or shuffle, or (in a DataLoader worker) to
         another number of workers, ranks or batch size: torchdata restores each worker
-        on its own state, so only tarkit's loader can resume on another topology.
+        on its own state, so only tarkit's loader can resume on another topology; and
+        naming the part of a state that is malformed or out of its bounds (:mod:`.state`).
         """
-        parsed = LoaderState.from_json(state)
-        parsed.check(
-            fingerprint=dataset_fingerprint(self.mixture, self.urls, self.infos),
-            shards=len(self.urls),
-            seed=self.seed,
-            shuffle=self.shuffle,
-            mixture=mixture_settings(self.mixture),
-        )
+        parsed = LoaderState.from_json(state, like=self._fresh_state(0))
+        parsed.check(self._fresh_state(parsed.epoch))
         info = get_worker_info()
         if info is not None:
             check_worker_state(parsed, self.topology(info.num_workers), info.id)
@@ -423,8 +419,8 @@ class ShardDataset(IterableDataset):
             samples = sum(i.samples for i in self.infos) if self.infos is not None else None
         return LoaderState(
             dataset_fingerprint(self.mixture, self.urls, self.infos), len(self.urls), samples,
-            self.seed, self.shuffle, epoch,
-            mixture=mixture_settings(self.mixture),
+            self.seed, self.shuffle, epoch, mixture=mixture_settings(self.mixture),
+            split=self.split.to_json() if self.split is not None else None,
         )  # fmt: skip
 
     @property

@@ -16,14 +16,14 @@ the batches, their order and the loader's state are those of one batch per item.
 An error travels as a :class:`WorkerError`: torch would re-raise a worker's exception in
 the main process as a new one of the same class built from a long text ("Caught
 InputError in DataLoader worker process 0. Original Traceback…"), losing tarkit's
-one-line message. The worker hands over the error itself (it pickles whole) and stops;
-the loader raises it, with the worker's traceback chained only under ``TARKIT_DEBUG=1``.
+one-line message. The worker hands over a tarkit error itself, in tarkit's one carrier
+(:class:`~tarkit.errors.CarriedError`: it pickles whole), and stops; the loader raises
+it, with the worker's traceback chained only under ``TARKIT_DEBUG=1``. Any other error
+travels in torch's own carrier, and is raised as torch raises it.
 """
 
 from __future__ import annotations
 
-import os
-import traceback
 from collections import deque
 from collections.abc import Iterator
 from typing import Any, NoReturn, Protocol
@@ -33,7 +33,7 @@ import torch
 from torch._utils import ExceptionWrapper
 from torch.utils.data import get_worker_info
 
-from ..errors import TarkitError
+from ..errors import CarriedError, TarkitError
 from .plans import WorkerPosition
 from .transport import Packed, unpacked
 
@@ -76,29 +76,23 @@ def _pinned(data: Any) -> Any:
     return data
 
 
-class WorkerTraceback(Exception):
-    """The traceback of an error in a DataLoader worker (shown under ``TARKIT_DEBUG=1``)."""
-
-
 class WorkerError:
-    """An error raised in a worker, travelling to the main process as an item: a tarkit
-    error whole, any other as torch carries it (``wrapped``, raised as torch raises it)."""
+    """An error raised in a worker, handed over as a delivery: a tarkit error in tarkit's
+    carrier, any other in torch's (``ExceptionWrapper``, so that it is raised as torch
+    raises it)."""
 
-    def __init__(
-        self, error: TarkitError | None, trace: str, wrapped: ExceptionWrapper | None = None
-    ) -> None:
-        self.error = error
-        self.trace = trace
-        self.wrapped = wrapped
+    __slots__ = ("carried",)
+
+    def __init__(self, carried: CarriedError | ExceptionWrapper) -> None:
+        self.carried = carried
 
     def reraise(self) -> NoReturn:
         """Raise the worker's error here, in the main process."""
-        if self.wrapped is not None:
-            self.wrapped.reraise()
-        assert self.error is not None
-        if os.environ.get("TARKIT_DEBUG"):
-            raise self.error from WorkerTraceback("in the DataLoader worker:\n" + self.trace)
-        raise self.error from None
+        carried = self.carried
+        if isinstance(carried, ExceptionWrapper):
+            carried.reraise()
+        assert isinstance(carried, CarriedError)
+        raise carried.raised(where="the DataLoader worker")
 
 
 class Bundle:
@@ -150,11 +144,11 @@ def handed_over(
                 bundle = []
             yield Bundle([delivery], worker)
     except TarkitError as exc:
-        bundle.append(WorkerError(exc, traceback.format_exc()))
+        bundle.append(WorkerError(CarriedError(exc)))
     except Exception:  # not tarkit's: raised as torch would, after the batches before it
         info = get_worker_info()
         where = f"in DataLoader worker process {info.id}" if info else "in the main process"
-        bundle.append(WorkerError(None, "", ExceptionWrapper(where=where)))
+        bundle.append(WorkerError(ExceptionWrapper(where=where)))
     yield Bundle(bundle, worker, last=True)
 
 

@@ -93,10 +93,11 @@ class ShardLoader(DataLoader):
         delivered, once, over the new topology). Call it before iterating.
 
         Raises :class:`~tarkit.errors.UsageError` naming the setting when the state
-        belongs to another dataset, seed or shuffle.
+        belongs to another dataset, seed or shuffle, and naming the part when it is
+        malformed or out of bounds (see :meth:`ShardDataset.load_state_dict`).
         """
         self.dataset.load_state_dict(state)
-        self._loaded = LoaderState.from_json(state)
+        self._loaded = self.dataset._resume  # parsed and checked there
         self._pass = None
 
 

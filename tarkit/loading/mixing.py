@@ -98,10 +98,12 @@ class Mixture:
     def plan(self, epoch: int, history: Sequence[Generation]) -> MixPlan:
         """The mixture's plan of ``epoch`` after the generations ``history``."""
         remaining = [Runs([(0, s.total)]) for s in self.sources]
+        earlier: list[MixPlan] = []
         for number, generation in enumerate(history):
-            before = MixPlan(self, epoch, number, remaining, history[:number])
+            before = MixPlan(self, epoch, number, remaining, history[:number], earlier[:])
+            earlier.append(before)
             remaining = before.left_after(generation)
-        return MixPlan(self, epoch, len(history), remaining, history)
+        return MixPlan(self, epoch, len(history), remaining, history, earlier)
 
 
 class MixPlan:
@@ -115,12 +117,19 @@ class MixPlan:
         generation: int,
         remaining: list[Runs],
         history: Sequence[Generation],
+        earlier: Sequence[MixPlan] = (),
     ) -> None:
         self.mixture = mixture
         self.epoch = epoch
         self.generation = generation
         self.remaining = remaining
         self.history = list(history)
+        # The plans of the generations before, made once: asking the mixture for them
+        # again would cost time exponential in the generations.
+        self.earlier = list(earlier)
+        self._before: int | None = None
+        self._equal: dict[Topology, int] = {}
+        self._until: dict[tuple[Topology, int, int], int] = {}
 
     def stream(self, topology: Topology, rank: int, worker: int, source: int) -> Runs:
         """A worker's share of what is left of a source."""
@@ -147,30 +156,38 @@ class MixPlan:
                 lo, hi, worker=worker, workers=topology.workers, batch_size=topology.batch_size
             )
             return whi - wlo
-        if topology.equal:
-            return min(
-                self._until_first(topology, r, w) // size * size
-                for r in range(topology.world)
-                for w in range(topology.workers)
-            )
+        if topology.equal:  # the same for every worker: found once
+            if topology not in self._equal:
+                self._equal[topology] = min(
+                    self._until_first(topology, r, w) // size * size
+                    for r in range(topology.world)
+                    for w in range(topology.workers)
+                )
+            return self._equal[topology]
         return self._until_first(topology, rank, worker) // size * size
 
     def _until_first(self, topology: Topology, rank: int, worker: int) -> int:
-        limits = [
-            len(self.stream(topology, rank, worker, s)) for s in range(len(self.mixture.sources))
-        ]
-        schedule = self.mixture.schedule(self.epoch, self.generation, rank, worker)
-        return schedule.length(limits)
+        found = self._until.get((topology, rank, worker))
+        if found is None:  # (a schedule's blocks are costly to draw: asked once a worker)
+            limits = [
+                len(self.stream(topology, rank, worker, s))
+                for s in range(len(self.mixture.sources))
+            ]
+            schedule = self.mixture.schedule(self.epoch, self.generation, rank, worker)
+            found = self._until[(topology, rank, worker)] = schedule.length(limits)
+        return found
 
     def _delivered_before(self) -> int:
         """Samples the earlier generations of this epoch delivered, all ranks together."""
+        if self._before is not None:
+            return self._before
         total = 0
-        for number, generation in enumerate(self.history):
-            before = self.mixture.plan(self.epoch, self.history[:number])
+        for before, generation in zip(self.earlier, self.history, strict=True):
             topology = generation.topology
             for rank in range(topology.world):
                 for position in before.positions(generation, rank):
                     total += position.taken
+        self._before = total
         return total
 
     def positions(self, generation: Generation, rank: int) -> list[WorkerPosition]:

@@ -119,16 +119,6 @@ class Topology:
             "equal_batches": self.equal,
         }
 
-    @classmethod
-    def from_json(cls, data: dict[str, Any]) -> Topology:
-        return cls(
-            int(data["world"]),
-            int(data["workers"]),
-            None if data["batch_size"] is None else int(data["batch_size"]),
-            bool(data["drop_last"]),
-            bool(data["equal_batches"]),
-        )
-
 
 @dataclass
 class WorkerPosition:
@@ -150,13 +140,6 @@ class WorkerPosition:
         if self.parts:
             data.append([[list(s) for s in part] for part in self.parts])
         return data
-
-    @classmethod
-    def from_json(cls, data: Sequence[Any]) -> WorkerPosition:
-        taken, read, items, ended, lost = data[:5]
-        parts = [[(int(a), int(b)) for a, b in part] for part in data[5]] if len(data) > 5 else []
-        spans = [(int(a), int(b)) for a, b in lost]
-        return cls(int(taken), int(read), int(items), bool(ended), spans, parts)
 
 
 @dataclass
@@ -181,17 +164,6 @@ class Generation:
         if self.workers is not None:
             data["workers"] = [w.to_json() for w in self.workers]
         return data
-
-    @classmethod
-    def from_json(cls, data: dict[str, Any]) -> Generation:
-        workers = data.get("workers")
-        return cls(
-            Topology.from_json(data["topology"]),
-            int(data["delivered"]),
-            int(data["rank"]),
-            None if workers is None else [WorkerPosition.from_json(w) for w in workers],
-            None if data.get("last_worker") is None else int(data["last_worker"]),
-        )
 
 
 @dataclass(frozen=True)

@@ -20,8 +20,9 @@ from typing import Any, BinaryIO
 from ..errors import InputError, SourceError, TruncatedError
 from ..format.compression import compression_for, open_decompressed, sniff
 from ..format.manifest import ShardInfo
-from ..format.samples import group_samples, split_name
+from ..format.samples import Sample, group_samples, split_name
 from ..format.tar import read_members
+from ..seeds import KeySplit
 from ..storage import (
     HTTP,
     Reconnection,
@@ -56,6 +57,7 @@ class PieceReader:
         retries: int | None = None,
         timeout: float | None = None,
         reconnected: Callable[[Reconnection], object] | None = None,
+        split: KeySplit | None = None,
     ) -> None:
         self.urls = urls
         self.infos = infos
@@ -67,6 +69,7 @@ class PieceReader:
         self.retries = retries
         self.timeout = timeout
         self.reconnected = reconnected
+        self.split = split  # the samples a bad shard takes with it count only on its side
 
     def samples(self, pieces: Sequence[Piece], row: int) -> Iterator[dict[str, Any]]:
         """The samples of ``pieces``, one after another (``row``: the worker, for counts)."""
@@ -89,7 +92,7 @@ class PieceReader:
         try:
             source, stream = self._open(url, offset, info)
             with source:
-                members: Iterator[Any] = read_members(stream, url)
+                members: Iterator[Any] = read_members(stream, url, data_only=True)
                 if expected is None and self.handler == "skip":
                     # Only then is what a bad shard loses counted from the last member
                     # read: watching each member keeps the compiled scanner from grouping.
@@ -105,12 +108,7 @@ class PieceReader:
                     if skip:
                         skip -= 1
                         continue
-                    result: dict[str, Any] = {"__key__": sample.key, "__url__": url}
-                    if local_path is not None:
-                        result["__local_path__"] = local_path
-                    for name, data in zip(sample.fields, sample.data_all(), strict=True):
-                        result[name.lower()] = data
-                    yield result
+                    yield sample_dict(sample, url, local_path)
                     delivered += 1
                     if delivered == expected and piece.stop is not None:
                         source.close(early=True)
@@ -125,15 +123,29 @@ class PieceReader:
             error = SourceError(f"{url}: read failed: {exc}")
             if self.handler == "raise":
                 raise error from exc
-            lost = expected - delivered if expected is not None else watch.lost(error)
+            lost = self._lost(piece, info, delivered, watch, error)
             self.skip(row, UNREADABLE, lost, self.shard_base + piece.shard, str(error))
         except (InputError, SourceError) as exc:
             if offset and isinstance(exc, InputError) and exc.offset is not None:
                 exc.offset += offset
             if self.handler == "raise":
                 raise
-            lost = expected - delivered if expected is not None else watch.lost(exc)
+            lost = self._lost(piece, info, delivered, watch, exc)
             self.skip(row, shard_reason(exc), lost, self.shard_base + piece.shard, str(exc))
+
+    def _lost(
+        self, piece: Piece, info: ShardInfo | None, delivered: int, watch: _Watch, exc: Exception
+    ) -> int:
+        """How many samples of ``piece`` a bad shard took with it after ``delivered`` were
+        read: with a manifest, the rest of the piece, else those started and never
+        completed; with a split, only those on its side, when their keys are known."""
+        if info is None:
+            keys: Sequence[str] = watch.lost(exc)
+        elif info.keys is None or self.split is None:
+            return piece_length(piece, info) - delivered
+        else:
+            keys = info.keys[piece.start + delivered : piece.start + piece_length(piece, info)]
+        return len(keys) if self.split is None else sum(map(self.split.test(), keys))
 
     def _open(self, url: str, offset: int, info: ShardInfo | None) -> tuple[Any, BinaryIO]:
         """Open a shard; the returned tar stream starts at byte ``offset`` of the tar.
@@ -174,6 +186,17 @@ class PieceReader:
         return tar
 
 
+def sample_dict(sample: Sample, url: str, local_path: str | None) -> dict[str, Any]:
+    """A sample as the loader gives it: ``__key__``, ``__url__`` (and ``__local_path__``
+    for a local shard), then each field, lowercased, with its bytes."""
+    result: dict[str, Any] = {"__key__": sample.key, "__url__": url}
+    if local_path is not None:
+        result["__local_path__"] = local_path
+    for name, data in zip(sample.fields, sample.data_all(), strict=True):
+        result[name.lower()] = data
+    return result
+
+
 def piece_length(piece: Piece, info: ShardInfo) -> int:
     """The number of samples of ``piece`` (a shard's, per its manifest entry)."""
     return (info.samples if piece.stop is None else piece.stop) - piece.start
@@ -208,8 +231,9 @@ class _Watch:
             self.last = member
             yield member
 
-    def lost(self, exc: Exception) -> int:
-        """Samples whose members were read (or started) but that were never yielded."""
+    def lost(self, exc: Exception) -> list[str]:
+        """The keys of samples whose members were read (or started) but that were never
+        yielded."""
         keys = set()
         for name in (
             self.last.name if self.last is not None else None,
@@ -218,4 +242,4 @@ class _Watch:
             parts = split_name(name) if name else None
             if parts is not None and parts[0] != self.done:
                 keys.add(parts[0])
-        return len(keys)
+        return sorted(keys)

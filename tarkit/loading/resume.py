@@ -34,6 +34,13 @@ def resume_point(
                 "resuming on another topology (ranks, workers or batch size) needs a manifest "
                 "(tarindex -o manifest.json): what is left of the epoch is found from it"
             )
+        if generation.workers is not None and len(state.covers) != generation.topology.workers:
+            raise UsageError(
+                f"the loader state covers workers {state.covers} of "
+                f"{generation.topology.workers}: a single DataLoader worker's state resumes "
+                "only on its own topology; to resume on another, checkpoint "
+                "tarkit.loader(...)'s state_dict()"
+            )
         return [*state.history, generation], None  # elastic: a new generation from zero
     return list(state.history), _position(state, generation, rank, worker, derive)[0]
 

@@ -18,7 +18,7 @@ import random
 from collections.abc import Iterator, Sequence
 from typing import Any
 
-from ..errors import InputError
+from ..errors import InputError, UsageError
 from ..format.manifest import ShardInfo
 from . import splitting
 from .plans import EpochPlan, Runs, Shuffling, Topology, WorkerPosition
@@ -109,6 +109,8 @@ class WorkerRun:
     def _planned(self) -> Iterator[dict[str, Any]]:
         assert self.stream is not None
         kept = self.stream.without(self.position.lost)
+        if self.position.taken > len(kept):
+            raise UsageError(_past_end(self.position.taken, len(kept)))
         size = self.shuffling.size
         if not size:
             rest = kept.slice(self.position.taken, len(kept))
@@ -184,23 +186,12 @@ class WorkerRun:
             )
         if not size:
             return self._counting(_skipping(stream, start.taken), start.taken, taking=True)
-        rng = self.rng()
-        state = replay(
-            start.read if start.ended else None, size=size, rng=rng,
-            initial=self.shuffling.initial, taken=start.taken,
-        )  # fmt: skip
-        wanted = {offset: slot for slot, offset in enumerate(state.buffer)}
-        held: list[Any] = [None] * len(state.buffer)
-        for offset in range(state.read):
-            sample = next(stream, None)
-            if sample is None:
-                break
-            if offset in wanted:
-                held[wanted[offset]] = sample
-        counted = self._counting(stream, state.read)
-        return self._taking(
-            shuffled(counted, size=size, rng=rng, initial=self.shuffling.initial, buffer=held)
-        )
+        # The shuffle run again on the samples themselves, its first ``taken`` dropped: the
+        # same order (its draws depend on counts only), and no longer than the shards
+        # are, whatever a state says.
+        counted = self._counting(stream, 0)
+        again = shuffled(counted, size=size, rng=self.rng(), initial=self.shuffling.initial)
+        return self._taking(_skipping(again, start.taken))
 
     # -- counting -----------------------------------------------------------------------
 
@@ -239,7 +230,15 @@ class WorkerRun:
 
 
 def _skipping(samples: Iterator[Any], count: int) -> Iterator[Any]:
-    for _ in range(count):
+    """``samples`` but the first ``count``, which a resumed worker had delivered."""
+    for skipped in range(count):
         if next(samples, None) is None:
-            return
+            raise UsageError(_past_end(count, skipped))
     yield from samples
+
+
+def _past_end(taken: int, held: int) -> str:
+    return (
+        f"the loader state says a worker had taken {taken} samples of its share of the epoch, "
+        f"which holds {held}: the state is not of these shards (or they changed since)"
+    )

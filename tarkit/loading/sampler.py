@@ -17,8 +17,8 @@ from torch.utils.data import Sampler
 
 from ..errors import UsageError
 from .block_order import DEFAULT_WINDOW, BlockOrder, Blocks, InOrder
-from .dataset import distributed_rank
 from .rank_parts import Generation, longest_part, part, rank_runs, total_after
+from .ranks import distributed_rank
 from .sampler_state import MAX_GENERATIONS, MAX_WORLD, SamplerState
 
 

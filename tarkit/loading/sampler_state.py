@@ -24,13 +24,13 @@ from dataclasses import dataclass
 from typing import Any, NoReturn
 
 from ..errors import UsageError
+from ..sizes import MAX_COUNT
 from .rank_parts import Generation, longest_part, total_after
 
 FORMAT = "tarkit-block-sampler-state"
 VERSION = 1
 MAX_GENERATIONS = 64  # elastic resumes within one epoch
 MAX_WORLD = 1 << 20  # ranks
-MAX_COUNT = 1 << 62  # samples, blocks, epochs
 
 
 @dataclass

@@ -15,7 +15,7 @@ no field can have, since fields arrive as ``sample.*``, so an input field (a web
 A sample *fails* when its command exits non-zero, is killed by a signal, runs past
 the timeout or leaves an output that is not a plain file (or, with ``rows``, a metadata
 file that is not a JSON object), and, without running it, when its key is too long to
-pass in the environment (:func:`key_problem`: bad input). The policy (``on_error``,
+pass in the environment (:func:`~tarkit.processing.keys.key_problem`: bad input). The policy (``on_error``,
 checked by :func:`tarkit.sizes.check_on_error`) decides: ``fail`` stops everything (running commands
 are killed) and raises :class:`~tarkit.errors.CommandFailed`; ``skip`` leaves the sample
 out and ``keep`` passes it through unchanged, both reporting a :class:`Rejection`.
@@ -43,7 +43,7 @@ import os
 import signal
 import stat
 import tempfile
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any, Union
 
@@ -54,14 +54,13 @@ from ..format.tar import FILE, Member, encode_member
 from ..sizes import ON_ERROR as ON_ERROR  # the policy check every layer shares
 from ..sizes import check_on_error as check_on_error
 from ..storage import write_failure
+from .keys import BAD_KEY
 
 STDERR_TAIL_BYTES = 4096
 STDERR_TAIL_LINES = 3
 _LOG_FLAGS = os.O_CREAT | os.O_EXCL | os.O_RDWR | os.O_APPEND | os.O_NOFOLLOW | os.O_CLOEXEC
 _READ_FLAGS = os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK
 _NAME_MAX = 255
-BAD_KEY = "bad key"  # a Rejection's status: the key cannot be passed to the command
-KEY_VARIABLE = "TARKIT_KEY"
 METADATA_FILE = "tarkit.metadata.json"  # a command's metadata row, with ``rows``
 
 FieldData = Union[bytes, memoryview]
@@ -217,78 +216,6 @@ def check_fields(sample: Sample) -> None:
                 offset=member.offset,
                 member=member.name,
             )
-
-
-def key_room(env: Mapping[str, str], text: str) -> int:
-    """The longest key, in bytes, that ``TARKIT_KEY`` can pass to the command ``text`` run
-    with ``env``.
-
-    One string of a program's environment may hold at most 32 pages, its ``NAME=`` and
-    final NUL included (Linux), and the arguments and the environment together at most
-    ``ARG_MAX`` bytes, pointers included. Some room is kept for tarkit's own lines.
-    """
-    page = os.sysconf("SC_PAGE_SIZE") if hasattr(os, "sysconf") else 4096
-    one_string = 32 * page - len(KEY_VARIABLE) - 2
-    try:
-        everything = os.sysconf("SC_ARG_MAX")
-    except (AttributeError, ValueError, OSError):
-        everything = 32 * page
-    used = sum(len(os.fsencode(k)) + len(os.fsencode(v)) + 10 for k, v in env.items())
-    used += len(os.fsencode(text)) + 4096  # the script around it, the argument list, marks
-    return max(0, min(one_string, everything - used))
-
-
-def key_problem(key: str, room: int) -> str | None:
-    """Why ``key`` cannot go to the command in ``TARKIT_KEY`` (``room``: :func:`key_room`),
-    or None if it can.
-
-    >>> key_problem("cat7", 131060) is None
-    True
-    >>> key_problem("k" * 200, 100)
-    "the key is too long for the command's environment (TARKIT_KEY holds at most 100 bytes)"
-    """
-    if len(key) * 4 <= room or len(os.fsencode(key)) <= room:
-        return None
-    return (
-        f"the key is too long for the command's environment ({KEY_VARIABLE} holds at most "
-        f"{room} bytes)"
-    )
-
-
-def key_error(sample: Sample, problem: str) -> InputError:
-    """The :class:`InputError` of a sample whose key cannot be passed (``problem``)."""
-    first = sample.members[0]
-    return InputError(
-        f"sample {shown_key(sample.key)}: {problem}",
-        source=sample.source,
-        offset=first.offset,
-        member=shortened(first.name),
-    )
-
-
-def shown_key(key: str) -> str:
-    """``repr(key)`` for a message: cut in the middle if too long to read, with its length.
-
-    >>> shown_key("cat7")
-    "'cat7'"
-    >>> shown_key("k" * 30 + "x" * 200)
-    "'kkkkkkkkkkkkkkkkkkkkkkkkkkkkkkxxxxxxxxxx…xxxxxxxxxxxxxxxxxxxx' (230 bytes)"
-    """
-    short = shortened(key)
-    if short == key:
-        return repr(key)
-    return f"{short!r} ({len(os.fsencode(key))} bytes)"
-
-
-def shortened(text: str, limit: int = 100) -> str:
-    """``text``, or if longer than ``limit`` its first 40 and last 20 characters.
-
-    >>> shortened("x" * 50 + ".txt", limit=20)
-    'xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx…xxxxxxxxxxxxxxxx.txt'
-    """
-    if len(text) <= limit:
-        return text
-    return f"{text[:40]}…{text[-20:]}"
 
 
 def make_root(tmpdir: str | None = None) -> str:

@@ -1,7 +1,8 @@
 """Process whole datasets shard by shard: :func:`map_shards`, on local processes or Ray.
 
 Each input shard becomes one output shard: the function maps every sample of it to
-zero, one or several output samples, and may return a metadata row per sample. One
+zero, one or several output samples, and may return a metadata row per input sample or
+per output sample. One
 task per shard (:mod:`tarkit.processing.shard_task`) runs on an engine
 (:mod:`tarkit.engines`); the function becomes a shard mapper
 (:mod:`tarkit.processing.mappers`).
@@ -33,13 +34,12 @@ from ..storage import (
     location,
     manifest_files,
     publish,
-    remove_file,
     save_manifest,
 )
-from ..writing.indexes import index_name
 from ..writing.patterns import CREATE, OVERWRITE, RESUME, check_mode
 from .mappers import Row, SampleMapper, ShardMapper, made_by
-from .records import check_made_by, record_path, recorded_outputs
+from .output_set import abandon_pending, commit_outputs, settle_outputs
+from .records import check_made_by, recorded_outputs
 from .shard_task import ShardResult, ShardTask
 
 __all__ = ["MapError", "MapProgress", "MapResult", "ShardFailure", "map_shards"]
@@ -60,6 +60,7 @@ class MapResult:
     rejects: list[str] = field(default_factory=list)
     seconds: float = 0.0
     reconnections: int = 0  # remote inputs' reads that reconnected at the byte reached
+    finished_commit: bool = False  # an earlier overwrite's, stopped midway, was finished
 
     @property
     def samples(self) -> int:
@@ -73,7 +74,8 @@ class MapProgress:
 
     ``event`` is ``tick``, ``done`` (a shard mapped), ``resumed`` (found complete),
     ``retry`` (an attempt failed, ``message`` says why), ``failed`` (no attempts left),
-    ``warning`` (a shard was mapped but members were skipped) or ``finished``.
+    ``warning`` (a shard was mapped but members were skipped; or, before any, the commit
+    of an earlier overwrite that was stopped midway was finished) or ``finished``.
     ``samples`` counts the input samples of the shards mapped so far; on the local
     engine, also those read so far by shards still running (reported every half second).
     ``reconnections`` counts the times the mapped shards' remote inputs reconnected at
@@ -120,8 +122,10 @@ def map_shards(
     keep the inputs' file names. ``fn(sample)`` gets a dict with ``__key__``,
     ``__url__`` and the bytes of each field, and returns a sample dict (values encoded
     by field extension, as :class:`~tarkit.writing.shard_writer.ShardWriter` does), a list of them,
-    None, or ``(samples, metadata_row)`` with one row (a dict) per input sample; anything
-    else fails its shard at once, naming the function. ``fn`` may also be a shard mapper
+    None, or ``(samples, metadata_row)`` with one row (a dict) per input sample, or
+    ``(samples, rows)`` with a list of rows, one per output sample; anything else (rows
+    that do not match the samples one for one, too) fails its shard at once, naming the
+    function. ``fn`` may also be a shard mapper
     (an object with ``map_shard(samples, source)`` and ``take_rejects()``: a
     :class:`~tarkit.processing.mappers.ShardMapper`, like
     :class:`~tarkit.processing.mappers.ShellCommand`).
@@ -136,11 +140,15 @@ def map_shards(
     with outputs already there: ``"resume"`` (default) keeps those whose record matches
     the file and redoes the others, and refuses to start (:class:`UsageError`) when one
     was made by another function or command (or its options differ); ``"overwrite"``
-    redoes every one; ``"create"`` refuses to start when any exists. An earlier run's
-    outputs that match the output pattern (a brace pattern's braces as ``*``, or the
-    directory) but are not outputs of this run are refused, but with ``"overwrite"``,
-    which removes them (and their records) once every shard is done: outputs read by
-    pattern never mix two runs. Local inputs that do not exist (or are directories)
+    redoes every one, under pending names, and commits the new set whole once every
+    shard is done (:mod:`tarkit.processing.output_set`: a run that fails or is stopped
+    leaves the old set whole, one stopped in its commit is finished by the next run,
+    ``finished_commit`` in the result); ``"create"`` refuses to start when any exists.
+    An earlier run's outputs that match the output pattern (a brace pattern's braces as
+    ``*``, or the directory) but are not outputs of this run are refused, but with
+    ``"overwrite"``, whose commit removes them (and their records): outputs read by
+    pattern never mix two runs. Local inputs that do not exist (or are directories, or
+    part of a set stopped in its commit: :func:`~tarkit.storage.check_local_files`)
     raise :class:`~tarkit.errors.SourceError` before anything runs. A shard that fails
     is tried ``retries`` more times (not when its input is a local file that tarkit
     cannot read, nor when ``fn`` returned something it may not: that would fail again);
@@ -163,6 +171,14 @@ def map_shards(
         output_list = _expand(outputs, "outputs")
     _check_plan(input_list, output_list)
     check_mode(mode)
+    options = dict(storage_options) if storage_options else None
+    earlier = _earlier_outputs(outputs, output_list)
+    places = _index_places(manifest, output_list)
+    indexes = [place for place in places if place is not None]
+    settled = settle_outputs(output_list, earlier, indexes, mode == OVERWRITE, options)
+    if settled is not None and progress is not None:
+        progress(MapProgress(len(output_list), event="warning", shard=output_list[0],
+                             message=settled))  # fmt: skip
     _check_earlier(outputs, output_list, mode)
     if metadata is not None:
         metadata_format(metadata)
@@ -175,19 +191,17 @@ def map_shards(
     mapper = _as_mapper(fn, engine)
     check_local_files(input_list)
 
-    options = dict(storage_options) if storage_options else None
     maker = made_by(mapper)
     if mode == RESUME:
         check_made_by(output_list, maker, options)
-    places = _index_places(manifest, output_list)
     tasks = [
         ShardTask(i, source, output, maker, mode == RESUME, storage_options=options,
-                  index_place=place)
+                  index_place=place, staged=mode == OVERWRITE)
         for i, (source, output, place) in enumerate(zip(input_list, output_list, places,
                                                          strict=True))
     ]  # fmt: skip
     state = MapProgress(total=len(tasks))
-    result = MapResult(output_list)
+    result = MapResult(output_list, finished_commit=settled is not None)
     results: dict[int, ShardResult] = {}
     failures: dict[int, ShardFailure] = {}
 
@@ -235,6 +249,8 @@ def map_shards(
         finished = True
     finally:
         runner.close(cancel=not finished)
+        if mode == OVERWRITE and (failures or not finished):
+            abandon_pending(output_list, indexes, options)  # the old set stays whole
 
     ordered = [results[i] for i in sorted(results)]
     result.shards = [r.info for r in ordered if r.info is not None]
@@ -243,17 +259,17 @@ def map_shards(
     if failures:
         report("finished")
         raise MapError([failures[i] for i in sorted(failures)], result)
-    if mode == OVERWRITE:
-        for earlier in _earlier_outputs(outputs, output_list):
-            remove_file(earlier)
-            remove_file(record_path(earlier))
-            remove_file(index_name(earlier))
     rows = [row for r in ordered for row in r.rows]
     result.rows = len(rows)
+    if mode == OVERWRITE:  # the set commits whole, the manifest last
+        staged = [(place, r.index_bytes) for place, r in zip(places, ordered, strict=True)
+                  if place is not None and r.index_bytes is not None]  # fmt: skip
+        commit_outputs(result.shards, [r.record_bytes for r in ordered], earlier, staged,
+                       manifest, metadata, options)  # fmt: skip
     if metadata is not None:
         text = format_metadata(rows, metadata_format(metadata))
         publish(metadata, text.encode("utf-8"), options)
-    if manifest is not None:
+    if manifest is not None and mode != OVERWRITE:
         indexed = any(place is not None for place in places)
         save_manifest(manifest_files(manifest, result.shards, indexed), options)
     report("finished")

@@ -196,7 +196,11 @@ def spawn(text: str, directory: str, env: dict[str, str], logs: tuple[int, int])
 
 
 class _signals_held:
-    """Hold back SIGINT and SIGTERM (in this thread) for the duration of a ``with`` block."""
+    """Hold back SIGINT and SIGTERM (in this thread) for the duration of a ``with`` block.
+
+    The signal mask, not handlers (as a commit holds them, :mod:`tarkit.storage.commit`):
+    it works in any thread, costs no handler swap per command started, and its block
+    lasts microseconds, so a second signal need not break through."""
 
     def __enter__(self) -> None:
         self.mask = signal.pthread_sigmask(signal.SIG_BLOCK, _HELD_SIGNALS)

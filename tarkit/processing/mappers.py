@@ -1,7 +1,8 @@
 """How a shard's samples are mapped: the shard mappers of :func:`tarkit.map_shards`.
 
 A shard mapper (:class:`ShardMapper`) turns the samples
-of one input shard into (output samples, metadata row) pairs. When mapping a sample
+of one input shard into (output samples, metadata row) pairs (a function that gives a row
+per output sample gives a pair per output sample). When mapping a sample
 fails it raises :class:`~tarkit.errors.ShardFailure` naming the sample (any other
 exception fails the shard at the sample last read).
 
@@ -37,7 +38,7 @@ Maker = dict[str, Any]  # what makes a mapper's outputs (JSON): see made_by
 
 RETURNS = (
     "a sample dict, a list of them, None, or (samples, row) with row a dict (one metadata "
-    "row per input sample)"
+    "row per input sample) or a list of dicts (one row per output sample)"
 )
 
 
@@ -87,11 +88,15 @@ class SampleMapper:
             except Exception as exc:
                 raise ShardFailure.of(exc, source, key=sample.key) from exc
             try:
-                mapped = split_result(result)
+                outputs, rows = split_result(result)
             except TypeError as exc:
                 what = f"the function {function_name(fn)} returned {exc}; it may return {RETURNS}"
                 raise ShardFailure(source, "", sample.key, what, final=True) from None
-            yield mapped
+            if isinstance(rows, list):  # one row per output sample, each after its sample
+                for output, row in zip(outputs, rows, strict=True):
+                    yield [output], row
+            else:
+                yield outputs, rows
 
     def take_rejects(self) -> list[str]:
         """None: a function has no reject policy (its exceptions fail the shard)."""
@@ -108,12 +113,14 @@ class SampleMapper:
         return maker
 
 
-def split_result(result: Any) -> tuple[Outputs, Row | None]:
-    """Normalize what a map function returned into (output samples, metadata row).
+def split_result(result: Any) -> tuple[Outputs, Row | list[Row] | None]:
+    """Normalize what a map function returned into (output samples, metadata rows).
 
     A tuple of two whose second item is a dict without ``__key__`` (or None) is
-    ``(samples, row)``; a list is several samples; None is none. Raises TypeError
-    saying what ``result`` is when it is none of :data:`RETURNS`.
+    ``(samples, row)``, one row for the input sample; whose second item is a list of
+    such dicts, ``(samples, rows)``, one row per output sample (given as a list); a list
+    is several samples; None is none. Raises TypeError saying what ``result`` is when it
+    is none of :data:`RETURNS`, or how many samples and rows it holds when they differ.
 
     >>> split_result(None)
     ([], None)
@@ -121,20 +128,20 @@ def split_result(result: Any) -> tuple[Outputs, Row | None]:
     ([{'__key__': 'a', 'txt': 'x'}], {'n': 1})
     >>> split_result([{"__key__": "a"}, {"__key__": "b"}])[0]
     [{'__key__': 'a'}, {'__key__': 'b'}]
-    >>> split_result(([{"__key__": "a"}], [{"n": 1}]))
+    >>> split_result(([{"__key__": "a"}, {"__key__": "b"}], [{"n": 1}, {"n": 2}]))[1]
+    [{'n': 1}, {'n': 2}]
+    >>> split_result(([{"__key__": "a"}], [{"n": 1}, {"n": 2}]))
     Traceback (most recent call last):
     ...
-    TypeError: (list, list)
+    TypeError: 1 sample and 2 rows
     """
-    row = None
-    if (
-        isinstance(result, tuple)
-        and len(result) == 2
-        and (result[1] is None or (isinstance(result[1], Mapping) and "__key__" not in result[1]))
-    ):
-        result, row = result
-        if row is not None:
-            row = dict(row)
+    row: Row | list[Row] | None = None
+    if isinstance(result, tuple) and len(result) == 2 and _is_rows(result[1]):
+        result, given = result
+        if isinstance(given, list):
+            row = [dict(each) for each in given]
+        elif given is not None:
+            row = dict(given)
     if result is None:
         outputs = []
     elif isinstance(result, (list, tuple)):
@@ -143,7 +150,22 @@ def split_result(result: Any) -> tuple[Outputs, Row | None]:
         outputs = [result]
     if not all(isinstance(output, (Mapping, Sample)) for output in outputs):
         raise TypeError(_shape(result))
+    if isinstance(row, list) and len(row) != len(outputs):
+        samples = "sample" if len(outputs) == 1 else "samples"
+        raise TypeError(f"{len(outputs)} {samples} and {len(row)} row{'s' * (len(row) != 1)}")
     return outputs, row
+
+
+def _is_rows(value: Any) -> bool:
+    """Whether ``value`` is what a ``(samples, row)`` pair holds second: None, a row (a
+    dict without ``__key__``) or a list of rows."""
+    if isinstance(value, list):
+        return all(_is_row(each) for each in value)
+    return value is None or _is_row(value)
+
+
+def _is_row(value: Any) -> bool:
+    return isinstance(value, Mapping) and "__key__" not in value
 
 
 def _shape(value: Any) -> str:

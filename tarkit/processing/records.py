@@ -25,6 +25,7 @@ from typing import Any
 from ..errors import SampleError, UsageError
 from ..format.manifest import ShardInfo
 from ..storage import (
+    RECORD_LIMIT,
     StorageOptions,
     list_files,
     location,
@@ -60,11 +61,13 @@ def write_record(
     made_by: Maker,
     etag: str | None = None,
     storage_options: StorageOptions | None = None,
+    at: str | None = None,
     index: str | None = None,
-) -> None:
+) -> int:
     """Publish the record of ``output`` (made from ``source`` by ``made_by``; ``index``:
-    the SHA-256 of its index, when it has one). Raises SampleError when a metadata row is
-    not JSON."""
+    the SHA-256 of its index, when it has one) at :func:`record_path` (or ``at``: its
+    pending name, for an overwrite's commit); its size in bytes. Raises SampleError when
+    a metadata row is not JSON."""
     where = location(output)
     entry = ShardInfo(where.basename, info.samples, info.bytes, info.sha256)
     record: dict[str, Any] = {
@@ -85,7 +88,9 @@ def write_record(
         text = json.dumps(record, allow_nan=False) + "\n"
     except (TypeError, ValueError) as exc:
         raise SampleError(f"a metadata row is not JSON: {exc}", source=source) from None
-    publish(record_path(output), text.encode("ascii"), storage_options)
+    data = text.encode("ascii")
+    publish(at or record_path(output), data, storage_options)
+    return len(data)
 
 
 def completed_record(
@@ -149,7 +154,7 @@ def check_made_by(
 
 def _read_record(output: str, storage_options: StorageOptions | None) -> dict[str, Any] | None:
     """The record of ``output`` when there is one of this format and version, else None."""
-    text = read_bytes(record_path(output), storage_options)
+    text = read_bytes(record_path(output), storage_options, limit=RECORD_LIMIT)
     if text is None:
         return None
     try:

@@ -18,7 +18,10 @@ Publishing is atomic and ordered so that a finished-looking output is always com
 
 With ``resume``, a task whose output exists and matches its record (same input, same
 maker) is not redone: its record is returned (and its index checked, made again when it
-is not there). A remote input that reconnects mid-shard
+is not there). With ``staged`` (an overwrite), the output
+and its record are published under their pending names, for the driver to commit the
+whole set (:mod:`tarkit.processing.output_set`); they get no ETag (a commit in an object
+store copies them). A remote input that reconnects mid-shard
 (:mod:`tarkit.storage.retrying`) goes on at the byte reached; the result counts the
 reconnections.
 """
@@ -39,6 +42,7 @@ from ..storage import (
     StagedFile,
     location,
     open_source,
+    pending_name,
     publish,
     remove_stale_temp,
     retry_policy,
@@ -46,7 +50,7 @@ from ..storage import (
 from ..writing.indexes import WrittenIndex, index_digest, settle_index
 from ..writing.sample_encoder import SampleEncoder, key_of
 from .mappers import Maker, Row, ShardMapper
-from .records import completed_record, write_record
+from .records import completed_record, record_path, write_record
 
 PROGRESS_EVERY = 0.5  # seconds between a running task's progress reports
 
@@ -67,6 +71,20 @@ class ShardTask:
     attempt: int = 1
     storage_options: dict[str, Any] | None = None
     index_place: str | None = None
+    staged: bool = False
+
+    @property
+    def target(self) -> str:
+        """Where the output is published: its name, or its pending name when ``staged``."""
+        return pending_name(self.output) if self.staged else self.output
+
+    @property
+    def index_target(self) -> str | None:
+        """Where the output's index is published (None: it has none): its place, or that
+        place's pending name when ``staged``."""
+        if self.index_place is None:
+            return None
+        return pending_name(self.index_place) if self.staged else self.index_place
 
     def run(
         self, shared: ShardMapper, inputs: Sequence[bytes], tell: Callable[[int], object] | None
@@ -78,7 +96,7 @@ class ShardTask:
         return replace(self, attempt=self.attempt + 1, resume=False)
 
     def abandon(self) -> None:
-        for path in (self.output, self.index_place):
+        for path in (self.target, self.index_target):
             if path is not None:
                 remove_stale_temp(path, self.storage_options)
 
@@ -93,6 +111,8 @@ class ShardResult:
     samples_in: int = 0
     rows: list[Row] = field(default_factory=list)
     rejects: list[str] = field(default_factory=list)
+    record_bytes: int = 0  # of the record published beside the output
+    index_bytes: int | None = None  # of the output's index, when it has one
     skipped_members: str | None = None
     reconnections: int = 0  # of the input's read, at the byte reached
     failure: ShardFailure | None = None
@@ -129,7 +149,7 @@ def run_shard(
         index = WrittenIndex() if task.index_place is not None else None
         policy = retry_policy(on_reconnect=reconnected)
         with (
-            StagedFile(task.output, options, hashing=True) as staged,
+            StagedFile(task.target, options, hashing=True) as staged,
             open_source(task.input, options, policy) as source,
         ):
             from ..stream.stages import source_samples
@@ -164,18 +184,20 @@ def run_shard(
             digest = None
             if index is not None:  # before the output: an output in place has its index
                 data = index.finish()
-                publish(task.index_place, data, options)  # type: ignore[arg-type]
-                digest = index_digest(data)
+                publish(task.index_target, data, options)  # type: ignore[arg-type]
+                digest, result.index_bytes = index_digest(data), len(data)
             made_by = task.made_by
-            write_record(task.output, task.input, info, result.rows, result.rejects, made_by,
-                         None, options, digest)  # fmt: skip
+            at = pending_name(record_path(task.output)) if task.staged else None
+            result.record_bytes = write_record(task.output, task.input, info, result.rows,
+                                               result.rejects, made_by, None, options, at,
+                                               index=digest)  # fmt: skip
             staged.publish()
-            published = staged.info()
+            published = None if task.staged else staged.info()
             if published is not None and published.etag is not None:
                 # A re-run can then tell this object from another of the same size.
                 write_record(
                     task.output, task.input, info, result.rows, result.rejects, made_by,
-                    published.etag, options, digest,
+                    published.etag, options, index=digest,
                 )  # fmt: skip
         result.info = info
     except ShardFailure as failure:  # the mapper names the sample that failed

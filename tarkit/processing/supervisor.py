@@ -29,7 +29,6 @@ from ..format.samples import Sample
 from ..format.tar import default_mtime
 from ..sizes import check_parallel
 from .commands import (
-    BAD_KEY,
     Command,
     FieldData,
     ProcReport,
@@ -38,13 +37,11 @@ from .commands import (
     Workspace,
     check_fields,
     check_on_error,
-    key_error,
-    key_problem,
-    key_room,
     make_root,
     output_sample,
 )
 from .jobs import Job, kill_leftovers, wait_any
+from .keys import BAD_KEY, key_error, key_problem, key_room
 
 # Samples handed to the pool per worker: enough to keep every worker busy while the
 # main thread writes, few enough that memory stays bounded on any stream.

@@ -7,14 +7,28 @@
 :mod:`~tarkit.storage.listing` lists, moves and removes the files already there,
 :mod:`~tarkit.storage.filesystems` is the one fsspec opener,
 :mod:`~tarkit.storage.manifests` reads and writes manifests,
-:mod:`~tarkit.storage.commit` commits a set of files whole through a journal,
+:mod:`~tarkit.storage.commit` commits a set of files whole through a journal (followed
+only within the set: :mod:`~tarkit.storage.commit_scope`),
+:mod:`~tarkit.storage.shards` resolves which shards a source names,
+:mod:`~tarkit.storage.ranges` reads byte ranges (one sample of an indexed shard),
+:mod:`~tarkit.storage.indexed_shards` reads indexed shards by position or key (with
+:mod:`~tarkit.storage.catalog`, which shards and where their indexes are, and
+:mod:`~tarkit.storage.indexed_shard`, one shard and the checks of its samples),
 :mod:`~tarkit.storage.cache` caches remote shards on local disk (filled by
 :mod:`~tarkit.storage.downloads`), and :mod:`~tarkit.storage.retrying` (with
 :mod:`~tarkit.storage.http` and :mod:`~tarkit.storage.timed_http`) makes remote reads
 reconnect at the byte reached and bounds how long they wait.
 """
 
-from .commit import JOURNAL_ENDING, Move, commit_files, finish_commit, refuse_unfinished
+from .commit import (
+    JOURNAL_ENDING,
+    Move,
+    commit_files,
+    finish_commit,
+    journal_above,
+    unfinished_files,
+)
+from .commit_scope import CommitScope, pending_name, set_manifests
 from .filesystems import ObjectInfo, StorageOptions, filesystem, object_info
 from .listing import (
     files_below,
@@ -60,11 +74,24 @@ from .outputs import (
     temp_place,
     written_in_place,
 )
+from .ranges import RangeSource, open_ranges
 from .retrying import Reconnection, RetryPolicy, report_reconnections, retry_policy
+from .shards import (
+    LocalProblem,
+    check_local_files,
+    dataset_manifest,
+    local_problems,
+    names_shard_set,
+    resolve_shards,
+)
 from .sources import (
+    JOURNAL_LIMIT,
+    MANIFEST_LIMIT,
+    RECORD_LIMIT,
+    BoundedReader,
+    CountingReader,
     HashingReader,
     Source,
-    check_local_files,
     describe_exit,
     open_source,
     open_source_at,
@@ -75,12 +102,19 @@ from .sources import (
 from .write_failures import descriptor_failure, write_failure
 
 __all__ = [
+    "BoundedReader",
+    "CommitScope",
+    "CountingReader",
     "FILE",
     "FSSPEC",
     "HTTP",
     "JOURNAL_ENDING",
     "LISTED_INDEX",
+    "JOURNAL_LIMIT",
+    "LocalProblem",
+    "MANIFEST_LIMIT",
     "PIPE",
+    "RECORD_LIMIT",
     "STDIO",
     "HashingReader",
     "Location",
@@ -90,12 +124,14 @@ __all__ = [
     "Reconnection",
     "RetryPolicy",
     "Publishing",
+    "RangeSource",
     "Sink",
     "Source",
     "StagedFile",
     "StorageOptions",
     "check_local_files",
     "commit_files",
+    "dataset_manifest",
     "describe_exit",
     "descriptor_failure",
     "display_name",
@@ -107,32 +143,39 @@ __all__ = [
     "finish_commit",
     "is_directory",
     "is_remote",
+    "journal_above",
     "list_files",
     "load_manifest",
     "load_table",
+    "local_problems",
     "location",
     "manifest_at",
     "manifest_files",
     "manifest_urls",
     "move_file",
+    "names_shard_set",
     "object_info",
+    "open_ranges",
     "open_source",
     "open_source_at",
+    "pending_name",
     "publish",
     "read_bytes",
-    "refuse_unfinished",
     "relative_url",
     "remove_directory",
     "remove_file",
     "remove_stale_temp",
     "report_reconnections",
+    "resolve_shards",
     "resolve_url",
     "retry_policy",
     "save_manifest",
+    "set_manifests",
     "skip_bytes",
     "stdout_stream",
     "stored_matches",
     "temp_place",
+    "unfinished_files",
     "write_failure",
     "written_in_place",
 ]

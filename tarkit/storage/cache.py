@@ -1,7 +1,9 @@
 """A local cache of remote shards, bounded in bytes, shared by every process of a machine.
 
-A cached shard is named by a hash of its full URL (plus its base name, for people), so
-two datasets whose shards share base names never collide. A shard that is not cached
+A cached shard is named by a hash of its full URL and, when the manifest gives one, of
+its sha256 (plus its base name, for people), so two datasets whose shards share base
+names never collide, and a shard whose manifest now gives another sha256 (the shard was
+written again, maybe with the same size) is another file, downloaded anew. A shard that is not cached
 yet is downloaded by a background thread of the first process that asks for it, which
 reads the file as it grows: reading starts with the first bytes, not after the download,
 and the download runs at network speed whatever that reader does. Other processes that
@@ -10,7 +12,8 @@ finished file, so each shard is downloaded once per machine. A download goes to 
 temporary name and is renamed into place only once it is known whole (its length, the
 manifest's sha256, else the archive's end: :mod:`~tarkit.storage.downloads`); one that is
 not whole is an error for its reader and is never kept, and a failed or abandoned one is
-removed. A cached shard whose size differs from the manifest's is downloaded again.
+removed. A cached shard whose size differs from the manifest's is downloaded again (the
+old version of a shard, under its old name, goes as the least recently used).
 
 The cache touches only its own files, known by their names (a 32-digit hash, a dash,
 the base name; ``.part-PID`` while downloading; ``.lock``): anything else in the
@@ -35,9 +38,11 @@ import re
 import stat
 import urllib.parse
 
+from ..errors import _CacheNameTaken
 from ..sizes import parse_size
 from .downloads import PART, Download, mark_used
 from .filesystems import StorageOptions
+from .ranges import LocalRanges
 from .retrying import RetryPolicy
 from .sources import PIPE_BUFFER, Source, open_source
 
@@ -46,19 +51,19 @@ _UNSAFE = re.compile(r"[^A-Za-z0-9._-]+")
 _OWN = re.compile(r"[0-9a-f]{32}-[A-Za-z0-9._-]*")  # cache_name(), and its .part- files
 
 
-class _Occupied(Exception):
-    """Something the cache did not make holds the name of a shard's file or lock."""
-
-
-def cache_name(url: str) -> str:
-    """The file name a shard from ``url`` gets in a cache: URL hash, then base name.
+def cache_name(url: str, sha256: str | None = None) -> str:
+    """The file name a shard from ``url`` gets in a cache: a hash of the URL and of the
+    manifest's ``sha256`` of the shard (when it gives one), then the base name.
 
     >>> cache_name("https://host/a/shard-000.tar")
     'e7f83cab8e2fb150ac27c21249594033-shard-000.tar'
     >>> cache_name("s3://one/shard-000.tar") != cache_name("s3://two/shard-000.tar")
     True
+    >>> cache_name("s3://b/s.tar", "ab" * 32) != cache_name("s3://b/s.tar", "cd" * 32)
+    True
     """
-    digest = hashlib.sha256(url.encode("utf-8", "surrogateescape")).hexdigest()[:32]
+    named = url if sha256 is None else f"{url}\n{sha256.lower()}"
+    digest = hashlib.sha256(named.encode("utf-8", "surrogateescape")).hexdigest()[:32]
     base = os.path.basename(urllib.parse.urlsplit(url).path)
     return f"{digest}-{_UNSAFE.sub('_', base)[-80:]}"
 
@@ -75,9 +80,10 @@ class ShardCache:
         self.max_bytes = None if max_bytes is None else parse_size(max_bytes, "cache size")
         os.makedirs(self.directory, exist_ok=True)
 
-    def path_for(self, url: str) -> str:
-        """Where the shard from ``url`` is (or will be) cached."""
-        return os.path.join(self.directory, cache_name(url))
+    def path_for(self, url: str, sha256: str | None = None) -> str:
+        """Where the shard from ``url`` (whose manifest gives ``sha256``) is, or will be,
+        cached."""
+        return os.path.join(self.directory, cache_name(url, sha256))
 
     def open(
         self,
@@ -97,10 +103,10 @@ class ShardCache:
         :meth:`Download.close` (``SourceError``, or ``InputError``: a cut archive, or
         :attr:`~tarkit.errors.InputError.MISMATCH` with the manifest).
         """
-        path = self.path_for(url)
+        path = self.path_for(url, sha256)
         try:
             return self._open(url, path, storage_options, policy, size, sha256)
-        except _Occupied:  # by something the cache did not make: read past the cache
+        except _CacheNameTaken:  # by something the cache did not make: read past the cache
             return open_source(url, storage_options, policy)
 
     def _open(
@@ -130,6 +136,39 @@ class ShardCache:
             if remote is not None:
                 remote.close(early=True)
             raise
+
+    def fetch(
+        self,
+        url: str,
+        storage_options: StorageOptions | None = None,
+        policy: RetryPolicy | None = None,
+        size: int | None = None,
+        sha256: str | None = None,
+    ) -> LocalRanges | None:
+        """The shard from ``url`` whole in the cache, open for ranged reads
+        (:mod:`~tarkit.storage.ranges`): downloaded first when it is not there (once per
+        machine, as :meth:`open` downloads, kept only if whole and matching ``size`` and
+        ``sha256``). None when the cache cannot hold it (a shard larger than the cache, or
+        a name taken by something the cache did not make): read it from its URL. Raises
+        what a download that is not whole raises.
+        """
+        path = self.path_for(url, sha256)
+        for _ in range(3):  # a shard evicted by another process right after its download
+            try:
+                cached = _open_cached(url, path, size)
+            except _CacheNameTaken:
+                return None
+            if cached is not None:
+                with cached.stream as stream:
+                    return LocalRanges(url, path, os.dup(stream.fileno()))
+            source = self.open(url, storage_options, policy, size, sha256)
+            if not isinstance(source, Download):  # cached meanwhile, or past the cache
+                source.close(early=True)
+                continue
+            source.close()  # waits for the whole shard; raises if it is not whole
+            if not source.kept:
+                return None
+        return None
 
     def usage(self) -> int:
         """Bytes held: finished shards plus the room reserved by downloads in progress."""
@@ -212,11 +251,12 @@ class ShardCache:
 
 def _open_cached(url: str, path: str, size: int | None) -> Source | None:
     """The cached shard at ``path``; None when there is none, or one of another size
-    than the manifest's ``size``. Raises :class:`_Occupied` when something else is there."""
+    than the manifest's ``size``. Raises :class:`~tarkit.errors._CacheNameTaken` when
+    something else is there."""
     try:
         status = os.stat(path, follow_symlinks=False)
         if not stat.S_ISREG(status.st_mode):
-            raise _Occupied(path)
+            raise _CacheNameTaken(path)
         if size is not None and status.st_size != size:
             return None  # another version of the shard: download it again
         stream = open(path, "rb", buffering=PIPE_BUFFER)  # noqa: SIM115
@@ -233,8 +273,8 @@ def _open_lock(path: str) -> int:
     try:
         return os.open(path, os.O_CREAT | os.O_RDWR | os.O_NOFOLLOW, 0o644)
     except (IsADirectoryError, NotADirectoryError):
-        raise _Occupied(path) from None
+        raise _CacheNameTaken(path) from None
     except OSError as exc:
         if exc.errno == errno.ELOOP:  # a symbolic link
-            raise _Occupied(path) from None
+            raise _CacheNameTaken(path) from None
         raise

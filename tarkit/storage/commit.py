@@ -28,14 +28,19 @@ on a slow disk a commit of thousands of files can take seconds). On an object st
 every object, which can take minutes: signals are not held there, and a commit they stop
 is finished by the next run.
 
-A journal is data found in the output place, which someone else may have written: it
-names only files in its own directory or below it (relative names, checked when it is
-read), so finishing one never touches a file elsewhere. A manifest outside that directory
-is removed and published by the commit itself, not through the journal: a commit
-finished by the next run leaves none there (the next run that writes one writes it).
+A journal is data found in the output place, which someone else may have written (an
+output directory copied from elsewhere, a shared one): the run that finishes it follows
+it only as far as its own set goes (:mod:`tarkit.storage.commit_scope`: names inside the
+journal's directory, no link out of it, staged copies moved onto files of the set, files
+of the set or stale manifests of it removed, a manifest of the set beside the journal),
+and refuses the whole journal otherwise. A manifest elsewhere (in another directory) is
+removed and published by the commit itself, not through the journal: a commit finished
+by the next run leaves none there (the next run that writes one writes it).
 
-Readers of local files refuse a set that a journal names (:func:`refuse_unfinished`):
-they would read a mix. A reader by manifest finds none while a commit is unfinished.
+Readers of local files refuse a set that a journal names (:func:`unfinished_files`,
+looking in each file's directory and the few above it, where the journal of a pattern
+with the shard number in a directory lies): they would read a mix. A reader by manifest
+finds none while a commit is unfinished.
 """
 
 from __future__ import annotations
@@ -46,7 +51,6 @@ import contextlib
 import glob
 import json
 import os
-import posixpath
 import signal
 import threading
 from collections.abc import Iterator, Sequence
@@ -54,16 +58,20 @@ from dataclasses import dataclass
 from types import FrameType
 from typing import Any
 
-from ..errors import OutputError, SourceError
+from ..errors import OutputError
+from .commit_scope import CommitScope, beside, inside, refusal
 from .filesystems import StorageOptions, object_info
 from .listing import move_file, remove_file
-from .locations import FILE, location, relative_url, resolve_url
+from .locations import location, relative_url, resolve_url
 from .outputs import publish
-from .sources import read_bytes
+from .sources import JOURNAL_LIMIT, read_bytes
 
 JOURNAL_ENDING = ".commit.json"
 JOURNAL_FORMAT, JOURNAL_VERSION = "tarkit-commit", 2  # 2: the manifest's files, base64
 HELD = (signal.SIGINT, signal.SIGTERM)
+# How many directories above a file the journal naming it may lie: that of a pattern
+# with the shard number in up to this many directory levels (out/{shard:03d}/x.tar: 1).
+JOURNAL_DEPTH = 3
 
 ManifestBytes = tuple[str, bytes]  # where a file of the manifest goes, and its bytes
 
@@ -154,7 +162,7 @@ def commit_files(
     """
     targets = {location(move.target).identity() for move in moves}
     gone = [url for url in removals if location(url).identity() not in targets]
-    outside = any(not _inside(relative_url(journal, where)) for where, _ in manifest)
+    outside = any(not beside(journal, where) for where, _ in manifest)
     entries = Journal(list(moves), gone, [] if outside else list(manifest))
     data = entries.to_bytes(journal)
     with _held_signals(not location(journal).remote):
@@ -168,44 +176,99 @@ def commit_files(
         _apply(journal, entries, storage_options, manifest if outside else ())
 
 
-def finish_commit(journal: str, storage_options: StorageOptions | None = None) -> bool:
+def finish_commit(
+    journal: str, scope: CommitScope, storage_options: StorageOptions | None = None
+) -> bool:
     """Complete the commit an interrupted run left at ``journal``, if any: whether there
-    was one. Raises :class:`~tarkit.errors.OutputError` when it cannot be completed
-    (a file it needs is gone) or the journal is not one."""
-    data = read_bytes(journal, storage_options)
+    was one. ``scope`` is the set of the run that finishes it: a journal that does
+    anything the commit of that set never does (the module docstring) is refused whole.
+    Raises :class:`~tarkit.errors.OutputError` when it cannot be completed (a file it
+    needs is gone), is refused, or is not a journal."""
+    data = read_bytes(journal, storage_options, limit=JOURNAL_LIMIT)
     if data is None:
         return False
     entries = Journal.parse(data, journal)
+    moves = [(move.source, move.target) for move in entries.moves]
+    refused = refusal(journal, moves, entries.removals, entries.manifest, scope, storage_options)
+    if refused is not None:
+        raise OutputError(
+            f"{journal}: not followed: {refused}, which the commit of these files never "
+            "does. Someone else wrote this journal? Remove it by hand (after a look at "
+            "what it names)"
+        )
     with _held_signals(not location(journal).remote):
         _apply(journal, entries, storage_options)
     return True
 
 
-def refuse_unfinished(urls: Sequence[str]) -> None:
-    """Raise :class:`~tarkit.errors.SourceError` when one of the local files ``urls`` is
-    named by the journal of an unfinished commit beside it: the files there are a mix
-    of two sets until a writer finishes it."""
-    directories: dict[str, set[str]] = {}
+def journal_above(urls: Sequence[str], name: str) -> str | None:
+    """The journal called ``name`` of a commit of ``urls``: in the deepest directory
+    above them all (local files: as an absolute path); None when they are not in one
+    store.
+
+    >>> journal_above(["/d/a/x.tar", "/d/b/y.tar"], ".j.commit.json")
+    '/d/.j.commit.json'
+    >>> journal_above(["s3://b/o/x", "s3://b/o/y"], ".j"), journal_above(["s3://b/x", "gs://c/y"], ".j")
+    ('s3://b/o/.j', None)
+    """
+    places = [location(url) for url in urls]
+    if all(place.is_file for place in places):
+        heads = [os.path.dirname(os.path.abspath(place.path)) for place in places]
+        return os.path.join(os.path.commonpath(heads), name)
+    if not all(place.remote for place in places):
+        return None
+    common = os.path.commonprefix([url.rpartition("/")[0].split("/") for url in urls])
+    if len(common) < 3 or not common[0].endswith(":") or common[1]:  # scheme://store
+        return None
+    return "/".join([*common, name])
+
+
+def unfinished_files(urls: Sequence[str]) -> dict[str, str]:
+    """The local files among ``urls`` that the journal of an unfinished commit names,
+    each with that journal: a mix of two sets until a writer finishes it. Journals are
+    looked for in each file's directory and the :data:`JOURNAL_DEPTH` directories above
+    it (one listing per directory)."""
+    by_directory: dict[str, list[tuple[str, str]]] = {}  # directory: (url, absolute path)
     for url in urls:
         where = location(url)
         if where.is_file:
             path = os.path.abspath(where.path)
-            directories.setdefault(os.path.dirname(path), set()).add(path)
-    for directory, paths in directories.items():
-        for journal in glob.glob(os.path.join(glob.escape(directory), f".*{JOURNAL_ENDING}")):
-            try:
-                with open(journal, "rb") as stream:
-                    entries = Journal.parse(stream.read(), journal)
-            except (OSError, OutputError):
-                continue  # gone meanwhile (the commit ended), or not a journal
-            named = [move.target for move in entries.moves] + entries.removals
-            if any(os.path.abspath(location(url).path) in paths for url in named):
-                raise SourceError(
-                    f"{directory}: a run that replaced these shards was stopped while "
-                    f"putting the new ones in place ({os.path.basename(journal)}), so they "
-                    "are a mix of two runs: run the writer again (with any mode) to finish "
-                    "it, then read them"
-                )
+            by_directory.setdefault(os.path.dirname(path), []).append((url, path))
+    listed: dict[str, list[str]] = {}  # directory: the journals in it
+    named: dict[str, set[str]] = {}  # journal: the absolute paths it changes
+    found: dict[str, str] = {}
+    for directory, files in by_directory.items():
+        journals: list[str] = []
+        for _ in range(JOURNAL_DEPTH + 1):
+            if directory not in listed:
+                pattern = os.path.join(glob.escape(directory), f".*{JOURNAL_ENDING}")
+                listed[directory] = glob.glob(pattern)
+            journals += listed[directory]
+            directory, child = os.path.dirname(directory), directory
+            if directory == child:
+                break
+        for journal in journals:
+            if journal not in named:
+                named[journal] = _changed_files(journal)
+            for url, path in files:
+                if path in named[journal]:
+                    found.setdefault(url, journal)
+    return found
+
+
+def _changed_files(journal: str) -> set[str]:
+    """The absolute paths of the files the local journal ``journal`` changes (its moves'
+    targets, its removals); none when it is gone (the commit ended) or is not one."""
+    try:
+        with open(journal, "rb") as stream:
+            data = stream.read(JOURNAL_LIMIT + 1)
+        if len(data) > JOURNAL_LIMIT:
+            return set()  # larger than any tarkit writes: not a journal
+        entries = Journal.parse(data, journal)
+    except (OSError, OutputError):
+        return set()
+    changed = [move.target for move in entries.moves] + entries.removals
+    return {os.path.abspath(location(url).path) for url in changed}
 
 
 def _named(journal: str, url: str) -> str:
@@ -215,30 +278,15 @@ def _named(journal: str, url: str) -> str:
     head, _, name = url.rpartition("/")
     # Beside it, as nearly all are: what relative_url says, without its path arithmetic.
     named = name if head == journal.rpartition("/")[0] else relative_url(journal, url)
-    if not _inside(named):
+    if not inside(named):
         raise OutputError(f"{url}: not in the directory of the commit journal {journal}")
     return named
-
-
-def _inside(named: str) -> bool:
-    """Whether ``named`` (as a journal names a location) is a relative path that stays
-    in the journal's directory.
-
-    >>> _inside("s-1.tar"), _inside("sub/.s-1.tar.pending"), _inside("/etc/passwd")
-    (True, True, False)
-    >>> _inside("../x.tar"), _inside("s3://other/x.tar"), _inside("file:x.tar")
-    (False, False, False)
-    """
-    where = location(named)
-    if where.kind != FILE or where.path != named or not named or os.path.isabs(named):
-        return False
-    return ".." not in posixpath.normpath(named).split("/")
 
 
 def _resolved(journal: str, named: object) -> str:
     """Where ``named``, read from the journal at ``journal``, is; a location that is
     not inside the journal's directory raises ValueError."""
-    if not isinstance(named, str) or not _inside(named):
+    if not isinstance(named, str) or not inside(named):
         raise ValueError("not a location inside the journal's directory")
     return resolve_url(journal, named)
 
@@ -304,7 +352,11 @@ def _held_signals(hold: bool) -> Iterator[None]:
     """Hold SIGINT and SIGTERM until the block ends, then deliver the first that came
     (to the handler that was in place); a second one acts at once (the journal lets the
     next run finish what is stopped). Only the main thread can; elsewhere, and without
-    ``hold``, signals act at once."""
+    ``hold``, signals act at once.
+
+    Handlers, not the signal mask (as :mod:`tarkit.processing.jobs` holds them for the
+    microseconds of a start): a commit can take seconds, and a masked signal cannot be
+    told from a second one, which must still stop it."""
     if not hold or threading.current_thread() is not threading.main_thread():
         yield
         return

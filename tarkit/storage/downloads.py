@@ -180,6 +180,11 @@ class Download:
         step = min(8 << 20, max(self.cache.max_bytes // 16, 1 << 16))
         return self.cache.reserve(self, end, end + step)
 
+    @property
+    def kept(self) -> bool:
+        """Whether the download ended whole and is now the cached shard."""
+        return self.state == _DONE
+
     def read1(self, n: int = -1) -> bytes:
         n = n if n and n > 0 else 1 << 20
         with self.condition:

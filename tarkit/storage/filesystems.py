@@ -24,8 +24,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from ..errors import OutputError, SourceError, TarkitError
-from .retrying import Interrupted, changed
+from ..errors import OutputError, SourceError, TarkitError, _ConnectionFailed
+from .retrying import changed
 
 StorageOptions = Mapping[str, Any]
 # The extra of pyproject.toml that installs the package of a scheme.
@@ -166,7 +166,7 @@ class FsspecObject:
         except (PermissionError, IsADirectoryError, NotADirectoryError, ValueError) as exc:
             raise SourceError(f"{self.name}: cannot open: {exc}") from None
         except Exception as exc:  # fsspec back ends raise many kinds
-            raise Interrupted(f"cannot open: {exc}") from None
+            raise _ConnectionFailed(f"cannot open: {exc}") from None
         try:
             if isinstance(file, AbstractBufferedFile):
                 details = file.details
@@ -179,7 +179,7 @@ class FsspecObject:
         except BaseException as exc:
             file.close()
             if isinstance(exc, Exception) and not isinstance(exc, TarkitError):
-                raise Interrupted(f"cannot open: {exc}") from None
+                raise _ConnectionFailed(f"cannot open: {exc}") from None
             raise
         return _FileConnection(file)
 
@@ -194,7 +194,8 @@ class FsspecObject:
 
 
 class _FileConnection:
-    """An open fsspec file read by chunks; failures become :class:`Interrupted`."""
+    """An open fsspec file read by chunks; its failures raise
+    :class:`~tarkit.errors._ConnectionFailed`."""
 
     def __init__(self, file: Any) -> None:
         self._file = file
@@ -205,7 +206,7 @@ class _FileConnection:
         except Exception as exc:  # fsspec back ends raise many kinds
             # An object that changed (s3fs's FileExpired, a FileNotFoundError) is found
             # out by the reconnection, which checks its size and ETag.
-            raise Interrupted(f"read failed: {exc}") from None
+            raise _ConnectionFailed(f"read failed: {exc}") from None
 
     def seek(self, offset: int) -> bool:
         try:
@@ -216,3 +217,86 @@ class _FileConnection:
 
     def close(self) -> None:
         self._file.close()
+
+
+class FsspecRange:
+    """One fsspec object read by byte ranges (:mod:`~tarkit.storage.ranges`): each
+    connection is one ``cat_file(path, offset, stop)``, a ranged GET on object stores
+    rather than a read-ahead block. The size and ETag are asked once, on the first
+    connection; a read that comes back short asks again, and an object that changed is a
+    :func:`~tarkit.storage.retrying.changed` error."""
+
+    seekable = False
+
+    def __init__(self, spec: str, storage_options: StorageOptions | None, timeout: float) -> None:
+        self.name = spec
+        self._spec = (spec, storage_options, timeout)
+        self._fs: tuple[Any, str, int] | None = None  # file system, path, process
+        self.size: int | None = None
+        self.etag: str | None = None
+
+    def _filesystem(self) -> tuple[Any, str]:
+        if self._fs is None or self._fs[2] != os.getpid():  # not one inherited over a fork
+            fs, path = reading_filesystem(*self._spec)
+            self._fs = (fs, path, os.getpid())
+        return self._fs[0], self._fs[1]
+
+    def _details(self, again: bool) -> tuple[int, str | None]:
+        fs, path = self._filesystem()
+        try:
+            if again:
+                fs.invalidate_cache(path)
+            details = fs.info(path)
+        except FileNotFoundError:
+            if again:
+                raise changed(self.name, "it no longer exists") from None
+            raise SourceError(f"{self.name}: no such object", reason=SourceError.MISSING) from None
+        except (PermissionError, IsADirectoryError, NotADirectoryError, ValueError) as exc:
+            raise SourceError(f"{self.name}: cannot open: {exc}") from None
+        except Exception as exc:  # fsspec back ends raise many kinds
+            raise _ConnectionFailed(f"cannot read its details: {exc}") from None
+        etag = details.get("ETag") or details.get("etag")
+        return int(details.get("size") or 0), str(etag) if etag else None
+
+    def connect(self, offset: int, timeout: float, stop: int | None = None) -> _BytesConnection:
+        if self.size is None:
+            self.size, self.etag = self._details(False)
+        end = self.size if stop is None else min(stop, self.size)
+        if end <= offset:
+            return _BytesConnection(b"")
+        fs, path = self._filesystem()
+        try:
+            data = bytes(fs.cat_file(path, start=offset, end=end))
+        except FileNotFoundError:
+            raise changed(self.name, "it no longer exists") from None
+        except Exception as exc:  # fsspec back ends raise many kinds
+            raise _ConnectionFailed(f"read failed: {exc}") from None
+        if len(data) != end - offset:
+            size, etag = self._details(True)
+            if (size, etag) != (self.size, self.etag):
+                raise changed(self.name, f"it was {self.size} bytes long, ETag {self.etag}; "
+                                         f"now {size}, {etag}")  # fmt: skip
+        return _BytesConnection(data)
+
+
+class _BytesConnection:
+    """The answer of one ranged read, already whole (a short one ends early: the
+    resuming stream asks again from the byte reached)."""
+
+    def __init__(self, data: bytes) -> None:
+        self._data = data
+        self._at = 0
+
+    def read(self, size: int) -> bytes:
+        at = self._at
+        if not at and size >= len(self._data):
+            self._at = len(self._data)
+            return self._data
+        self._at = min(at + size, len(self._data))
+        return self._data[at : self._at]
+
+    def seek(self, offset: int) -> bool:
+        return False
+
+    def close(self) -> None:
+        self._data = b""

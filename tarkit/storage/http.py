@@ -4,7 +4,8 @@
 :class:`~tarkit.storage.retrying.WaitBudget` of ``timeout`` (:mod:`.timed_http`): the
 connection, the answer's headers, and the body at its pace. A reconnection asks for ``Range: bytes=N-`` with ``If-Range`` set to the
 validator learnt on the first connection (a strong ETag, else Last-Modified), and checks
-the answer:
+the answer (a ranged read of a sample asks for ``bytes=N-M`` alike, see
+:mod:`~tarkit.storage.ranges`):
 
 - ``206``: the range must start at N, and the reply's ETag, Last-Modified and total
   length must be those of the first connection;
@@ -29,8 +30,8 @@ import re
 import time
 from typing import Any
 
-from ..errors import SourceError
-from .retrying import Interrupted, WaitBudget, changed
+from ..errors import SourceError, _ConnectionFailed
+from .retrying import WaitBudget, changed
 
 RETRY_STATUSES = frozenset({408, 429, 500, 502, 503, 504})
 _CONTENT_RANGE = re.compile(r"bytes\s+(\d+)-(\d+)/(\d+|\*)")
@@ -64,7 +65,10 @@ class HttpObject:
         self.modified: str | None = None
         self._known = False  # validators learnt from a first answer
 
-    def connect(self, offset: int, timeout: float) -> _HttpConnection:
+    def connect(self, offset: int, timeout: float, stop: int | None = None) -> _HttpConnection:
+        """A connection from byte ``offset`` (to ``stop``, excluded, when given: one
+        ``Range: bytes=offset-(stop-1)`` request, whose answer may end at the object's
+        end, before ``stop``)."""
         import http.client
         import urllib.error
         import urllib.request
@@ -72,8 +76,8 @@ class HttpObject:
         from .timed_http import open_url
 
         headers = {}
-        if offset:
-            headers["Range"] = f"bytes={offset}-"
+        if offset or stop is not None:
+            headers["Range"] = f"bytes={offset}-{'' if stop is None else stop - 1}"
             if_range = self._if_range()
             if if_range is not None:
                 headers["If-Range"] = if_range
@@ -83,9 +87,12 @@ class HttpObject:
             response = open_url(request, budget)
         except urllib.error.HTTPError as exc:
             exc.close()
-            if exc.code == 416 and not self._known and _total(exc.headers) == offset:
-                self._known, self.size = True, offset  # asked for the bytes from the end
-                return _HttpConnection(None, budget)
+            total = _total(exc.headers)
+            if exc.code == 416 and not self._known and total is not None:
+                # Bytes from the end on (a range past it: none, the object is shorter).
+                if total == offset or (stop is not None and total < offset):
+                    self._known, self.size = True, total
+                    return _HttpConnection(None, budget)
             raise self._status_error(exc.code, str(exc.reason), exc.headers, offset) from None
         except (urllib.error.URLError, OSError, http.client.HTTPException) as exc:
             raise self._connect_error(exc, budget) from None
@@ -123,7 +130,7 @@ class HttpObject:
             if not data:
                 if self.size is not None and offset >= self.size:
                     raise SourceError(f"{self.name}: input ends before byte {offset}")
-                raise Interrupted(f"connection closed before byte {offset}")
+                raise _ConnectionFailed(f"connection closed before byte {offset}")
             skip -= len(data)
         return connection
 
@@ -142,7 +149,9 @@ class HttpObject:
 
     def _status_error(self, code: int, reason: str, headers: Any, offset: int) -> Exception:
         if code in RETRY_STATUSES:
-            return Interrupted(f"HTTP {code} {reason}", retry_after(headers.get("Retry-After")))
+            return _ConnectionFailed(
+                f"HTTP {code} {reason}", retry_after(headers.get("Retry-After"))
+            )
         if self._known and code in (404, 410, 412, 416):
             return changed(self.name, f"HTTP {code} {reason}")
         if code == 416:
@@ -157,17 +166,18 @@ class HttpObject:
 
         reason = getattr(exc, "reason", exc)  # a URLError wraps the cause
         if isinstance(reason, TimeoutError):
-            return Interrupted(budget.cause(), slow=True)
+            return _ConnectionFailed(budget.cause(), slow=True)
         final = isinstance(reason, ssl.SSLCertVerificationError) or (
             isinstance(reason, socket.gaierror) and reason.errno == socket.EAI_NONAME
         )
         if not final and isinstance(reason, (OSError, http.client.HTTPException)):
-            return Interrupted(f"cannot connect: {reason}")
+            return _ConnectionFailed(f"cannot connect: {reason}")
         return SourceError(f"{self.name}: cannot connect: {reason}")
 
 
 class _HttpConnection:
-    """An HTTP response body read by chunks; failures become :class:`Interrupted`."""
+    """An HTTP response body read by chunks; its failures raise
+    :class:`~tarkit.errors._ConnectionFailed`."""
 
     def __init__(self, response: Any, budget: WaitBudget) -> None:
         self._response = response
@@ -181,13 +191,13 @@ class _HttpConnection:
         try:
             return bytes(self._response.read1(size))
         except TimeoutError:
-            raise Interrupted(self._budget.cause(), slow=True) from None
+            raise _ConnectionFailed(self._budget.cause(), slow=True) from None
         except ConnectionResetError:
-            raise Interrupted("connection reset") from None
+            raise _ConnectionFailed("connection reset") from None
         except http.client.IncompleteRead:
-            raise Interrupted("connection closed early") from None
+            raise _ConnectionFailed("connection closed early") from None
         except (OSError, http.client.HTTPException) as exc:
-            raise Interrupted(f"connection failed: {exc}") from None
+            raise _ConnectionFailed(f"connection failed: {exc}") from None
 
     def seek(self, offset: int) -> bool:
         return False  # a new request for a byte range

@@ -70,6 +70,26 @@ def is_directory(spec: str, storage_options: StorageOptions | None = None) -> bo
         raise SourceError(f"{spec}: cannot list: {exc}") from None
 
 
+_LOOKED_AT = 1000  # files a directory given for a shard is judged by
+
+
+def what_directory_holds(path: str) -> str:
+    """What the local directory ``path``, given where shards are expected, holds and how
+    to make shards of it (:func:`~tarkit.format.file_types.describe_directory`): the end
+    of the message that says it is not a shard. Judged by its first files in a walk (at
+    most a thousand), so that a directory of millions costs no more."""
+    from ..format.file_types import describe_directory  # only for this error
+
+    names: list[str] = []
+    for parent, directories, files in os.walk(path):
+        directories.sort()
+        relative = os.path.relpath(parent, path).replace(os.sep, "/")
+        names += (name if relative == "." else f"{relative}/{name}" for name in sorted(files))
+        if len(names) >= _LOOKED_AT:
+            break
+    return describe_directory(names[:_LOOKED_AT], path)
+
+
 def files_below(root: str, storage_options: StorageOptions | None = None) -> list[str]:
     """The paths, relative to the fsspec directory ``root`` and ``/``-separated, of every
     object below it, sorted: one listing of the whole tree. Raises

@@ -30,7 +30,7 @@ import posixpath
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from ..errors import UsageError
+from ..errors import InputError, UsageError
 
 STDIO, FILE, PIPE, HTTP, FSSPEC = "stdio", "file", "pipe", "http", "fsspec"
 
@@ -167,6 +167,8 @@ def relative_url(manifest: str | None, shard: str) -> str:
     'x.tar'
     >>> relative_url("m.json", "pipe:cat x.tar")
     'pipe:cat x.tar'
+    >>> relative_url("/d/m.json", "/d/..x.tar.pending"), relative_url("/d/m.json", "/x.tar")
+    ('..x.tar.pending', '/x.tar')
     """
     target, base = location(shard), location(manifest) if manifest is not None else None
     if target.kind not in (FILE, HTTP, FSSPEC) or base is None:
@@ -181,25 +183,88 @@ def relative_url(manifest: str | None, shard: str) -> str:
     directory = os.path.dirname(os.path.abspath(base.path))
     absolute = os.path.abspath(target.path)
     relative = os.path.relpath(absolute, directory)
-    if relative.startswith(".."):
+    if relative == os.pardir or relative.startswith(os.pardir + os.sep):
         return absolute
     return relative.replace(os.sep, "/")
 
 
-def resolve_url(manifest: str | None, url: str) -> str:
-    """Where a shard named ``url`` in a manifest found at ``manifest`` is.
+def resolve_url(
+    document: str | None, url: str, where: str = "an entry", *, opened: bool = True
+) -> str:
+    """Where the location ``url``, read out of the document at ``document`` (a manifest, a
+    plan), is: relative to the document's own directory (or URL prefix), else as written,
+    a local file as its path.
+
+    The trust rule (docs/remote.md): a location the user typed is trusted, ``pipe:``
+    included, and is what ``document=None`` means. A location read out of a document never
+    runs a command nor reads stdin; a remote document (a URL, or a command's output, whose
+    author may be anyone) names only remote locations: relative to it, or absolute on a
+    network scheme (:data:`NETWORK_SCHEMES`, or the document's own), never a local path;
+    a local document may name local paths. Anything else raises
+    :class:`~tarkit.errors.InputError` naming the document and ``where`` the entry is
+    (``reason`` :attr:`~tarkit.errors.InputError.UNTRUSTED`). With ``opened=False`` the
+    result is only compared with locations the caller named itself and never opened, so
+    it is not refused.
 
     >>> resolve_url("/data/m.json", "shard-0.tar")
     '/data/shard-0.tar'
     >>> resolve_url("http://h/d/m.json", "s-0.tar")
     'http://h/d/s-0.tar'
+    >>> resolve_url("http://h/d/m.json", "/etc/passwd", "shard 0")
+    Traceback (most recent call last):
+    ...
+    tarkit.errors.InputError: http://h/d/m.json: shard 0: '/etc/passwd' is a local path, and a remote document names only remote locations (relative to it, or http(s)://, s3://…)
     """
-    if manifest is None:
+    if document is None:
         return url
-    named = location(url)
-    if named.kind != FILE or url.startswith("file:") or os.path.isabs(url):
+    base, named = location(document), location(url)
+    refused = _untrusted(base, named) if opened else None
+    if refused is not None:
+        shown = url if len(url) <= 300 else url[:300] + "…"
+        raise InputError(f"{where}: {shown!r} {refused}", source=document,
+                         reason=InputError.UNTRUSTED)  # fmt: skip
+    if named.kind != FILE:
         return url
-    base = location(manifest)
-    if base.remote:
-        return posixpath.join(posixpath.dirname(base.spec), url)
-    return os.path.join(os.path.dirname(os.path.abspath(base.path)), url)
+    if base.remote and not url.startswith("file:") and not os.path.isabs(named.path):
+        return posixpath.join(posixpath.dirname(base.spec), named.path)
+    if os.path.isabs(named.path) or not base.is_file:
+        return named.path
+    return os.path.join(os.path.dirname(os.path.abspath(base.path)), named.path)
+
+
+# The schemes a remote document may name absolutely besides its own: web servers and object
+# stores. Not file:, local:// or memory:// (this machine), nor the fsspec wrappers through
+# which another URL is read, a local one included (tar://, zip://, reference://, the
+# caches, a chain of URLs joined by ``::``).
+NETWORK_SCHEMES = frozenset(
+    {"http", "https", "s3", "s3a", "gs", "gcs", "az", "abfs", "abfss", "adl", "hf", "oss", "oci"}
+)
+
+
+def _untrusted(base: Location, named: Location) -> str | None:
+    """Why a document at ``base`` may not name ``named`` (None: it may)."""
+    if named.kind == PIPE:
+        return (
+            "is a command, and a location read from a file never runs one: give pipe: "
+            "inputs yourself (an argument, a Python string) if you mean them"
+        )
+    if named.kind == STDIO:
+        return "is stdin, which a location read from a file never names"
+    if base.is_file:
+        return None  # a local document may name local paths, and any URL
+    remote_only = (
+        "a remote document names only remote locations (relative to it, or http(s)://, s3://…)"
+    )
+    if named.kind == FILE:
+        relative = not named.spec.startswith("file:") and not os.path.isabs(named.path)
+        if relative and base.remote:
+            return None
+        return f"is a local path, and {remote_only}"
+    scheme = named.spec.split("://", 1)[0].lower()
+    if "::" in named.spec or (scheme not in NETWORK_SCHEMES and scheme != _scheme(base)):
+        return f"reaches this machine's files or wraps another URL, and {remote_only}"
+    return None
+
+
+def _scheme(where: Location) -> str | None:
+    return where.spec.split("://", 1)[0].lower() if where.remote else None

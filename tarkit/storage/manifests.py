@@ -8,9 +8,12 @@ its columns file first, then its JSON, the commit point.
 
 from __future__ import annotations
 
+import os
+import posixpath
 from collections.abc import Sequence
 
 from ..errors import InputError, SourceError
+from ..format.columns import Buffer
 from ..format.index import SUFFIX
 from ..format.manifest import Manifest, ShardInfo, columns_name, dumps_v2
 from ..format.manifest_reader import read_table
@@ -20,41 +23,54 @@ from .filesystems import StorageOptions
 from .listing import remove_file
 from .locations import FILE, location, relative_url, resolve_url
 from .outputs import publish
-from .sources import open_source, read_bytes
+from .sources import MANIFEST_LIMIT, BoundedReader, open_source, read_bytes
 
 ManifestFile = tuple[str, bytes]  # where a file of a manifest goes, and its bytes
 LISTED_INDEX = "index/%06d" + SUFFIX  # indexes of shards not named by one pattern
 
 
+def load_manifest(spec: str, storage_options: StorageOptions | None = None) -> Manifest:
+    """:func:`load_table` as a :class:`~tarkit.format.manifest.Manifest`, an object per
+    shard (for the readers that take one)."""
+    return load_table(spec, storage_options).to_manifest()
+
+
 def load_table(spec: str, storage_options: StorageOptions | None = None) -> ShardTable:
-    """Read the manifest at a path or URL (anything :func:`open_source` opens), either
-    version, with its columns file (version 2, beside it).
+    """Read the manifest at ``spec`` (version 1 or 2) into a
+    :class:`~tarkit.format.shard_table.ShardTable` in bounded memory: a version 1
+    manifest in slices, a version 2 one with its columns file (memory-mapped when local,
+    so that only the pages asked for are read).
 
-    Raises :class:`~tarkit.errors.SourceError` when it cannot be read and
-    :class:`~tarkit.errors.InputError` when it is not a tarkit manifest, or names a
-    columns file that is not a relative name beside or below it.
+    Raises :class:`~tarkit.errors.SourceError` when it cannot be read (or holds more than
+    :data:`~tarkit.storage.MANIFEST_LIMIT` bytes) and :class:`~tarkit.errors.InputError`
+    when it is not a tarkit manifest, or names a columns file that is not a relative
+    name beside or below it.
     """
+    import mmap
 
-    def columns(name: str) -> bytes:
+    def columns(name: str) -> Buffer:
         if not _relative(name):
             raise InputError(f'"columns" names {name!r}, not a file beside it', source=spec)
-        data = read_bytes(resolve_url(spec, name), storage_options)
+        where = location(resolve_url(spec, name))
+        if where.is_file:
+            try:
+                with open(where.path, "rb") as file:
+                    if os.fstat(file.fileno()).st_size == 0:
+                        return b""
+                    return mmap.mmap(file.fileno(), 0, access=mmap.ACCESS_READ)
+            except OSError as exc:
+                raise SourceError(f"{where.spec}: cannot read: {exc.strerror}") from None
+        data = read_bytes(where.spec, storage_options, limit=MANIFEST_LIMIT)
         if data is None:
-            raise SourceError(f"{spec}: its columns file {name} is missing",
-                              reason=SourceError.MISSING)  # fmt: skip
+            raise SourceError(f"{where.spec}: no such file", reason=SourceError.MISSING)
         return data
 
     with open_source(spec, storage_options) as source:
         try:
-            return read_table(source.stream, spec, columns)  # type: ignore[arg-type]
+            stream = BoundedReader(source.stream, spec, MANIFEST_LIMIT)
+            return read_table(stream, spec, columns)  # type: ignore[arg-type]
         except OSError as exc:
             raise SourceError(f"{spec}: cannot read: {exc}") from None
-
-
-def load_manifest(spec: str, storage_options: StorageOptions | None = None) -> Manifest:
-    """:func:`load_table` as a version 1 :class:`~tarkit.format.manifest.Manifest`, an
-    object per shard (for the readers that take one)."""
-    return load_table(spec, storage_options).to_manifest()
 
 
 def manifest_at(where: str | None, shards: list[ShardInfo]) -> Manifest:
@@ -132,9 +148,21 @@ def _inside(manifest: Manifest) -> bool:
 
 def _relative(name: str) -> bool:
     """Whether ``name``, as a manifest names a file, is relative to the manifest."""
-    return location(name).path == name and location(name).kind == FILE and not name.startswith("/")
+    where = location(name)
+    if where.kind != FILE or where.path != name or name.startswith("/"):
+        return False
+    return ".." not in posixpath.normpath(name).split("/")
 
 
-def manifest_urls(manifest: Manifest) -> list[str]:
-    """The shard URLs of ``manifest``, resolved against the location it was loaded from."""
-    return [resolve_url(manifest.location, shard.url) for shard in manifest.shards]
+def manifest_urls(manifest: Manifest, *, opened: bool = True) -> list[str]:
+    """The shard URLs of ``manifest``, resolved against the location it was loaded from.
+
+    A manifest loaded from a location is data, not the user's word: an entry that is a
+    command, or a local path in a remote manifest, raises
+    :class:`~tarkit.errors.InputError` naming the manifest and the shard
+    (:func:`~tarkit.storage.resolve_url`, the trust rule). ``opened=False``: the URLs are
+    only matched with shards the caller named itself, never opened, and none is refused.
+    """
+    where = manifest.location
+    return [resolve_url(where, shard.url, f"shard {i}", opened=opened)
+            for i, shard in enumerate(manifest.shards)]  # fmt: skip

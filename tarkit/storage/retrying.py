@@ -47,7 +47,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, replace
 from typing import Protocol
 
-from ..errors import SourceError, UsageError
+from ..errors import SourceError, UsageError, _ConnectionFailed
 
 DEFAULT_RETRIES = 5
 DEFAULT_TIMEOUT = 30.0
@@ -172,19 +172,6 @@ def _from_env(name: str, default: float, kind: type) -> float:
     return float(value)
 
 
-class Interrupted(Exception):
-    """A connection failed in a way worth another try: ``cause`` in words, the server's
-    ``Retry-After`` in seconds when it gave one, and ``slow`` when the connection used up
-    its :class:`WaitBudget` (then only 64 KiB received, not any byte, counts as progress:
-    a trickle never resets the count of reconnections)."""
-
-    def __init__(self, cause: str, retry_after: float | None = None, slow: bool = False) -> None:
-        super().__init__(cause)
-        self.cause = cause
-        self.retry_after = retry_after
-        self.slow = slow
-
-
 class WaitBudget:
     """How long one connection may keep its reader waiting, ``timeout`` seconds (T) at a time.
 
@@ -250,8 +237,9 @@ class Connection(Protocol):
     """One open connection to a remote object, reading from the offset it was opened at."""
 
     def read(self, size: int) -> bytes:
-        """Up to ``size`` bytes (b"" at the end of the body). Raises :class:`Interrupted`
-        for a failure worth another try, SourceError for one that is not."""
+        """Up to ``size`` bytes (b"" at the end of the body). Raises
+        :class:`~tarkit.errors._ConnectionFailed` for a failure worth another try,
+        SourceError for one that is not."""
         ...
 
     def seek(self, offset: int) -> bool:
@@ -278,8 +266,9 @@ class Connector(Protocol):
         """A connection whose first byte is byte ``offset`` of the object.
 
         The first call learns the object's validator; later calls check it and raise
-        :func:`changed` when it differs. Raises :class:`Interrupted` for a failure
-        worth another try, :class:`~tarkit.errors.SourceError` for one that is not.
+        :func:`changed` when it differs. Raises :class:`~tarkit.errors._ConnectionFailed`
+        for a failure worth another try, :class:`~tarkit.errors.SourceError` for one that
+        is not.
         """
         ...
 
@@ -336,7 +325,7 @@ class ResumingStream(io.RawIOBase):
                     self._connect()
                     continue
                 data = connection.read(size)
-            except Interrupted as failure:
+            except _ConnectionFailed as failure:
                 self._failed(failure)
                 continue
             if data:
@@ -346,7 +335,9 @@ class ResumingStream(io.RawIOBase):
             expected = self.connector.size
             if expected is not None and self.position < expected:
                 self._failed(
-                    Interrupted(f"connection closed after {self.position} of {expected} bytes")
+                    _ConnectionFailed(
+                        f"connection closed after {self.position} of {expected} bytes"
+                    )
                 )
                 continue
             return b""
@@ -373,10 +364,10 @@ class ResumingStream(io.RawIOBase):
             try:
                 self._connection = self.connector.connect(self.position, self.policy.timeout)
                 return
-            except Interrupted as failure:
+            except _ConnectionFailed as failure:
                 self._failed(failure)
 
-    def _failed(self, failure: Interrupted) -> None:
+    def _failed(self, failure: _ConnectionFailed) -> None:
         """Give up (SourceError), or report the reconnection and wait before it."""
         self._drop()
         progressed = self._received >= (PACE if failure.slow else 1)

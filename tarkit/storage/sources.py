@@ -19,6 +19,12 @@ out: a command that stops producing is waited for.
 
 :class:`HashingReader` counts and hashes what is read through it (a shard's size and
 sha256 for a manifest); :func:`read_bytes` reads a small file whole.
+
+A document tarkit holds whole or parses as it comes (a manifest, a commit's journal, a
+shard's record) is read up to a bound, so that one from elsewhere that never ends cannot
+fill the memory: :data:`MANIFEST_LIMIT`, :data:`JOURNAL_LIMIT`, :data:`RECORD_LIMIT`
+(:class:`BoundedReader`; docs/format.md, "Bounds"). The samples' own bytes are not
+bounded here: a member is read as large as it is.
 """
 
 from __future__ import annotations
@@ -27,7 +33,6 @@ import io
 import os
 import signal
 import sys
-from collections.abc import Sequence
 from typing import TYPE_CHECKING, BinaryIO
 
 from ..errors import InputError, SourceError
@@ -42,6 +47,11 @@ if TYPE_CHECKING:
 PIPE_BUFFER = 1 << 20
 BUFFER = 1 << 20
 _F_SETPIPE_SZ = 1031
+# The most bytes read of a document (the module docstring); generous: a version 1
+# manifest of a million shards is about 160 MB.
+MANIFEST_LIMIT = 1 << 30
+JOURNAL_LIMIT = 2 << 30  # a commit's moves and the bytes of its manifest
+RECORD_LIMIT = 256 << 20  # a shard's record (map's holds its metadata rows), a rejects list
 
 
 def enlarge_pipe(fd: int) -> None:
@@ -175,36 +185,13 @@ def open_source(
     except FileNotFoundError:
         raise SourceError(f"{spec}: no such file", reason=SourceError.MISSING) from None
     except IsADirectoryError:
-        raise SourceError(f"{spec}: is a directory") from None
+        from .listing import what_directory_holds
+
+        holds = what_directory_holds(where.path)
+        raise SourceError(f"{spec}: is a directory, not a shard{holds}") from None
     except OSError as exc:
         raise SourceError(f"{spec}: cannot open: {exc.strerror}") from None
     return Source(spec, stream)
-
-
-def check_local_files(specs: Sequence[str], what: str = "inputs") -> None:
-    """Raise :class:`SourceError` when a local path among ``specs`` does not exist (naming
-    the first, and how many of ``what`` do not) or is a directory: before any work starts,
-    not once per attempt in a worker. Other locations are not asked here.
-
-    >>> check_local_files(["/no/such/a.tar", "/no/such/b.tar", "s3://b/x.tar"])
-    Traceback (most recent call last):
-    ...
-    tarkit.errors.SourceError: /no/such/a.tar: no such file (2 of 3 inputs do not exist)
-    """
-    missing: list[str] = []
-    for spec in specs:
-        where = location(spec)
-        if not where.is_file:
-            continue
-        if os.path.isdir(where.path):
-            raise SourceError(f"{spec}: is a directory, not a shard (name the files in it)")
-        if not os.path.exists(where.path):
-            missing.append(spec)
-    if missing:
-        n = len(missing)
-        do = "does" if n == 1 else "do"
-        count = f" ({n} of {len(specs)} {what} {do} not exist)" if len(specs) > 1 else ""
-        raise SourceError(f"{missing[0]}: no such file{count}", reason=SourceError.MISSING)
 
 
 def open_source_at(
@@ -260,10 +247,13 @@ def _open_remote(
     return Source(spec, stream, expected_size=connector.size)  # type: ignore[arg-type]
 
 
-def read_bytes(spec: str, storage_options: StorageOptions | None = None) -> bytes | None:
+def read_bytes(
+    spec: str, storage_options: StorageOptions | None = None, *, limit: int | None = None
+) -> bytes | None:
     """The whole content of a small file or object; None when there is none.
 
-    Raises :class:`SourceError` when it exists but cannot be read.
+    Raises :class:`SourceError` when it exists but cannot be read, or holds more than
+    ``limit`` bytes (a document's bound; None: any size, for the bytes of a sample).
     """
     where = location(spec)
     if where.remote:
@@ -274,17 +264,62 @@ def read_bytes(spec: str, storage_options: StorageOptions | None = None) -> byte
                 return None
             raise
         with source:
-            return bytes(source.stream.read())
+            return BoundedReader(source.stream, spec, limit).read()
     if where.kind == FILE:
         try:
             with open(where.path, "rb") as stream:
-                return stream.read()
+                return BoundedReader(stream, spec, limit).read()
         except FileNotFoundError:
             return None
         except OSError as exc:
             raise SourceError(f"{spec}: cannot read: {exc.strerror}") from None
     with open_source(spec, storage_options) as source:
-        return bytes(source.stream.read())
+        return BoundedReader(source.stream, spec, limit).read()
+
+
+class BoundedReader:
+    """Reads ``stream`` (the input ``spec``) and raises :class:`SourceError` once it gave
+    more than ``limit`` bytes (None: no bound): a document read from elsewhere that never
+    ends stops there.
+
+    >>> BoundedReader(io.BytesIO(bytes(10)), "m.json", 8).read()
+    Traceback (most recent call last):
+    ...
+    tarkit.errors.SourceError: m.json: more than 8 bytes, the most tarkit reads of such a document (docs/format.md, "Bounds")
+    """
+
+    def __init__(self, stream: BinaryIO, spec: str, limit: int | None) -> None:
+        self.stream, self.spec, self.limit, self.count = stream, spec, limit, 0
+
+    def read(self, size: int | None = -1) -> bytes:
+        """Up to ``size`` bytes (all that is left for None or a negative size)."""
+        if self.limit is None:
+            return bytes(self.stream.read(-1 if size is None else size))
+        if size is not None and size >= 0:
+            data = bytes(self.stream.read(min(size, self.limit + 1 - self.count)))
+            self._count(len(data))
+            return data
+        whole = io.BytesIO()
+        while chunk := self.stream.read(min(BUFFER, self.limit + 1 - self.count)):
+            whole.write(chunk)
+            self._count(len(chunk))
+        return whole.getvalue()
+
+    def _count(self, received: int) -> None:
+        self.count += received
+        if self.limit is not None and self.count > self.limit:
+            raise SourceError(
+                f"{self.spec}: more than {_size_text(self.limit)}, the most tarkit reads of "
+                'such a document (docs/format.md, "Bounds")'
+            )
+
+
+def _size_text(limit: int) -> str:
+    """``1 GiB``, ``256 MiB`` or ``8 bytes``: a bound in words."""
+    for unit, shift in (("GiB", 30), ("MiB", 20), ("KiB", 10)):
+        if limit >= 1 << shift and limit % (1 << shift) == 0:
+            return f"{limit >> shift} {unit}"
+    return f"{limit} bytes"
 
 
 def stored_matches(
@@ -317,15 +352,12 @@ def stored_matches(
     return digest.size == size and digest.sha256.hexdigest() == sha256
 
 
-class HashingReader(io.RawIOBase):
-    """A readable stream that counts (``size``) and hashes (``sha256``) every byte read
-    through it: what a manifest records of a shard as stored."""
+class CountingReader(io.RawIOBase):
+    """A readable stream that counts (``size``) every byte read through it: a shard's
+    stored bytes, whatever reads it (a decompressor, the tar reader)."""
 
     def __init__(self, stream: BinaryIO) -> None:
-        import hashlib  # (not at import, which the shell tools wait for)
-
         self._read = getattr(stream, "read1", None) or stream.read
-        self.sha256 = hashlib.sha256()
         self.size = 0
 
     def readable(self) -> bool:
@@ -333,7 +365,6 @@ class HashingReader(io.RawIOBase):
 
     def read(self, n: int | None = -1) -> bytes:  # type: ignore[override]
         data = self._read(n if n is not None and n > 0 else BUFFER)
-        self.sha256.update(data)
         self.size += len(data)
         return data
 
@@ -345,6 +376,24 @@ class HashingReader(io.RawIOBase):
         return len(data)
 
     def drain(self) -> None:
-        """Read (and count, and hash) the rest of the stream."""
+        """Read (and count) the rest of the stream."""
         while self.read(BUFFER):
             pass
+
+
+class HashingReader(CountingReader):
+    """A readable stream that counts (``size``) and hashes (``sha256``) every byte read
+    through it: what a manifest records of a shard as stored."""
+
+    def __init__(self, stream: BinaryIO) -> None:
+        import hashlib  # (not at import, which the shell tools wait for)
+
+        super().__init__(stream)
+        self.sha256 = hashlib.sha256()
+
+    def read(self, n: int | None = -1) -> bytes:  # type: ignore[override]
+        data = super().read(n)
+        self.sha256.update(data)
+        return data
+
+    read1 = read  # type: ignore[assignment]

@@ -3,17 +3,21 @@
 ``urllib`` gives each socket operation its own timeout, so a server that sends its headers
 or its body a few bytes at a time keeps a reader waiting for ever. :func:`open_url` opens a
 URL as ``urllib.request.urlopen`` does (proxies from the environment, redirects, the default
-TLS checks), but the sockets of its connections are read by :class:`_TimedReader`, which
-lets each receive wait only as long as the budget has left and charges it the time waited:
+TLS checks), but every answer on its connections (a proxy's answer to ``CONNECT`` too) is
+read by :class:`_TimedReader`, which lets each receive wait only as long as the budget has
+left and charges it the time waited, and the TLS handshake runs within what the budget has
+left and is charged to it (:class:`_TimedContext`): the handshake, the proxy's answer and
 the answer's status and headers (over every redirect) within one budget, then the body at
-the budget's pace. Imported when a URL is first opened: the shell tools start faster
-without urllib.
+the budget's pace. Only the TCP connection has a timeout of its own (the budget's length).
+Imported when a URL is first opened: the shell tools start faster without urllib.
 """
 
 from __future__ import annotations
 
+import functools
 import http.client
 import io
+import ssl
 import time
 import urllib.request
 from typing import Any
@@ -34,19 +38,56 @@ def open_url(request: urllib.request.Request, budget: WaitBudget) -> Any:
 
 
 class _TimedConnection(http.client.HTTPConnection):
-    """An HTTP connection whose socket is read within ``budget``."""
+    """An HTTP connection whose answers (a proxy's to ``CONNECT`` too) are read within
+    ``budget``."""
 
     def __init__(self, host: str, *, budget: WaitBudget, **options: Any) -> None:
         super().__init__(host, **options)
         self.budget = budget
-
-    def connect(self) -> None:
-        super().connect()  # (for HTTPS, after this: the TLS handshake)
-        self.sock = _TimedSocket(self.sock, self.budget)
+        # http.client makes every answer it reads with response_class, from the socket.
+        self.response_class = functools.partial(_timed_response, budget=budget)  # type: ignore[assignment]
 
 
 class _TimedHttpsConnection(_TimedConnection, http.client.HTTPSConnection):
-    """An HTTPS connection whose socket is read within ``budget``."""
+    """An HTTPS connection whose TLS handshake and answers are within ``budget``."""
+
+    def __init__(self, host: str, *, budget: WaitBudget, **options: Any) -> None:
+        super().__init__(host, budget=budget, context=_TimedContext.default(budget), **options)
+
+
+def _timed_response(sock: Any, *args: Any, budget: WaitBudget, **kwargs: Any) -> Any:
+    """An answer read from ``sock`` within ``budget``."""
+    return http.client.HTTPResponse(_TimedSocket(sock, budget), *args, **kwargs)  # type: ignore[arg-type]
+
+
+class _TimedContext(ssl.SSLContext):
+    """The default TLS settings (``ssl.create_default_context``'s), with each handshake
+    run within what :attr:`budget` has left and charged to it: a server that sends its
+    handshake a few bytes at a time keeps the reader waiting no longer than the budget.
+    """
+
+    budget: WaitBudget
+
+    @classmethod
+    def default(cls, budget: WaitBudget) -> _TimedContext:
+        context = cls(ssl.PROTOCOL_TLS_CLIENT)  # (hostnames and certificates checked)
+        context.load_default_certs()
+        context.budget = budget
+        return context
+
+    def wrap_socket(self, sock: Any, *args: Any, **kwargs: Any) -> ssl.SSLSocket:  # type: ignore[override]
+        kwargs["do_handshake_on_connect"] = False
+        tls = super().wrap_socket(sock, *args, **kwargs)
+        left = self.budget.left()
+        if left <= 0:
+            raise TimeoutError("timed out")
+        tls.settimeout(left)  # one deadline for the whole handshake, however it trickles
+        started = time.monotonic()
+        try:
+            tls.do_handshake()
+        finally:
+            self.budget.waited(time.monotonic() - started, 0)
+        return tls
 
 
 class _Handler(urllib.request.HTTPHandler, urllib.request.HTTPSHandler):

@@ -2,29 +2,28 @@
 
 Each filter is a *predicate*, a function of a :class:`~tarkit.format.samples.Sample` that
 says whether to keep it; :func:`filter_samples` applies one to a stream, as the stages of
-:mod:`tarkit.stream.stages` do. ``tarcat --where``, ``--keys`` and ``--fraction`` are
-:func:`where`, :func:`key_in` and :func:`keep_fraction`, combined by :func:`sample_filter`.
+:mod:`tarkit.stream.stages` do. ``tarcat --where``, ``--keys`` and ``--fraction`` (``--invert``)
+are :func:`where`, :func:`key_in` and :func:`keep_fraction`, combined by :func:`sample_filter`.
 The grammar of :func:`where` and every rule below are in ``docs/tarcat.md``.
 
 An expression is compiled once into nested closures (no ``eval``); a sample's fields are
 read only when the expression reaches them, and a JSON field is decoded at most once
-per sample. A malformed expression raises :class:`ExpressionError` pointing at it:
+per sample. A malformed expression raises :class:`~tarkit.errors.ExpressionError` pointing at it:
 
 >>> where("json.height >")
 Traceback (most recent call last):
 ...
-tarkit.stream.filters.ExpressionError: --where: expected a value after '>' at column 14
+tarkit.errors.ExpressionError: --where: expected a value after '>' at column 14
 """
 
 from __future__ import annotations
 
-import math
 import operator
 import re
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import Any
 
-from ..errors import InputError, SourceError, UsageError
+from ..errors import ExpressionError, InputError, SourceError, UsageError
 from ..format.samples import Sample, split_name
 from ..storage import expand_inputs, open_source
 from .stages import close_iterator
@@ -51,19 +50,10 @@ _LITERALS = {"true": True, "false": False, "null": None}
 _WANTED: dict[tuple[type, ...], str] = {(str,): "a string", (int, str): "an index or a string"}
 
 
-class ExpressionError(UsageError):
-    """A ``--where`` expression that does not parse. ``column`` counts from 1."""
-
-    def __init__(self, what: str, column: int, found: str | None = None) -> None:
-        self.what, self.column, self.found = what, column, found
-        shown = f", found {found}" if found else ""
-        super().__init__(f"--where: {what} at column {column}{shown}")
-
-
 def where(expression: str) -> Predicate:
     """The predicate of a ``--where`` expression, e.g. ``where("json.height > 200")``.
 
-    Raises :class:`ExpressionError` for a malformed expression. The predicate raises
+    Raises :class:`~tarkit.errors.ExpressionError` for a malformed expression. The predicate raises
     :class:`~tarkit.errors.InputError` for a field that is not JSON when the expression
     asks a JSON path of it; a missing field or path, or a value of another type, makes a
     comparison false and is never an error.
@@ -78,10 +68,10 @@ def key_in(keys: Iterable[str]) -> Predicate:
     return lambda sample: sample.key in wanted
 
 
-def read_keys(spec: str) -> frozenset[str]:
-    """The keys listed in ``spec``, one per line (a path, ``-``, ``pipe:CMD``, a URL).
-
-    Whitespace around a key is dropped, and blank lines are skipped. Raises
+def read_keys(spec: str) -> list[str]:
+    """The keys listed in ``spec``, one per line (a path, ``-``, ``pipe:CMD``, a URL),
+    each once, in the order listed. Whitespace around a key is dropped, and blank lines
+    are skipped. Raises
     :class:`~tarkit.errors.SourceError` naming ``--keys`` when ``spec`` cannot be read.
     """
     try:
@@ -90,35 +80,30 @@ def read_keys(spec: str) -> frozenset[str]:
     except SourceError as exc:
         raise SourceError(f"--keys {exc}") from None
     lines = data.decode("utf-8", "surrogateescape").split("\n")
-    return frozenset(line.strip() for line in lines) - {""}
+    return [key for key in dict.fromkeys(line.strip() for line in lines) if key]
 
 
-def keep_fraction(fraction: float, seed: int = 0) -> Predicate:
-    """Keep each sample with probability ``fraction``, decided by its key and ``seed``.
+def keep_fraction(fraction: float, seed: int = 0, invert: bool = False) -> Predicate:
+    """Keep each sample with probability ``fraction``, decided by its key and ``seed``
+    (:func:`tarkit.seeds.in_split`, the rule ``ShardDataset(split=)`` shares); with
+    ``invert``, keep exactly the samples it drops.
 
-    A sample is kept when the 8-byte BLAKE2b digest of ``f"{seed}:{key}"`` (UTF-8), read
-    as a big-endian integer, is below ``fraction × 2**64``: the same key gets the
-    same decision in any order, shard or run, and a smaller fraction keeps a subset of
-    what a larger one keeps with the same seed.
+    The same key gets the same decision in any order, shard or run, and a smaller
+    fraction keeps a subset of what a larger one keeps with the same seed.
 
     >>> from tarkit.format.samples import Sample
-    >>> keep = keep_fraction(0.6, seed=1)
-    >>> [keep(Sample(k, [], [], "-")) for k in ("a", "b", "c", "d")]
-    [True, False, False, True]
+    >>> keep, rest = keep_fraction(0.6, seed=1), keep_fraction(0.6, seed=1, invert=True)
+    >>> [(keep(Sample(k, [], [], "-")), rest(Sample(k, [], [], "-"))) for k in "ab"]
+    [(True, False), (False, True)]
     """
-    if not 0 <= fraction <= 1:
-        raise UsageError(f"--fraction must be between 0 and 1 (got {fraction})")
-    from hashlib import blake2b  # imported here: tarcat starts without it
+    from ..seeds import KeySplit  # imported here: tarcat --where starts without hashlib
 
-    threshold = math.ceil(fraction * 2.0**64)
-    seeded = blake2b(f"{seed}:".encode(), digest_size=8)
-
-    def predicate(sample: Sample) -> bool:
-        draw = seeded.copy()
-        draw.update(sample.key.encode("utf-8", "surrogateescape"))
-        return int.from_bytes(draw.digest(), "big") < threshold
-
-    return predicate
+    try:
+        split = KeySplit(fraction, seed, invert)
+    except UsageError:
+        raise UsageError(f"--fraction must be between 0 and 1 (got {fraction})") from None
+    keeps = split.test()
+    return lambda sample: keeps(sample.key)
 
 
 def all_of(*predicates: Predicate) -> Predicate:
@@ -132,18 +117,22 @@ def sample_filter(
     keys: str | None = None,
     fraction: float | None = None,
     seed: int = 0,
+    invert: bool = False,
     inputs: Sequence[str] = (),
 ) -> Predicate | None:
-    """tarcat's filter: ``keys`` (a file, as :func:`read_keys` reads it), then ``fraction``,
-    then the ``--where`` ``expression``; None when none is given. ``inputs`` are the
-    archives read: ``keys="-"`` (stdin) is a usage error when they read stdin too.
+    """tarcat's filter: ``keys`` (a file, as :func:`read_keys` reads it), then ``fraction``
+    (its complement with ``invert``), then the ``--where`` ``expression``; None when none
+    is given. ``inputs`` are the archives read: ``keys="-"`` (stdin) is a usage error
+    when they read stdin too, and so is ``invert`` without ``fraction``.
 
     A sample must pass all of them; the cheaper checks come first, so ``--where`` never
     reads a sample the others dropped. The expression is parsed and the key list read
     here, before any input is opened.
     """
     matches = where(expression) if expression is not None else None  # usage errors first
-    share = keep_fraction(fraction, seed) if fraction is not None else None
+    if invert and fraction is None:
+        raise UsageError("--invert keeps the samples --fraction drops: give --fraction too")
+    share = keep_fraction(fraction, seed, invert) if fraction is not None else None
     if keys is not None and _stdin(keys) and any(map(_stdin, expand_inputs(inputs))):
         raise UsageError("--keys - reads stdin, and so do the archives: name them instead")
     listed = key_in(read_keys(keys)) if keys is not None else None

@@ -16,7 +16,7 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 
 from ..errors import NotFound
-from ..format.samples import Sample
+from ..format.samples import Sample, field_positions, find_field
 from .stages import close_iterator
 
 
@@ -50,11 +50,12 @@ def first_field(
             if key is not None and sample.key != key:
                 continue
             key_seen = True
-            folded = [f.lower() for f in sample.fields]
-            for alternative in wanted or folded[:1]:
-                if alternative in folded:
-                    index = folded.index(alternative)
-                    return Found(sample, sample.fields[index], sample.members[index].data)
+            if wanted is None:
+                index = 0 if sample.fields else None
+            else:
+                index = find_field(field_positions(sample.fields), wanted)
+            if index is not None:
+                return Found(sample, sample.fields[index], sample.members[index].data)
     finally:
         close_iterator(samples)
     raise NotFound(_not_found(fields, key, key_seen, count))

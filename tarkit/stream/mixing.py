@@ -29,7 +29,7 @@ from ..errors import UsageError
 from ..format.samples import Sample, SkipLog
 from ..seeds import stable_seed
 from ..sizes import check_parallel
-from ..storage import PIPE, Source, expand_inputs, location, open_source
+from ..storage import PIPE, Source, check_local_files, expand_inputs, location, open_source
 from .stages import close_iterator, read_samples, source_samples
 
 T = TypeVar("T")
@@ -380,6 +380,7 @@ def combine_inputs(
         if len(parsed) != len(specs):
             raise UsageError(f"--mix has {len(parsed)} weights for {len(specs)} inputs")
     if parallel > 1:
+        check_local_files(specs)  # (read_samples checks its own)
         shared = _SharedSkips(skips) if skips is not None else None
         return read_ahead(specs, parallel, skips=shared, **options)
     streams = [read_samples([spec], skips=skips, **options) for spec in specs]  # type: ignore[arg-type]

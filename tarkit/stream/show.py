@@ -1,4 +1,5 @@
-r"""Looking at samples: a one-line preview per field, terminal drawings, a contact sheet.
+r"""Looking at samples: a one-line preview per field, terminal drawings, a contact sheet
+(its tiles captioned with the key, or with fields: a class named from ``classes.json``).
 
 A field is an image when its last extension is one of :data:`IMAGE_EXTENSIONS`
 (``x.seg.png`` is one, ``x.png.gz`` is not): the name decides, not the bytes, so
@@ -17,15 +18,18 @@ from __future__ import annotations
 import io
 import json
 import math
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from typing import TYPE_CHECKING, cast
 
 from ..errors import OutputError
-from ..format.samples import Sample
+from ..format.classes import CLASSES_FILE, ClassNames, names_for, parse_class_names
+from ..format.samples import Sample, select_fields
 from .tsv import as_text, escape
 
 if TYPE_CHECKING:
     from PIL import Image, ImageFont
+
+    from ..storage import StorageOptions
 
 IMAGE_EXTENSIONS = tuple(
     "jpg jpeg png webp gif bmp tif tiff ppm pgm pbm pnm tga ico jp2 avif".split()
@@ -36,8 +40,11 @@ PREVIEW_BYTES = 16
 MORE = "…"
 
 # Contact sheet layout, in pixels: each cell is a TILE x TILE image area above a
-# CAPTION-high key, cells GAP apart and GAP from the border.
+# CAPTION-high line per caption (the key, or each caption field), cells GAP apart and GAP
+# from the border.
 TILE, CAPTION, GAP = 128, 16, 4
+KEY = "__key__"  # the key, as a caption field (webdataset's name for it)
+MISSING = "-"  # the caption of a field the sample does not have
 BACKGROUND, EMPTY_TILE, CAPTION_COLOUR = (24, 24, 24), (64, 64, 64), (230, 230, 230)
 
 
@@ -213,24 +220,36 @@ def first_image(sample: Sample) -> bytes | None:
     return None
 
 
-def grid(samples: Iterable[Sample], path: str) -> int:
+def grid(
+    samples: Iterable[Sample],
+    path: str,
+    *,
+    image_fields: list[list[str]] | None = None,
+    caption: list[list[str]] | None = None,
+    class_names: ClassNames | None = None,
+) -> int:
     """Write a contact sheet PNG of the first image of each sample, captioned with its key.
 
     Cells are laid out in rows of ``ceil(sqrt(n))``; each is a ``TILE`` pixel square
     holding the image scaled to fit and centred, above its key (cut from the left with
     ``...`` when too long). A sample without an image (or with an unreadable one) gets
-    a grey tile. The PNG is deterministic and written atomically (``-`` is stdout).
-    Returns the number of cells; raises :class:`~tarkit.errors.OutputError` when no
-    sample has an image (nothing is written).
+    a grey tile. ``image_fields`` (a field spec, as ``-f`` parses it) limits the fields
+    an image is taken from. ``caption`` (a field spec; ``__key__`` is the key) captions
+    each tile with a line per column instead: the first field of its alternatives that
+    the sample has, previewed (:func:`caption_text`, a class value named from
+    ``class_names``), or ``-``. The PNG is deterministic and written atomically (``-`` is
+    stdout). Returns the number of cells; raises :class:`~tarkit.errors.OutputError` when
+    no sample has an image (nothing is written).
     """
     from PIL import Image, ImageDraw, ImageFont, ImageOps
 
     from ..storage import Sink
     from .stages import output_errors
 
-    tiles: list[tuple[str, Image.Image | None]] = []
+    columns = caption or [[KEY]]
+    tiles: list[tuple[list[str], Image.Image | None]] = []
     for sample in samples:
-        data = first_image(sample)
+        data = first_image(select_fields(sample, image_fields) if image_fields else sample)
         tile = None
         if data is not None and (image := open_image(data)) is not None:
             try:
@@ -238,7 +257,7 @@ def grid(samples: Iterable[Sample], path: str) -> int:
                 tile = ImageOps.contain(_rgb(image), (TILE, TILE), Image.Resampling.LANCZOS)
             except (OSError, ValueError, SyntaxError, Image.DecompressionBombError):
                 tile = None
-        tiles.append((sample.key, tile))
+        tiles.append(([caption_text(sample, c, class_names) for c in columns], tile))
     if not any(tile is not None for _, tile in tiles):
         raise OutputError(
             f"{path}: no image in the first {len(tiles)} samples "
@@ -247,22 +266,25 @@ def grid(samples: Iterable[Sample], path: str) -> int:
         )
     per_row = math.ceil(math.sqrt(len(tiles)))
     rows = math.ceil(len(tiles) / per_row)
+    cell_height = TILE + CAPTION * len(columns) + GAP
     sheet = Image.new(
         "RGB",
-        (GAP + per_row * (TILE + GAP), GAP + rows * (TILE + CAPTION + GAP)),
+        (GAP + per_row * (TILE + GAP), GAP + rows * cell_height),
         BACKGROUND,
     )
     pen = ImageDraw.Draw(sheet)
     font = ImageFont.load_default(size=11)
-    for index, (key, tile) in enumerate(tiles):
+    for index, (lines, tile) in enumerate(tiles):
         x = GAP + (index % per_row) * (TILE + GAP)
-        y = GAP + (index // per_row) * (TILE + CAPTION + GAP)
+        y = GAP + (index // per_row) * cell_height
         if tile is None:
             pen.rectangle((x, y, x + TILE - 1, y + TILE - 1), fill=EMPTY_TILE)
         else:
             sheet.paste(tile, (x + (TILE - tile.width) // 2, y + (TILE - tile.height) // 2))
-        caption = _fit(escape(key), font, TILE)
-        pen.text((x, y + TILE + 1), caption, fill=CAPTION_COLOUR, font=font)
+        for number, (line, column) in enumerate(zip(lines, columns, strict=True)):
+            # A key's end tells keys apart, a text's beginning says what it is.
+            text = _fit(line, font, TILE, keep_end=column == [KEY])
+            pen.text((x, y + TILE + 1 + CAPTION * number), text, fill=CAPTION_COLOUR, font=font)
     sink = Sink(path)
     try:
         with output_errors(sink):
@@ -274,12 +296,76 @@ def grid(samples: Iterable[Sample], path: str) -> int:
     return len(tiles)
 
 
-def _fit(text: str, font: ImageFont.FreeTypeFont | ImageFont.ImageFont, width: int) -> str:
-    """``text``, cut from the left with ``...`` until it is at most ``width`` pixels."""
+def caption_text(
+    sample: Sample, alternatives: list[str], class_names: ClassNames | None = None
+) -> str:
+    """The caption line of ``sample`` for one column of a field spec: the key for
+    ``__key__``, else the first of ``alternatives`` the sample has (matched
+    case-insensitively): a class (a ``cls`` field, ``<column>.cls``) as its value and its
+    name from ``class_names`` (``dog (3)``), an image as its size and mode, anything else as
+    its :func:`preview`; ``-`` when the sample has none of them.
+
+    >>> from tarkit.format.tar import Member
+    >>> sample = Sample("k1", ["cls", "txt"], [Member("k1.cls", "file", 1, 0, b"1", 0),
+    ...     Member("k1.txt", "file", 5, 0, b"a cat", 0)], "-")
+    >>> [caption_text(sample, c, ["cat", "dog"]) for c in (["cls"], ["caption", "txt"], ["json"])]
+    ['dog (1)', 'a cat', '-']
+    """
+    folded = [field.lower() for field in sample.fields]
+    for alternative in alternatives:
+        if alternative == KEY:
+            return escape(sample.key)
+        if alternative.lower() not in folded:
+            continue
+        index = folded.index(alternative.lower())
+        field, data = sample.fields[index], sample.data_at(index)
+        if is_image(field):
+            return image_preview(open_image(data), data)
+        text = preview(field, data.strip())
+        if extension(field) == "cls":
+            names = names_for(field.lower(), class_names)
+            value = text.strip()
+            if names is not None and value.isdigit() and int(value) < len(names):
+                return f"{escape(names[int(value)])} ({value})"
+        return text
+    return MISSING
+
+
+def caption_classes(
+    inputs: Sequence[str], named: str | None = None, storage_options: StorageOptions | None = None
+) -> ClassNames | None:
+    """The class names captions use: those of the file ``named`` (which must exist), else
+    of the ``classes.json`` beside the first input, when it is a file or a URL and there is
+    one (the writers put it beside the shards). Raises
+    :class:`~tarkit.errors.SourceError` for a ``named`` file that does not exist and
+    :class:`~tarkit.errors.InputError` for one that is not a list of names."""
+    from ..errors import SourceError
+    from ..storage import expand_inputs, location, read_bytes
+
+    if named is None:
+        first = location(expand_inputs(inputs)[0])
+        if not (first.is_file or first.remote):
+            return None
+        place = first.sibling(CLASSES_FILE)
+    else:
+        place = named
+    data = read_bytes(place, storage_options)
+    if data is None:
+        if named is not None:
+            raise SourceError(f"{named}: no such file", reason=SourceError.MISSING)
+        return None
+    return parse_class_names(data.decode("utf-8", "replace"), place)
+
+
+def _fit(
+    text: str, font: ImageFont.FreeTypeFont | ImageFont.ImageFont, width: int, keep_end: bool
+) -> str:
+    """``text``, cut with ``...`` until it is at most ``width`` pixels: from the left when
+    ``keep_end``, else from the right."""
     if font.getlength(text) <= width:
         return text
-    for start in range(1, len(text)):
-        cut = "..." + text[start:]
-        if font.getlength(cut) <= width:
-            return cut
+    for cut in range(1, len(text)):
+        shorter = "..." + text[cut:] if keep_end else text[: len(text) - cut] + "..."
+        if font.getlength(shorter) <= width:
+            return shorter
     return "..."

@@ -22,7 +22,15 @@ from ..errors import UsageError
 from ..format.compression import open_decompressed
 from ..format.samples import Sample, SkipLog, group_samples, same_key_error
 from ..format.tar import TarWriter, read_members
-from ..storage import Sink, Source, StorageOptions, descriptor_failure, expand_inputs, open_source
+from ..storage import (
+    Sink,
+    Source,
+    StorageOptions,
+    check_local_files,
+    descriptor_failure,
+    expand_inputs,
+    open_source,
+)
 
 T = TypeVar("T")
 WRITE_CHUNK = 1 << 20
@@ -43,9 +51,13 @@ def read_samples(
     Each input is opened only when the previous one is done, and closed (its
     ``pipe:`` command's exit status checked) before the next. Stopping early closes
     the current input without reading the rest. ``storage_options`` go to fsspec for
-    fsspec URLs. Raises :class:`~tarkit.errors.TarkitError` for any bad input.
+    fsspec URLs. Raises :class:`~tarkit.errors.TarkitError` for any bad input; local
+    files that are missing, directories or part of a set whose commit was stopped midway
+    before the first sample (:func:`~tarkit.storage.check_local_files`).
     """
-    for spec in expand_inputs(inputs):
+    specs = expand_inputs(inputs)
+    check_local_files(specs)
+    for spec in specs:
         with open_source(spec, storage_options) as source:
             yield from source_samples(
                 source, strict=strict, skips=skips, ignore_zeros=ignore_zeros,

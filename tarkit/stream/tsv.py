@@ -23,7 +23,7 @@ import re
 from collections.abc import Iterable, Iterator
 from typing import BinaryIO
 
-from ..format.samples import Sample
+from ..format.samples import Sample, field_positions, find_field
 
 # Control characters other than tab, newline and carriage return mark binary data.
 _BINARY = re.compile(r"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f]")
@@ -94,15 +94,8 @@ def pick(sample: Sample, alternatives: list[str]) -> bytes | None:
 
     Names match case-insensitively, as in ``tarcat -f`` (webdataset lowercases fields).
     """
-    return _pick(sample, [alternative.lower() for alternative in alternatives])
-
-
-def _pick(sample: Sample, folded_alternatives: list[str]) -> bytes | None:
-    folded = [field.lower() for field in sample.fields]
-    for alternative in folded_alternatives:
-        if alternative in folded:
-            return sample.data_at(folded.index(alternative))
-    return None
+    index = find_field(field_positions(sample.fields), alternatives)
+    return None if index is None else sample.data_at(index)
 
 
 def tsv_lines(
@@ -130,18 +123,43 @@ def tsv_lines(
     if header:
         names = [escape(";".join(alternatives)) for alternatives in columns]
         yield "\t".join([KEY, *names] if key else names) + "\n"
-    folded = [[alternative.lower() for alternative in column] for column in columns]
+    where = _Columns(columns)
     if first is not None:
-        yield _line(first, folded, key)
+        yield _line(first, where, key)
     for sample in iterator:
-        yield _line(sample, folded, key)
+        yield _line(sample, where, key)
 
 
-def _line(sample: Sample, columns: list[list[str]], key: bool) -> str:
-    cells = [cell(_pick(sample, alternatives)) for alternatives in columns]
+def _line(sample: Sample, where: _Columns, key: bool) -> str:
+    picked, present = where.find(sample.fields)
+    data = iter(sample.data_of(present))  # one pass over the sample's members
+    cells = [cell(next(data)) if index is not None else "" for index in picked]
     if key:
         cells.insert(0, escape(sample.key))
     return "\t".join(cells) + "\n"
+
+
+class _Columns:
+    """Where each column's field is in a sample, found in one pass over its fields (a
+    sample may have many thousands) and remembered for its list of field names, which
+    the samples of a dataset mostly share."""
+
+    def __init__(self, columns: list[list[str]]) -> None:
+        self.columns = columns
+        self.known: dict[tuple[str, ...], tuple[list[int | None], list[int]]] = {}
+
+    def find(self, fields: list[str]) -> tuple[list[int | None], list[int]]:
+        """The field index of each column (None when missing), and those present."""
+        names = tuple(fields)
+        found = self.known.get(names)
+        if found is None:
+            positions = field_positions(fields)
+            picked = [find_field(positions, alternatives) for alternatives in self.columns]
+            found = (picked, [index for index in picked if index is not None])
+            if len(self.known) >= 64:
+                self.known.clear()
+            self.known[names] = found
+        return found
 
 
 WRITE_CHUNK = 1 << 16

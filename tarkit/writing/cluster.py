@@ -6,13 +6,16 @@ sample in order. The work goes in two kinds of task (:mod:`tarkit.writing.cluste
 run by the same :class:`~tarkit.engines.running.TaskRunner` as :func:`tarkit.map_shards`:
 
 1. Encode tasks load and encode runs of consecutive positions (about a second of work
-   each), in parallel on every node, and report the sizes of their samples; the samples
-   stay where they were encoded (the Ray object store of that node): no item passes
-   through the driver.
-2. The driver walks the sizes in order as they arrive, with the cut rule; as soon as a
-   shard's end is known, a write task takes exactly its samples from the encode tasks'
-   payloads (Ray moves them to its node), writes the shard and publishes it. Shards are
-   written in parallel, in any order; items are encoded once.
+   each), in parallel on every node, and report the sizes of their samples (an item may
+   give none, one or several); the samples stay where they were encoded (the Ray object
+   store of that node): no item passes through the driver
+   (:mod:`tarkit.writing.cluster_pieces` is what the driver holds of them).
+2. The driver walks the sizes sample by sample in order as they arrive, with the cut
+   rule (:mod:`tarkit.writing.cluster_walk`: a shard may end among the samples of one
+   item, at a point: a position and a sample of it); as soon as a shard's end is known,
+   a write task takes exactly its samples from the encode tasks' payloads (Ray moves
+   them to its node), writes the shard and publishes it. Shards are written in
+   parallel, in any order; items are encoded once.
 
 gzip and zstd shards are cut by measuring the compressor, which only the writer can: their
 write tasks find their own end, one shard after the other (encoding stays parallel).
@@ -20,18 +23,19 @@ Uncompressed, bzip2 and xz shards are cut by the driver.
 
 Each shard gets a record (:mod:`tarkit.writing.shard_records`) before it is published,
 so that ``mode="resume"`` keeps every complete shard, wherever it is in the set, and
-writes only the others. With a manifest, each uncompressed shard's index is published
-before them (:mod:`tarkit.writing.indexes`), and a resumed run checks the indexes of the
-shards it keeps. An item that fails raises its error once every shard before it
-is written (as on one machine), or with ``on_error="skip"`` is left out; a task whose
-worker dies is tried again (``retries``); a write that keeps failing is raised.
+writes only the others; the records stay when the set needs them (see there), and an
+overwrite commits them with the shards (:mod:`tarkit.writing.finishing`). With a
+manifest, each uncompressed shard's index is published before it
+(:mod:`tarkit.writing.indexes`), and a resumed run checks the indexes of the shards it
+keeps. An item that fails raises its error once every shard before it is written (as on one machine), or
+with ``on_error="skip"`` is left out; a task whose worker dies is tried again
+(``retries``); a write that keeps failing is raised.
 """
 
 from __future__ import annotations
 
-import bisect
-from collections.abc import Callable, Iterator, Mapping
-from dataclasses import dataclass, field, replace
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, replace
 from typing import Any
 
 from ..engines import start_engine
@@ -40,53 +44,48 @@ from ..engines.running import DONE, FAILED, RETRY, Outcome, TaskRunner
 from ..errors import EngineError, OutputError
 from ..format.compression import MEASURED, compression_for
 from ..format.manifest import Manifest, ShardInfo
-from ..storage import location, manifest_at, manifest_files, remove_file, save_manifest
-from .cluster_tasks import Encoded, EncodeTask, Slot, WriteTask, Written
+from ..storage import Move, location, manifest_at, manifest_files, remove_file, save_manifest
+from .cluster_pieces import Piece, Pieces
+from .cluster_tasks import Encoded, EncodeTask, WriteTask, Written
+from .cluster_walk import Cut, Walk
 from .cuts import ShardCut
 from .finishing import put_in_place, run_post
 from .indexes import SetIndexes
-from .items import ItemEncoder, ItemFailure
+from .items import ItemEncoder, ItemFailure, Point
 from .patterns import (
     CREATE,
     OVERWRITE,
     RESUME,
     existing_shards,
+    finished_earlier,
     pending_name,
+    record_path,
     refuse_existing,
+    remove_pending,
+    replaced_files,
     settle_earlier_run,
     shard_name,
 )
 from .rejects import Rejected, save_rejects
-from .shard_records import completed_ranges, plan_digest, record_path
+from .shard_records import completed_ranges, first_uncounted, plan_digest, remove_records
 
 TICK = 0.5  # seconds between progress reports while waiting
 PIECE_SECONDS = 1.0  # the work an encode task aims at
 MAX_PIECE, PIECE_BYTES = 4096, 64 << 20  # the most items, and encoded bytes, of one
-CHAIN_BYTES = 4  # gzip/zstd: a write task gets this many times maxsize of tar bytes
-
-
-@dataclass
-class _Piece:
-    """An encode task's positions and, once it is done, its sizes and payload."""
-
-    first: int
-    end: int
-    sizes: list[int] | None = None
-    offsets: list[int] = field(default_factory=list)
-    failures: dict[int, ItemFailure] = field(default_factory=dict)  # by position
-    payload: Handle | None = None
-    users: set[int] = field(default_factory=set)  # shards whose write needs the payload
 
 
 @dataclass
 class Tally:
-    """How far a run is, for :class:`~tarkit.writing.from_dataset.ShardProgress`."""
+    """How far a run is, on either engine (:mod:`tarkit.writing.local_run` reports one
+    too), for :class:`~tarkit.writing.from_dataset.ShardProgress`."""
 
     samples: int = 0
     shards: int = 0
     resumed: int = 0
     retries: int = 0
     message: str | None = None
+    empty: int = 0
+    rejected: int = 0
 
 
 class ClusterRun:
@@ -112,23 +111,30 @@ class ClusterRun:
         self.compression = compression_for(pattern)
         self.chain = self.compression in MEASURED
         self.plan = plan_digest(order, maxcount, maxsize, self.compression)
-        settle_earlier_run(pattern, self.options)
+        if settle_earlier_run(pattern, self.options):
+            report(Tally(message=finished_earlier(pattern)))
         existing = existing_shards(pattern, start, self.options)
         if mode == CREATE and existing:
             raise refuse_existing(pattern, existing, start)
-        self.replaced = [s.url for s in existing] if mode == OVERWRITE else []
-        self.indexes = SetIndexes(pattern, manifest, mode == OVERWRITE, self.options)
+        overwrite = mode == OVERWRITE
+        self.replaced = replaced_files(pattern, existing, start, self.options) if overwrite else []
+        self.indexes = SetIndexes(pattern, manifest, overwrite, self.options)
         covered = completed_ranges(pattern, start, self.plan, rejects if skipping else None,
                                    self.options, self.indexes.on) if mode == RESUME else []  # fmt: skip
-        self.covered = {c.first: c for c in covered}
+        # The items whose samples are all in complete shards: not encoded again.
+        lows = ((c.first[0] + (c.first[1] > 0), c.end[0]) for c in covered)
+        skips = {low: high for low, high in lows if low < high}
         self.shards: dict[int, ShardInfo] = {}
         self.rejected: dict[int, Rejected] = {}  # by position
         self.unplaced: list[Rejected] = []  # rejects of shards without records
         self.tally = Tally()
-        self.ends: dict[int, int] = {}  # shard number: the position after its range
+        self.ends: dict[int, Point] = {}  # shard number: the point after its range
+        self.uneven: dict[int, bool] = {}  # shard number: whether it is uneven
+        self.records: dict[int, int] = {}  # overwrite: shard number: its record's bytes
         self.resumed: set[int] = set()
         for c in covered:
             self.ends[c.after - 1] = c.end
+            self.uneven[c.after - 1] = c.uneven
             self.resumed.update(range(c.number, c.after))
             self.shards.update({c.number + i: info for i, info in enumerate(c.shards)})
             self.rejected.update(dict(c.rejects))
@@ -136,15 +142,12 @@ class ClusterRun:
             self.tally.resumed += sum(info.samples for info in c.shards)
         self.tally.samples = self.tally.resumed
         self.tally.shards = len(self.shards)
-        # The walk along the item order: the next position and shard, the shard being cut.
-        self.pos, self.number = 0, start
-        self.cut = ShardCut(maxcount, maxsize, self.compression)
-        self.shard_first, self.slots, self.shard_rejects = 0, [], []  # type: ignore[var-annotated]
         self.failure: tuple[int, ItemFailure] | None = None  # the first item that failed
-        self.chain_factor, self.chain_busy = CHAIN_BYTES, False
         # Encode tasks: generated in order over the positions not covered.
-        self.pieces: dict[int, _Piece] = {}
-        self.firsts: list[int] = []
+        self.pieces = Pieces(encoder, order, skips)
+        cut = ShardCut(maxcount, maxsize, self.compression)
+        self.walk = Walk(self.pieces, self.total, covered, pattern, start, cut, self.chain,
+                         self._reject, self._write)  # fmt: skip
         self.next_piece = 0
         self.piece_size = 0
         self.item_seconds: float | None = None
@@ -152,24 +155,28 @@ class ClusterRun:
         self.ids = iter(range(1 << 62))
         self.writing: dict[int, WriteTask] = {}
         self.in_order = start  # the next shard to announce (on_shard, post, rejects file)
+        self.committing = False  # an overwrite's commit has begun
 
     # -- the loop ---------------------------------------------------------------------
 
     def run(self, runner: TaskRunner, capacity: int) -> Manifest:
         """Run every task; return the manifest (raises the first item's failure, or a
         task's that failed for good)."""
+        self.runner = runner
         self.piece_size = max(1, min(32, -(-self.total // max(1, capacity * 4))))
         window = max(2, 2 * capacity)
         while True:
             self._add_pieces(runner, window)
-            self._walk(runner)
-            self._release()
+            for position, failure in self.pieces.check():
+                self._failed(position, failure)
+            self.walk.advance()
+            self.pieces.release(self.walk.pos)
             self._announce()
             if self._finished():
                 break
             if not runner.busy():
                 raise OutputError(f"{self.pattern}: nothing left to run at item position "
-                                  f"{self.pos} of {self.total}: a bug in tarkit, please "
+                                  f"{self.walk.pos} of {self.total}: a bug in tarkit, please "
                                   "report it")  # fmt: skip
             for outcome in runner.poll(TICK):
                 self._ended(outcome)
@@ -179,24 +186,27 @@ class ClusterRun:
         return self._finish()
 
     def _finished(self) -> bool:
-        stopped = self.pos >= self.total or (
-            self.failure is not None and self.pos >= self.failure[0]
-        )
-        return stopped and not self.writing
+        return self.walk.stopped(self.walk.pos) and not self.writing
+
+    def _failed(self, position: int, failure: ItemFailure) -> None:
+        """The item at ``position`` failed: the run stops there, unless it is skipping."""
+        if not self.skipping and (self.failure is None or position < self.failure[0]):
+            self.failure = position, failure
+            self.walk.failed = position
 
     def _add_pieces(self, runner: TaskRunner, window: int) -> None:
         """Queue encode tasks in order while fewer than ``window`` are unfinished."""
-        waiting = sum(1 for p in self.pieces.values() if p.sizes is None)
+        waiting = self.pieces.waiting()
+        skips = self.pieces.skips
         while waiting < window and self.failure is None:
             first = self.next_piece
-            while first in self.covered:
-                first = self.covered[first].end
+            while first in skips:
+                first = skips[first]
             if first >= self.total:
                 return
-            later = min((f for f in self.covered if f > first), default=self.total)
+            later = min((low for low in skips if low > first), default=self.total)
             end = min(first + self._next_size(), later)
-            self.pieces[first] = _Piece(first, end)
-            self.firsts.append(first)
+            self.pieces.add(first, end)
             runner.add(EncodeTask(next(self.ids), first, tuple(self.order[first:end])))
             self.next_piece = end
             waiting += 1
@@ -236,197 +246,58 @@ class ClusterRun:
         return f"writing {task.name}"
 
     def _encoded(self, result: Encoded, payload: Handle) -> None:
-        piece = self.pieces[result.first]
-        piece.sizes, piece.payload = result.sizes, payload
-        offset = 0
-        for size in result.sizes:
-            piece.offsets.append(offset)
-            offset += max(size, 0)
-        positions = [result.first + k for k, size in enumerate(result.sizes) if size < 0]
-        piece.failures = dict(zip(positions, result.failures, strict=True))
-        good = len(result.sizes) - len(positions)
-        self.tally.samples += good
+        piece = self.pieces.encoded(result, payload)
+        good = [sizes for sizes in result.sizes if sizes is not None]
+        self.tally.samples += sum(len(sizes) for sizes in good)
+        self.tally.empty += sum(1 for sizes in good if not sizes)
         if result.sizes:
             self.item_seconds = result.seconds / len(result.sizes)
-            self.item_bytes = offset / max(good, 1)
-        if positions and not self.skipping:
-            first = positions[0], piece.failures[positions[0]]
-            if self.failure is None or first[0] < self.failure[0]:
-                self.failure = first
+            self.item_bytes = sum(map(sum, good)) / max(len(good), 1)
+        if piece.failures:
+            first = min(piece.failures)
+            self._failed(first, piece.failures[first])
 
     def _written(self, task: WriteTask, result: Written) -> None:
         del self.writing[task.number]
-        for piece in self.pieces.values():
+        for piece in self.pieces.pieces.values():
             piece.users.discard(task.number)
         if result.short:
-            self.chain_busy = False
-            if self.failure is not None and task.stop >= self.failure[0]:
-                self.pos = self.failure[0]  # the shard would hold the item that failed
-            else:
-                self.chain_factor *= 2
+            self.walk.written(task.number, None, task.stop)
             return
         assert result.info is not None and result.record is not None
         self.shards[task.number] = replace(result.info, url=shard_name(self.pattern, task.number))
         self.indexes.written(self.shards[task.number].url, result.index_size)
         self.ends[task.number] = result.record.end
+        self.uneven[task.number] = result.record.uneven
+        if self.mode == OVERWRITE:
+            self.records[task.number] = result.record_size
         self.tally.shards += 1
         if self.chain:
-            self.chain_busy = False
-            self.chain_factor = CHAIN_BYTES
-            self.pos, self.number = result.record.end, task.number + 1
-            self.shard_first = self.pos
+            self.walk.written(task.number, result.record.end, task.stop)
 
-    def _release(self) -> None:
-        """Let go of the payloads of the pieces behind the walk that no write needs."""
-        for first in [f for f, p in self.pieces.items() if p.end <= self.pos and not p.users]:
-            if self.pieces[first].sizes is not None:
-                del self.pieces[first]
-                self.firsts.remove(first)
-
-    # -- the walk along the item order ---------------------------------------------------
-
-    def _items(self, position: int) -> Iterator[tuple[int, _Piece, int]]:
-        """(position, its piece, index in it) from ``position`` on, through encoded
-        pieces, up to the first piece not encoded yet, a covered range or the end."""
-        while position < self.total and position not in self.covered:
-            at = bisect.bisect_right(self.firsts, position) - 1
-            piece = self.pieces.get(self.firsts[at]) if at >= 0 else None
-            if piece is None or piece.sizes is None or not piece.first <= position < piece.end:
-                return
-            for k in range(position - piece.first, piece.end - piece.first):
-                yield piece.first + k, piece, k
-            position = piece.end
-
-    def _walk(self, runner: TaskRunner) -> None:
-        """Cut what the sizes known in order allow, and queue the shards' writes."""
-        if self.chain:
-            self._walk_chain(runner)
-            return
-        while True:
-            covered = self.covered.get(self.pos)
-            if covered is not None:
-                if self.cut.count:
-                    # The shard being cut must end where the covered one begins.
-                    size = covered.first_size
-                    if size is None or self.cut.takes(size, _unmeasured):
-                        raise OutputError(self._misfit(covered))
-                    self._write(runner, self.pos, known=True)
-                self._enter(covered)
-                continue
-            if self.pos >= self.total:
-                if self.cut.count:
-                    self._write(runner, self.total, known=True, last=True)
-                return
-            moved = False
-            for position, piece, k in self._items(self.pos):
-                if self.failure is not None and position >= self.failure[0]:
-                    return
-                size = piece.sizes[k]  # type: ignore[index]
-                if size < 0:
-                    self._reject(position, piece)
-                elif not self.cut.takes(size, _unmeasured):
-                    self._write(runner, position, known=True)
-                    self._take(position, piece, k, size)
-                else:
-                    self._take(position, piece, k, size)
-                self.pos, moved = position + 1, True
-            if not moved:
-                return
-
-    def _misfit(self, covered: Any) -> str:
-        return (
-            f"{shard_name(self.pattern, covered.number)}: this run's cut before it does not "
-            "fall where it begins: the shards come from runs of other plans. Pass "
-            "--overwrite (mode='overwrite') to write the whole set anew"
-        )
-
-    def _enter(self, covered: Any) -> None:
-        """Step over a covered range; the shard after it begins there."""
-        if self.shard_rejects or covered.number != self.number:
-            raise OutputError(self._misfit(covered))
-        self.number, self.pos = covered.after, covered.end
-        self.shard_first = self.pos
-        self.cut.begin()
-
-    def _take(self, position: int, piece: _Piece, k: int, size: int) -> None:
-        self.slots.append((piece, (position, piece.offsets[k], size)))
-        piece.users.add(self.number)
-        self.cut.add(size)
-
-    def _reject(self, position: int, piece: _Piece) -> None:
+    def _reject(self, position: int, piece: Piece) -> Rejected:
+        """The item at ``position`` is left out (once, however often the walk meets it)."""
         failure = piece.failures[position]
         reject = Rejected(failure.index, failure.source, str(failure.exception()))
-        self.shard_rejects.append((position, reject))
         if position not in self.rejected:
             self.rejected[position] = reject
             if self.on_reject is not None:
                 self.on_reject(reject)
+        return reject
 
-    def _write(self, runner: TaskRunner, stop: int, *, known: bool, last: bool = False,
-               sentinel: int | None = None) -> None:  # fmt: skip
-        """Queue the write of the shard being cut, whose samples end before ``stop``."""
-        groups: list[tuple[_Piece, list[Slot]]] = []
-        for piece, slot in self.slots:
-            if not groups or groups[-1][0] is not piece:
-                groups.append((piece, []))
-                piece.users.add(self.number)
-            groups[-1][1].append(slot)
-        name = shard_name(self.target, self.number)
+    def _write(self, cut: Cut) -> None:
+        """Queue the write task of the shard ``cut``."""
+        name = shard_name(self.target, cut.number)
         task = WriteTask(
-            next(self.ids), self.number, name,
-            pending_name(name) if self.mode == OVERWRITE else name, self.shard_first,
-            tuple(tuple(slots) for _, slots in groups), tuple(self.shard_rejects), stop, known,
-            last,
-            sentinel, self.maxcount, self.maxsize,
-            None if self.mode == OVERWRITE else self.plan, self.options,
+            next(self.ids), cut.number, name,
+            pending_name(name) if self.mode == OVERWRITE else name, cut.first,
+            tuple(tuple(slots) for _, slots in cut.groups), tuple(cut.rejects), cut.stop,
+            cut.known, cut.last, cut.sentinel, self.maxcount, self.maxsize, self.plan,
+            self.options, cut.uneven_from,
             index_place=self.indexes.place(name) if self.indexes.on else None,
         )  # fmt: skip
-        runner.add(task, [piece.payload for piece, _ in groups], first=True)
-        self.writing[self.number] = task
-        if not self.chain:
-            self.number += 1
-            self.shard_first, self.slots, self.shard_rejects = stop, [], []
-            self.cut.begin()
-
-    def _walk_chain(self, runner: TaskRunner) -> None:
-        """gzip/zstd: give the next shard's write its candidates once they are encoded."""
-        while not self.chain_busy:
-            if self.failure is not None and self.pos >= self.failure[0]:
-                return
-            covered = self.covered.get(self.pos)
-            if covered is not None:
-                self._enter(covered)
-                continue
-            if self.pos >= self.total:
-                return
-            self.slots, self.shard_rejects = [], []
-            count = size_sum = 0
-            stop = self.pos
-            for position, piece, k in self._items(self.pos):
-                if self.failure is not None and position >= self.failure[0]:
-                    break
-                size = piece.sizes[k]  # type: ignore[index]
-                if size < 0:
-                    self._reject(position, piece)
-                else:
-                    self.slots.append((piece, (position, piece.offsets[k], size)))
-                    count, size_sum = count + 1, size_sum + size
-                stop = position + 1
-                if count > self.maxcount or size_sum > self.chain_factor * self.maxsize:
-                    break
-            covered = self.covered.get(stop)
-            last = stop >= self.total
-            enough = count > self.maxcount or size_sum > self.chain_factor * self.maxsize
-            if not (enough or last or covered is not None):
-                return  # wait for more encoded items
-            if not self.slots:
-                if covered is not None and self.shard_rejects:
-                    raise OutputError(self._misfit(covered))
-                self.pos = stop
-                continue
-            sentinel = covered.first_size if covered is not None else None
-            self._write(runner, stop, known=False, last=last, sentinel=sentinel)
-            self.chain_busy = True
+        self.runner.add(task, [piece.payload for piece, _ in cut.groups], first=True)
+        self.writing[cut.number] = task
 
     # -- what the user sees -------------------------------------------------------------
 
@@ -447,32 +318,52 @@ class ClusterRun:
             announced = True
         if announced and self.skipping and self.rejects_file and self.mode != OVERWRITE:
             end = self.ends[self.in_order - 1]  # where the shards from the first on reach
-            before = [r for p, r in sorted(self.rejected.items()) if p < end]
+            before = [r for p, r in sorted(self.rejected.items()) if (p, 0) < end]
             save_rejects(self.unplaced + before, self.rejects_file, self.options)
 
     def _finish(self) -> Manifest:
-        """Put the complete set in place (an overwrite: commit it whole), remove the
-        shards' records and publish the manifest; return the manifest of the set."""
+        """Put the complete set in place (an overwrite: commit it whole, with the records
+        the set needs), remove the other records and publish the manifest; return the
+        manifest of the set."""
         numbers = sorted(self.shards)
         infos = [self.shards[n] for n in numbers]
-        options, manifest = self.options, self.manifest
+        options, manifest, pattern = self.options, self.manifest, self.pattern
+        ends = [(self.shards[n].samples, self.ends.get(n), self.uneven.get(n, False))
+                for n in numbers]  # fmt: skip
+        first = first_uncounted(ends, sorted(self.rejected), len(self.unplaced))
+        kept = set(numbers[first:] if first is not None else [])  # shards that keep records
         if self.mode == OVERWRITE:
-            pending = [pending_name(shard_name(self.pattern, n)) for n in numbers]
-            put_in_place(self.pattern, pending, infos, self.replaced, manifest, self.post,
-                         options, self.indexes.sizes_of(infos))  # fmt: skip
-        for record in existing_shards(record_path(self.pattern), self.start, options):
-            remove_file(record.url, options)
+            records = []
+            for n in numbers:
+                name = shard_name(pattern, n)
+                if n in kept:
+                    records.append(Move(pending_name(record_path(name)), record_path(name),
+                                        self.records[n]))  # fmt: skip
+                else:  # a record the set does not need
+                    remove_file(pending_name(record_path(name)), options)
+            pending = [pending_name(shard_name(pattern, n)) for n in numbers]
+            self.committing = True
+            put_in_place(pattern, pending, infos, self.replaced, manifest, self.post, options,
+                         self.indexes.sizes_of(infos), records)  # fmt: skip
+        else:
+            remove_records(
+                pattern, self.start, [shard_name(pattern, n) for n in sorted(kept)], options
+            )
         if manifest is not None and self.mode != OVERWRITE:
             save_manifest(manifest_files(manifest, infos, self.indexes.on), options)
         return manifest_at(manifest, infos)
 
+    def abandon(self) -> None:
+        """After a failure: an overwrite that had not begun its commit removes its
+        pending shards and records (the old set stays as it was, as with
+        :class:`~tarkit.writing.shard_writer.ShardWriter`); a commit that failed leaves
+        them to its journal, which the next run finishes."""
+        if self.mode == OVERWRITE and not self.committing:
+            remove_pending(self.pattern, self.options)
+
     def rejects_in_order(self) -> list[Rejected]:
         """Every item left out, in the order of the items."""
         return self.unplaced + [r for _, r in sorted(self.rejected.items())]
-
-
-def _unmeasured() -> int | None:
-    return None  # the driver cuts only shards whose compression is never measured
 
 
 def shard_on_engine(
@@ -492,6 +383,8 @@ def shard_on_engine(
         finished = True
     finally:
         runner.close(cancel=not finished)
+        if not finished:
+            run.abandon()
     return made, run.rejects_in_order()
 
 

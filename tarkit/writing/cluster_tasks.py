@@ -4,9 +4,10 @@ Both are :class:`~tarkit.engines.base.Task` objects run by a worker whose shared
 is the :class:`~tarkit.writing.items.ItemEncoder` (the dataset with it):
 
 - :class:`EncodeTask` loads and encodes a run of consecutive positions of the item
-  order. It reports each item's tar size (or its failure, to be raised or left out) and
-  leaves the encoded samples, one after another, as its payload: they stay in the
-  engine (a Ray object store) until the shard that holds them is written.
+  order. It reports the tar size of each sample of each item (an item may give none,
+  one or several; or its failure, to be raised or left out) and leaves the encoded
+  samples, one after another, as its payload: they stay in the engine (a Ray object
+  store) until the shard that holds them is written.
 - :class:`WriteTask` writes one shard from the payloads of the encode tasks that hold
   its samples, cutting it with :class:`~tarkit.writing.cuts.ShardCut` exactly as
   :class:`~tarkit.writing.shard_writer.ShardWriter` cuts: the same samples, the same
@@ -15,6 +16,8 @@ is the :class:`~tarkit.writing.items.ItemEncoder` (the dataset with it):
   (:mod:`tarkit.writing.shard_records`) and then the shard
   (:class:`~tarkit.storage.StagedFile`: a finished-looking shard is always complete).
 
+Where a shard begins and ends is a point of the item order: a position and a sample of
+that item (a shard may end among the samples of one item).
 When the driver knows where the shard ends (``known``: no compression, bzip2 or xz,
 whose cuts follow from the sizes), the task checks that it agrees. Otherwise (gzip and
 zstd, whose cuts depend on the compressed bytes) the task finds the end itself among the
@@ -32,26 +35,31 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from ..engines.base import Tell
-from ..errors import OutputError
+from ..errors import CarriedError, OutputError
 from ..format.compression import compression_for
 from ..format.manifest import ShardInfo
+from ..format.samples import raw_key
 from ..format.tar import END_OF_ARCHIVE
 from ..storage import StagedFile, publish, remove_stale_temp
 from .cuts import ShardCut
 from .indexes import WrittenIndex, index_digest
-from .items import CarriedError, ItemEncoder, ItemFailure
-from .shard_records import PositionedReject, ShardRecord, write_record
+from .items import ItemEncoder, ItemFailure, Point
+from .patterns import pending_name, record_path
+from .shard_records import Held, PositionedReject, ShardRecord, write_record
 
-Slot = tuple[int, int, int]  # (position in the item order, offset in the payload, tar size)
+# A sample: (position in the item order, sample of that item, offset in the payload, tar size)
+Slot = tuple[int, int, int, int]
 
 
 @dataclass
 class Encoded:
-    """What an :class:`EncodeTask` reports: the tar size of each item from ``first`` on
-    (-1 for one that failed) and the failures, in order."""
+    """What an :class:`EncodeTask` reports, for each item from ``first`` on: the tar
+    sizes of its samples (None for an item that failed) and the keys of its first and
+    last sample (None for one without samples); and the failures, in order."""
 
     first: int
-    sizes: list[int]
+    sizes: list[list[int] | None]
+    keys: list[tuple[str, str] | None] = field(default_factory=list)
     failures: list[ItemFailure] = field(default_factory=list)
     seconds: float = 0.0
 
@@ -77,11 +85,14 @@ class EncodeTask:
         parts: list[bytes] = []
         for outcome in shared(self.indices):
             if isinstance(outcome, ItemFailure):
-                result.sizes.append(-1)
+                result.sizes.append(None)
+                result.keys.append(None)
                 result.failures.append(outcome)
             else:
-                result.sizes.append(len(outcome))
-                parts.append(outcome)
+                result.sizes.append([len(sample) for sample in outcome.samples])
+                first, last = outcome.first_key, outcome.last_key
+                result.keys.append(None if first is None or last is None else (first, last))
+                parts.extend(outcome.samples)
         result.seconds = time.monotonic() - started
         return result, b"".join(parts)
 
@@ -100,6 +111,7 @@ class Written:
     number: int
     info: ShardInfo | None = None
     record: ShardRecord | None = None
+    record_size: int = 0  # the bytes of its record's file
     short: bool = False
     failure: CarriedError | None = None
     final: bool = False  # the failure would happen again
@@ -114,25 +126,26 @@ class Written:
     def exception(self) -> BaseException:
         """The failure as the exception to raise."""
         assert self.failure is not None
-        return self.failure.rebuilt(lambda text: OutputError(f"{self.name}: {text}"))
+        return self.failure.raised(lambda text: OutputError(f"{self.name}: {text}"))
 
 
 @dataclass(frozen=True)
 class WriteTask:
     """Write shard ``number`` to ``path`` (its name, or its pending name under
-    ``mode="overwrite"``) from the samples ``slots`` (one tuple per input payload) and
-    publish it, with its index at ``index_place`` (when given) and its record (when ``plan``
-    is given) first; see the module docstring for ``known``, ``stop``, ``last`` and
-    ``sentinel``."""
+    ``mode="overwrite"``, and so its record: :attr:`record_at`) from the samples
+    ``slots`` (one tuple per input payload) and publish it, with its index at
+    ``index_place`` (when given) and its record (when ``plan`` is given) first; see the module docstring for ``known``, ``stop``, ``last`` and
+    ``sentinel``. ``uneven_from`` is the first position of the item order whose item gave
+    other than one sample, as far as the driver has walked (None: none)."""
 
     index: int
     number: int
     name: str
     path: str
-    first: int
+    first: Point
     slots: tuple[tuple[Slot, ...], ...]
     rejects: tuple[PositionedReject, ...]
-    stop: int
+    stop: Point
     known: bool
     last: bool
     sentinel: int | None
@@ -140,8 +153,16 @@ class WriteTask:
     maxsize: int
     plan: str | None
     storage_options: dict[str, Any] | None = None
+    uneven_from: int | None = None
     attempt: int = 1
     index_place: str | None = None
+
+    @property
+    def record_at(self) -> str:
+        """Where the shard's record goes: beside it, or under a pending name beside its
+        pending file, to take its name in the commit with it."""
+        record = record_path(self.name)
+        return record if self.path == self.name else pending_name(record)
 
     def run(
         self, shared: ItemEncoder, inputs: Sequence[bytes], tell: Tell | None
@@ -157,18 +178,20 @@ class WriteTask:
         cut = ShardCut(self.maxcount, self.maxsize, compression_for(self.name))
         index = WrittenIndex() if self.index_place is not None else None
         with StagedFile(self.path, options, hashing=True, compressed_as=self.name) as staged:
-            end, first_size = None, 0
+            end: Point | None = None
+            first = last = None  # the samples written first and last, and their bytes
             for payload, slots in zip(inputs, self.slots, strict=True):
                 view = memoryview(payload)
-                for position, offset, size in slots:
+                for position, sample, offset, size in slots:
                     if not cut.takes(size, staged.measure):
-                        end = position
+                        end = (position, sample)
                         break
-                    staged.write(view[offset : offset + size])
+                    last = (position, sample), view[offset : offset + size]
+                    staged.write(last[1])
                     if index is not None:
-                        index.add(view[offset : offset + size])
+                        index.add(last[1])
                     cut.add(size)
-                    first_size = first_size or size
+                    first = first or last
                 if end is not None:
                     break
             if end is None:
@@ -182,23 +205,28 @@ class WriteTask:
                     )
                 end = self.stop
             elif self.known:
-                return self._refused(f"the cut fell at item position {end}, not {self.stop}: "
+                return self._refused(f"the cut fell at item point {end}, not {self.stop}: "
                                      "a bug in tarkit, please report it")  # fmt: skip
             staged.write(END_OF_ARCHIVE)
             count = cut.count
             size, sha256 = staged.finish(self.maxsize if count > 1 else None)
             info = ShardInfo(self.name, count, size, sha256)
-            rejects = tuple(r for r in self.rejects if r[0] < end)
+            rejects = tuple(r for r in self.rejects if (r[0], 0) < end)
+            assert first is not None and last is not None  # (a shard is never empty)
+            held = Held(first[0], last[0], raw_key(first[1]), raw_key(last[1]))
+            uneven = self.uneven_from is not None and (self.uneven_from, 0) < end
             index_size = digest = None
             if index is not None:
                 data = index.finish()
                 publish(self.index_place, data, options)  # type: ignore[arg-type]
                 index_size, digest = len(data), index_digest(data)
-            record = ShardRecord(self.plan or "", self.first, end, first_size, rejects, digest)
+            record = ShardRecord(self.plan or "", self.first, end, len(first[1]), rejects, held,
+                                 uneven, digest)  # fmt: skip
+            written = 0
             if self.plan is not None:
-                write_record(self.name, record, info, options)
+                written = write_record(self.name, record, info, options, self.record_at)
             staged.publish()
-        return Written(self.number, info, record, name=self.name, index_size=index_size)
+        return Written(self.number, info, record, written, name=self.name, index_size=index_size)
 
     def _refused(self, why: str) -> Written:
         """A failure another attempt would meet again."""

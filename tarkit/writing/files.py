@@ -335,24 +335,27 @@ def detect_layout(root: str, storage_options: StorageOptions | None = None) -> s
     as ``cat/Thumbs.db`` or a top-level ``labels.csv`` — could be either, and raises
     :class:`InputError` naming the first stray file: ``--layout`` decides.
 
-    A root that holds splits (:func:`split_directories`: ``train/cat/…``, ``val/cat/…``)
-    raises :class:`InputError` saying to shard each split on its own: read as ImageFolder,
-    its splits would be two classes, and as a tree one set of shards mixing them.
+    A root that holds splits (:func:`split_directories`: ``train/cat/…``, ``val/cat/…``;
+    or, read as a tree, two split directories or more holding files: ``train/a.wav``,
+    ``val/b.wav``) raises :class:`InputError` saying to shard each split on its own: read
+    as ImageFolder, its splits would be two classes, and as a tree one set of shards
+    mixing them.
     """
     files = sorted(tree_files(root, storage_options=storage_options))
     images = [f for f in files if _in_a_class(f)]
     splits = split_directories(images)
     if splits:
         raise _splits_error(root, splits)
+    tree_splits = split_directories(files, in_classes=False)
     if not images:
-        return "tree"
+        return _tree(root, tree_splits)
     others = [f for f in files if not _in_a_class(f)]
     if not others:
         return "imagefolder"
     image_keys = {split_name(f)[0] for f in images}  # type: ignore[index]
     strays = [f for f in others if (split_name(f) or ("",))[0] not in image_keys]
     if not strays:
-        return "tree"
+        return _tree(root, tree_splits)
     more = f" (and {len(strays) - 1} more such files)" if len(strays) > 1 else ""
     raise InputError(
         f"ambiguous layout: class directories of images, but {strays[0]} is not an image "
@@ -362,31 +365,47 @@ def detect_layout(root: str, storage_options: StorageOptions | None = None) -> s
     )
 
 
-def split_directories(images: Iterable[str]) -> list[str]:
+def split_directories(paths: Iterable[str], in_classes: bool = True) -> list[str]:
     """The top-level directories that look like a dataset's splits, train first: named
-    like one (:data:`SPLIT_NAMES`) and holding images in class directories below them.
+    like one (:data:`SPLIT_NAMES`) and holding the images ``paths`` in class directories
+    below them (``in_classes=False``: holding any of the files ``paths``).
 
     >>> split_directories(["val/dog/2.jpg", "train/cat/1.jpg", "test/3.jpg", "cat/4.jpg"])
     ['train', 'val']
+    >>> split_directories(["val/b.wav", "train/a.wav", "notes/c.txt"], in_classes=False)
+    ['train', 'val']
     """
     found = set()
-    for path in images:
+    for path in paths:
         top, _, rest = path.partition("/")
-        if top.lower() in SPLIT_NAMES and "/" in rest:
+        if top.lower() in SPLIT_NAMES and ("/" in rest if in_classes else rest):
             found.add(top)
     return sorted(found, key=lambda name: (SPLIT_NAMES.index(name.lower()), name))
 
 
-def _splits_error(root: str, splits: list[str]) -> InputError:
-    """The refusal of a root that holds splits, with the command that shards one."""
+def _tree(root: str, splits: list[str]) -> str:
+    """``"tree"``, unless two split directories or more hold the files: one set of shards
+    would mix the splits (raises :class:`InputError`, as :func:`_splits_error` says)."""
+    if len(splits) > 1:
+        raise _splits_error(root, splits, tree=True)
+    return "tree"
+
+
+def _splits_error(root: str, splits: list[str], tree: bool = False) -> InputError:
+    """The refusal of a root that holds splits (of images in classes; or of any files,
+    ``tree``), with the command that shards one."""
     names = [f"{name}/" for name in splits]
     named = names[0] if len(names) == 1 else f"{', '.join(names[:-1])} and {names[-1]}"
     verb = "looks" if len(names) == 1 else "look"
     first = splits[0]
+    what, flag = (
+        (" (they hold its files)", "--layout tree shards them together")
+        if tree
+        else (", not its classes (they hold class directories of images)",
+              "--layout imagefolder takes them as classes")
+    )  # fmt: skip
     return InputError(
-        f"{named} {verb} like a dataset's splits, not its classes (they hold class "
-        f"directories of images): shard each split on its own, as in tarkit shard "
-        f"{root.rstrip('/')}/{first} -o '{first}-%06d.tar' (--layout imagefolder takes them "
-        "as classes)",
+        f"{named} {verb} like a dataset's splits{what}: shard each split on its own, as in "
+        f"tarkit shard {root.rstrip('/')}/{first} -o '{first}-%06d.tar' ({flag})",
         source=root,
     )

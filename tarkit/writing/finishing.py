@@ -1,18 +1,26 @@
-"""What becomes of complete shards: the commit of an overwrite's new set, and the post
-command each shard gets once it has its name. :class:`~tarkit.writing.shard_writer.ShardWriter`
-and the cluster run (:mod:`tarkit.writing.cluster`) both end here.
+"""What becomes of complete shards: the commit of an overwrite's new set (with the
+records beside its shards), and the post command each shard gets once it has its name.
+:class:`~tarkit.writing.shard_writer.ShardWriter` and the cluster run
+(:mod:`tarkit.writing.cluster`) both end here.
 """
 
 from __future__ import annotations
 
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 
 from ..errors import OutputError
 from ..format.manifest import ShardInfo
-from ..storage import Move, StorageOptions, commit_files, describe_exit, manifest_files
+from ..storage import (
+    Move,
+    StorageOptions,
+    commit_files,
+    describe_exit,
+    location,
+    manifest_files,
+)
 from .indexes import index_name
-from .patterns import journal_name, pending_name
+from .patterns import journal_name, pattern_glob, pending_name
 
 
 def run_post(post: str | Callable[[str], object], path: str) -> None:
@@ -41,25 +49,31 @@ def put_in_place(
     pattern: str, pending: list[str], shards: list[ShardInfo], replaced: list[str],
     manifest: str | None, post: str | Callable[[str], object] | None,
     storage_options: StorageOptions | None, indexes: list[int] | None = None,
+    beside: Sequence[Move] = (),
 ) -> None:  # fmt: skip
     """``mode="overwrite"``, once the new set is complete: commit it whole through the
     journal of ``pattern`` (:mod:`tarkit.storage.commit`): the ``pending`` files take the
-    names of ``shards`` (and with ``indexes``, the byte counts of their indexes, each
-    shard's pending index takes the name beside it), the ``replaced`` files the new set
-    does not reuse are removed with any index beside them, and the manifest of
-    ``shards`` is published at ``manifest`` (when given), last; then run ``post`` on
-    each shard. A run stopped during the commit leaves its journal, and the next run
-    into ``pattern`` finishes it (:func:`.patterns.settle_earlier_run`).
+    names of ``shards``, with ``indexes`` (the byte counts of their indexes) each shard's
+    pending index takes the name beside it, and the files ``beside`` them (their records,
+    staged under pending names too) take theirs; the ``replaced`` files the new set does
+    not reuse (the old shards, their records and indexes, stale manifests:
+    :func:`.patterns.replaced_files`) are removed, and the manifest of ``shards`` is
+    published at ``manifest`` (when given), last; then run ``post`` on each shard. A run
+    stopped during the commit leaves its journal, and the next run into ``pattern``
+    finishes it (:func:`.patterns.settle_earlier_run`).
     """
     moves = [
         Move(name, shard.url, shard.bytes) for name, shard in zip(pending, shards, strict=True)
-    ]
+    ] + list(beside)
     if indexes is not None:
         moves += [
             Move(pending_name(index_name(shard.url)), index_name(shard.url), size)
             for shard, size in zip(shards, indexes, strict=True)
         ]
-    removals = [name for url in replaced for name in (url, index_name(url))]
+    shard_file = pattern_glob(location(pattern).identity())[1]
+    removals = list(replaced) + [
+        index_name(url) for url in replaced if shard_file.fullmatch(location(url).identity())
+    ]
     files = [] if manifest is None else manifest_files(manifest, shards, indexes is not None)
     commit_files(journal_name(pattern), moves, removals, files, storage_options)
     if post is not None:

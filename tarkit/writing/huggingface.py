@@ -32,7 +32,7 @@ import os
 from collections.abc import Mapping
 from typing import Any
 
-from ..errors import SampleError
+from ..errors import SampleError, UsageError
 from ..format.encoding import IMAGE_FORMATS, encode_image, extension
 from .files import read_file
 
@@ -50,6 +50,27 @@ _MAGIC = (
 def is_hf_dataset(dataset: object) -> bool:
     """Whether ``dataset`` is a Hugging Face ``Dataset`` or ``IterableDataset``."""
     return type(dataset).__module__.split(".")[0] == "datasets" and hasattr(dataset, "features")
+
+
+def refuse_splits(dataset: object) -> None:
+    """Raise :class:`~tarkit.errors.UsageError` for a mapping given as the dataset (a
+    ``DatasetDict`` of splits, or any dict): iterating it gives its keys, never items, so
+    the message asks for one of its values by name."""
+    if not isinstance(dataset, Mapping):
+        return
+    names = ", ".join(map(str, list(dataset)[:8])) + (", …" if len(dataset) > 8 else "")
+    example = f"ds[{next(iter(dataset), 'train')!r}]"
+    if type(dataset).__module__.split(".")[0] == "datasets":
+        what = type(dataset).__name__
+        article = "an" if what[:1] in "AEIOU" else "a"
+        raise UsageError(
+            f"{article} {what} holds the splits {names or '(none)'}, not items: pass one "
+            f"split, e.g. {example}"
+        )
+    raise UsageError(
+        f"a dict ({names or 'empty'}) is not a dataset of items: pass one of its values, "
+        f"e.g. {example}, or a sequence of items"
+    )
 
 
 def hf_samples(dataset: Any, fields: FieldNames | None = None) -> tuple[Any, HFSample]:

@@ -18,13 +18,14 @@ from ..errors import UsageError
 from ..format.compression import open_decompressed, sniff
 from ..format.index import ShardIndex, index_stream
 from ..format.manifest import Manifest, ShardInfo
-from ..format.samples import SkipLog, group_samples
+from ..format.samples import Sample, SkipLog, group_samples
 from ..format.tar import read_members
 from ..storage import (
     LISTED_INDEX,
     STDIO,
     HashingReader,
     StorageOptions,
+    check_local_files,
     expand_inputs,
     index_places,
     location,
@@ -50,6 +51,7 @@ def index_shard(
     skips: SkipLog | None = None,
     storage_options: StorageOptions | None = None,
     keys: bool = False,
+    on_sample: Callable[[Sample], object] | None = None,
 ) -> ShardInfo:
     """Read shard ``spec`` whole and return its manifest entry.
 
@@ -60,10 +62,12 @@ def index_shard(
     relative to ``manifest_path`` (:func:`~tarkit.storage.relative_url`). Raises
     :class:`~tarkit.errors.TarkitError` for a shard that does not read cleanly. This is
     the one function that reads a shard whole to count and hash it: ``tarindex``,
-    ``--resume`` of the shard writers and the manifest checks all use it.
+    ``--resume`` of the shard writers, the manifest checks and ``tarkit verify`` all use
+    it. ``on_sample`` is called with each sample as it is read (so that a caller knows
+    how far a shard that fails was read).
     """
     options = (offsets, keys, manifest_path, strict, skips, storage_options)
-    return _read(spec, *options, index=False)[0]
+    return _read(spec, *options, index=False, on_sample=on_sample)[0]
 
 
 def read_shard(
@@ -79,6 +83,7 @@ def read_shard(
 def _read(
     spec: str, offsets: bool, keys: bool, manifest_path: str | None, strict: bool,
     skips: SkipLog | None, storage_options: StorageOptions | None, *, index: bool,
+    on_sample: Callable[[Sample], object] | None = None,
 ) -> tuple[ShardInfo, bytes | None]:  # fmt: skip
     """:func:`index_shard`, and with ``index`` :func:`read_shard`'s index."""
     if location(spec).kind == STDIO:
@@ -99,7 +104,8 @@ def _read(
                 starts = shard.offsets()
         else:
             tar = stream if kind is None else open_decompressed(stream, source.name)
-            count, found, starts = _count(tar, source.name, offsets, keys, strict, skips)
+            count, found, starts = _count(tar, source.name, offsets, keys, strict, skips,
+                                          on_sample)  # fmt: skip
         hashing.drain()
     info = ShardInfo(relative_url(manifest_path, spec), count, hashing.size,
                      hashing.sha256.hexdigest(), found, starts)  # fmt: skip
@@ -108,7 +114,7 @@ def _read(
 
 def _count(
     stream: BinaryIO, source: str, offsets: bool, keys: bool, strict: bool,
-    skips: SkipLog | None,
+    skips: SkipLog | None, on_sample: Callable[[Sample], object] | None = None,
 ) -> tuple[int, list[str] | None, list[int] | None]:  # fmt: skip
     """The samples of the tar ``stream``: how many, and their keys and offsets when asked."""
     found: list[str] = []
@@ -119,6 +125,8 @@ def _count(
         count += 1
         if offsets or keys:
             found.append(sample.key)
+        if on_sample is not None:
+            on_sample(sample)
         if offsets:
             starts.append(sample.members[0].offset)
     return count, found if offsets or keys else None, starts if offsets else None
@@ -138,10 +146,14 @@ def index_shards(
 
     ``manifest_path`` is where the manifest will be written: local shards beside or
     below it are named relative to it. ``storage_options`` go to fsspec; ``on_shard`` is
-    called with each entry as it is made.
+    called with each entry as it is made. Local shards are checked first
+    (:func:`~tarkit.storage.check_local_files`: missing, a directory, a set whose commit
+    was stopped midway raise :class:`~tarkit.errors.SourceError`).
     """
     shards = []
-    for spec in expand_inputs(specs):
+    named = expand_inputs(specs)
+    check_local_files(named, "shards")
+    for spec in named:
         shard = index_shard(spec, offsets=offsets, manifest_path=manifest_path, strict=strict,
                             skips=skips, storage_options=storage_options)  # fmt: skip
         shards.append(shard)

@@ -1,21 +1,26 @@
-"""The per-item work of :func:`~tarkit.shard_dataset`: a dataset item becomes a sample dict
-(:func:`default_sample`, or the caller's ``to_sample``), the sample the raw bytes of its tar
-members (:class:`ItemEncoder`); an item that fails becomes an :class:`ItemFailure` that
-names it and carries its error back intact. Whoever runs it — this process, DataLoader
-workers, Ray tasks — gets the same bytes.
+"""The per-item work of :func:`~tarkit.shard_dataset`: a dataset item becomes samples
+(:func:`default_sample`, or the caller's ``to_sample``: one sample or several, see
+:func:`returned_samples`), each sample the raw bytes of its tar members
+(:class:`ItemEncoder`, giving an :class:`EncodedItem`); an item that fails becomes an
+:class:`ItemFailure` that names it and carries its error back intact. An item's samples
+are all encoded, and held together, before any is written: an item that fails part-way
+leaves none in the shards. Whoever runs it — this process, DataLoader workers, Ray tasks
+— gets the same bytes.
 """
 
 from __future__ import annotations
 
-import traceback
-from collections.abc import Callable, Iterator, Mapping, Sequence
-from typing import Any
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from typing import Any, NamedTuple
 
-from ..errors import InputError, SampleError, TarkitError
+from ..errors import CarriedError, InputError, SampleError
 from ..format.encoding import ImageTransform, encode_sample
+from ..format.samples import raw_key
 from .huggingface import FieldNames
+from .sample_encoder import repeated_key
 
-ToSample = Callable[[Any, int], Mapping[str, Any]]
+ToSample = Callable[[Any, int], Mapping[str, Any] | Iterable[Mapping[str, Any]]]
+Point = tuple[int, int]  # a place in the item order: (position, sample of the item there)
 
 
 def default_sample(
@@ -57,27 +62,43 @@ def default_sample(
     )
 
 
-def returned_sample(result: Any, index: int) -> Mapping[str, Any]:
-    """The sample dict ``to_sample`` returned for item ``index``: the one place that says
-    what ``to_sample`` may return (one dict per item; several samples per item would be
-    allowed here).
+def returned_samples(result: Any, index: int) -> Iterator[Mapping[str, Any]]:
+    """The samples ``to_sample`` returned for item ``index``, in its order: the one place
+    that says what ``to_sample`` may return. A dict is one sample; a list or tuple of
+    dicts, or an iterator of them (a generator), is zero, one or several samples.
 
-    Raises :class:`~tarkit.errors.SampleError` naming the item for anything else: a list
-    of dicts, a tuple, None.
+    Raises :class:`~tarkit.errors.SampleError` naming the item for anything else (None,
+    a str, a list holding something that is not a dict), when it is met: an iterator is
+    read lazily, so an error it raises part-way propagates as it is.
 
-    >>> returned_sample([{"__key__": "a", "txt": "x"}], 4)
+    >>> [s["__key__"] for s in returned_samples([{"__key__": "a"}, {"__key__": "b"}], 4)]
+    ['a', 'b']
+    >>> list(returned_samples(None, 4))
     Traceback (most recent call last):
     ...
-    tarkit.errors.SampleError: dataset: item 4: to_sample returned a list, not a sample dict: it must return one dict of fields (with '__key__') per item
+    tarkit.errors.SampleError: dataset: item 4: to_sample returned None: it must return a sample dict (with '__key__'), or a list or generator of them ([] for none)
     """
     if isinstance(result, Mapping):
-        return result
+        return iter([result])
+    if isinstance(result, (list, tuple, Iterator)):
+        return _checked(result, index)
     what = "None" if result is None else f"a {type(result).__name__}"
     raise SampleError(
-        f"item {index}: to_sample returned {what}, not a sample dict: it must return one "
-        "dict of fields (with '__key__') per item",
+        f"item {index}: to_sample returned {what}: it must return a sample dict (with "
+        "'__key__'), or a list or generator of them ([] for none)",
         source="dataset",
     )
+
+
+def _checked(samples: Iterable[Any], index: int) -> Iterator[Mapping[str, Any]]:
+    for number, sample in enumerate(samples):
+        if not isinstance(sample, Mapping):
+            raise SampleError(
+                f"item {index}: to_sample's sample {number} is a {type(sample).__name__}, "
+                "not a dict of fields (with '__key__')",
+                source="dataset",
+            )
+        yield sample
 
 
 def _is_int(value: object) -> bool:
@@ -105,35 +126,10 @@ def _field_for(value: object, image_ext: str) -> str | None:
     return None
 
 
-class CarriedError:
-    """An exception carried back from a worker process intact: a tarkit error is rebuilt
-    as it was (its class, message and attributes); anything else travels as text, with
-    its traceback as the cause."""
-
-    def __init__(self, exc: BaseException) -> None:
-        self.tarkit = isinstance(exc, TarkitError)
-        self.type = type(exc) if self.tarkit else None
-        self.state = dict(exc.__dict__) if self.tarkit else {}
-        self.args = exc.args if self.tarkit else ()
-        self.text = f"{type(exc).__name__}: {exc}"
-        self.traceback = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))
-
-    def rebuilt(self, otherwise: Callable[[str], BaseException]) -> BaseException:
-        """The exception: a tarkit error as it was, anything else ``otherwise(text)``."""
-        cause = RuntimeError(f"in the worker:\n{self.traceback}")
-        if self.type is not None:
-            exc = self.type.__new__(self.type)
-            exc.args = self.args
-            exc.__dict__.update(self.state)
-        else:
-            exc = otherwise(self.text)
-        exc.__cause__ = cause
-        return exc
-
-
 class ItemFailure(CarriedError):
     """An error raised by one item: the item's index, where it came from (``source``,
-    when the dataset says) and the error, carried back intact."""
+    when the dataset says) and the error, carried back intact (see
+    :class:`~tarkit.errors.CarriedError`)."""
 
     def __init__(self, index: int, exc: BaseException, source: str = "") -> None:
         super().__init__(exc)
@@ -143,11 +139,24 @@ class ItemFailure(CarriedError):
     def exception(self) -> BaseException:
         """The error to raise: a tarkit error as it was, anything else as
         :class:`~tarkit.errors.InputError` naming the item."""
-        return self.rebuilt(lambda text: InputError(f"item {self.index}: {text}", source="dataset"))
+        return self.raised(lambda text: InputError(f"item {self.index}: {text}", source="dataset"))
+
+
+class EncodedItem(NamedTuple):
+    """An item's samples as the raw bytes of their tar members, in the order
+    ``to_sample`` gave them (none, one or several), with the keys of the first and last."""
+
+    samples: tuple[bytes, ...]
+    first_key: str | None = None
+    last_key: str | None = None
+
+    def key(self, number: int) -> str | None:
+        """The key of sample ``number`` as stored in a shard (None when there is none)."""
+        return raw_key(self.samples[number]) if 0 <= number < len(self.samples) else None
 
 
 class ItemEncoder:
-    """The per-item work: item → sample dict → raw tar members. Runs in the workers (a
+    """The per-item work: item → samples → raw tar members. Runs in the workers (a
     DataLoader's, a Ray cluster's), so it is picklable with its dataset."""
 
     def __init__(self, dataset: Any, to_sample: ToSample | None, mtime: int, quality: int,
@@ -161,18 +170,47 @@ class ItemEncoder:
         self.transform = transform
         self.fields = fields
 
-    def encode(self, index: int, item: Any) -> bytes | ItemFailure:
+    def encode(self, index: int, item: Any) -> EncodedItem | ItemFailure:
+        """Item ``index``'s samples, encoded; or its failure (a sample that cannot be
+        encoded, two samples of the item with one key, a generator that raises)."""
         try:
-            if self.to_sample is not None:
-                sample = returned_sample(self.to_sample(item, index), index)
-            else:
-                sample = default_sample(item, index, image_ext=self.image_ext,
-                                        fields=self.fields)  # fmt: skip
-            if self.transform.active:
-                sample = self.transform.sample(sample, f"item {index}")
-            return encode_sample(sample, mtime=self.mtime, quality=self.quality)
+            if self.to_sample is None:
+                one = default_sample(item, index, image_ext=self.image_ext, fields=self.fields)
+                key = one["__key__"]
+                return EncodedItem((self._raw(one, index),), key, key)
+            encoded: list[bytes] = []
+            keys: set[str] = set()
+            first = key = None
+            for sample in returned_samples(self.to_sample(item, index), index):
+                encoded.append(self._raw(sample, index))
+                key = sample["__key__"]
+                if key in keys:
+                    raise SampleError(
+                        f"item {index}: to_sample gave two samples with the key {key!r}: "
+                        "give every sample a key of its own",
+                        source="dataset",
+                    )
+                keys.add(key)
+                if first is None:
+                    first = key
+            return EncodedItem(tuple(encoded), first, key)
         except Exception as exc:
             return ItemFailure(index, exc, self.source_of(index))
+
+    def _raw(self, sample: Mapping[str, Any], index: int) -> bytes:
+        """The tar members of one sample of item ``index``, its images transformed."""
+        if self.transform.active:
+            sample = self.transform.sample(sample, f"item {index}")
+        return encode_sample(sample, mtime=self.mtime, quality=self.quality)
+
+    def follows(self, previous_key: str | None, first_key: str | None,
+                index: int) -> ItemFailure | None:  # fmt: skip
+        """The failure of item ``index`` when its first sample has the key of the sample
+        written just before it (readers would merge the two); else None."""
+        if first_key is None or first_key != previous_key:
+            return None
+        return ItemFailure(index, repeated_key(first_key, f"item {index}: "),
+                           self.source_of(index))  # fmt: skip
 
     def source_of(self, index: int) -> str:
         """Where item ``index`` comes from, when the dataset says (``item_source``)."""
@@ -184,9 +222,9 @@ class ItemEncoder:
         except Exception:  # a dataset's own bug must not hide the item's error
             return ""
 
-    def __call__(self, indices: Sequence[int]) -> list[bytes | ItemFailure]:
+    def __call__(self, indices: Sequence[int]) -> list[EncodedItem | ItemFailure]:
         """Load and encode the items at ``indices`` of a map-style dataset."""
-        results: list[bytes | ItemFailure] = []
+        results: list[EncodedItem | ItemFailure] = []
         for index in indices:
             try:
                 item = self.dataset[index]

@@ -7,7 +7,11 @@ all its keys in order. :func:`skip_kept` compares the samples it skips with them
 by shard, and raises :class:`~tarkit.errors.UsageError` naming the first shard that
 differs and how (an input shorter than the kept shards, other keys), before a single
 sample is written. :func:`check_kept_items` does the same for a dataset's items from
-their keys alone (the first and last item of each kept shard), without loading the others.
+the keys of each kept shard's first and last samples, without loading the other items:
+where those samples lie in the item order (a :data:`Span` of points: an item may give
+several samples, or none) comes from counting (:func:`counted_spans`, for shards whose
+items each gave one sample) or from the shard's record
+(:mod:`tarkit.writing.shard_records`).
 
 >>> keys_digest(["a", "b"]) == keys_digest(["a", "b"]), keys_digest(["a", "b"]) == keys_digest(["ab"])
 (True, False)
@@ -25,21 +29,24 @@ from ..errors import SourceError, UsageError
 from ..format.manifest import ShardInfo
 from ..format.samples import Sample
 from ..storage import StorageOptions
+from .items import Point
 from .patterns import shard_name
 from .sample_encoder import key_of
 
 S = TypeVar("S", bound="Sample | Mapping[str, Any]")
+Span = tuple[Point, Point]  # where a shard's first and last samples lie in the item order
 
 
 @dataclass(frozen=True)
 class KeptShard:
     """A complete shard a resumed run keeps: its manifest entry (``info``), the keys of
-    its first and last samples (None when it has none) and the digest of all its keys."""
+    its first and last samples (None when it has none) and the digest of all its keys
+    (None when they were taken from the shard's record, not read)."""
 
     info: ShardInfo
     first_key: str | None
     last_key: str | None
-    keys: str
+    keys: str | None
 
 
 def keys_digest(keys: Iterable[str]) -> str:
@@ -63,32 +70,37 @@ def kept_shards(
     raises :class:`~tarkit.errors.InputError` (shards appear only when complete, so that
     means something else wrote it).
     """
-    from .index import index_shard, read_shard
-    from .indexes import index_name, settle_index
-
     found: list[KeptShard] = []
     number = start
     while True:
-        path = shard_name(pattern, number)
         try:
-            if indexes:
-                info, index = read_shard(path, keys=True, strict=True,
-                                         storage_options=storage_options)  # fmt: skip
-            else:
-                info, index = index_shard(path, keys=True, strict=True,
-                                          storage_options=storage_options), None  # fmt: skip
+            found.append(read_kept(shard_name(pattern, number), storage_options, indexes))
         except SourceError as exc:
             if exc.reason == SourceError.MISSING:
                 break
             raise
-        if index is not None:
-            settle_index(path, index_name(path), index, None, storage_options)
-        keys = info.keys or []
-        first, last = (keys[0], keys[-1]) if keys else (None, None)
-        found.append(KeptShard(replace(info, keys=None, offsets=None), first, last,
-                               keys_digest(keys)))  # fmt: skip
         number += 1
     return found
+
+
+def read_kept(
+    path: str, storage_options: StorageOptions | None = None, indexes: bool = False
+) -> KeptShard:
+    """The complete shard at ``path``, read whole (:func:`kept_shards`; with ``indexes``,
+    its index settled beside it from the same read); raises
+    :class:`~tarkit.errors.SourceError` (reason ``MISSING``) when there is none."""
+    from .index import index_shard, read_shard
+    from .indexes import index_name, settle_index
+
+    if indexes:
+        info, index = read_shard(path, keys=True, strict=True, storage_options=storage_options)
+        if index is not None:
+            settle_index(path, index_name(path), index, None, storage_options)
+    else:
+        info = index_shard(path, keys=True, strict=True, storage_options=storage_options)
+    keys = info.keys or []
+    first, last = (keys[0], keys[-1]) if keys else (None, None)
+    return KeptShard(replace(info, keys=None, offsets=None), first, last, keys_digest(keys))
 
 
 def skip_kept(samples: Iterable[S], kept: list[KeptShard]) -> Iterator[S]:
@@ -101,33 +113,65 @@ def skip_kept(samples: Iterable[S], kept: list[KeptShard]) -> Iterator[S]:
         keys = [str(key_of(sample)) for sample in itertools.islice(iterator, shard.info.samples)]
         if len(keys) < shard.info.samples:
             raise _mismatch(shard, f"the input ends after {position + len(keys)} samples")
-        if keys_digest(keys) != shard.keys:
+        ends = [keys[0], keys[-1]] if keys else [None, None]
+        # (a shard known from its record has no digest of its keys: its ends are checked)
+        if ends != [shard.first_key, shard.last_key] or shard.keys not in (None, keys_digest(keys)):
             span = f"the input's samples {position} to {position + len(keys) - 1}"
             raise _mismatch(shard, _other_keys(shard, span, keys[0], keys[-1]))
         position += len(keys)
     yield from iterator
 
 
-def check_kept_items(
-    kept: list[KeptShard], positions: Iterable[int], key_at: Callable[[int], str | None],
-    items: int | None,
-) -> None:  # fmt: skip
-    """Check a dataset's items against the ``kept`` shards by their first and last keys:
-    ``positions`` are those of the kept samples in the item order, in order;
-    ``key_at(position)`` is the key of the item there (None when it fails now);
-    ``items`` how many the dataset has (None: at least every position). Raises
-    :class:`~tarkit.errors.UsageError` for the first kept shard they do not match."""
+def counted_spans(kept: Iterable[KeptShard], positions: Iterable[int]) -> list[Span | None]:
+    """Where the samples of ``kept`` shards lie when each of their items gave one sample:
+    each shard takes as many of ``positions`` (those of the items not left out, in
+    order) as it holds samples. None for a shard the positions run out before.
+
+    >>> counted_spans([], [0, 1, 3])
+    []
+    """
     walk = iter(positions)
+    spans: list[Span | None] = []
     for shard in kept:
         taken = list(itertools.islice(walk, shard.info.samples))
-        if not taken and not shard.info.samples:
+        whole = taken and len(taken) == shard.info.samples
+        spans.append(((taken[0], 0), (taken[-1], 0)) if whole else None)
+    return spans
+
+
+def check_kept_items(
+    kept: Iterable[KeptShard], spans: Iterable[Span | None],
+    key_at: Callable[[Point], str | None], items: int | None,
+) -> None:  # fmt: skip
+    """Check a dataset's items against the ``kept`` shards by the keys of their first
+    and last samples: ``spans`` gives, for each, where those lie in the item order (None:
+    the items run out before them); ``key_at(point)`` is the key of the sample there
+    (None when its item fails now, or gives fewer samples); ``items`` how many the
+    dataset has (None: at least every point's). Raises
+    :class:`~tarkit.errors.UsageError` for the first kept shard they do not match."""
+    for shard, span in zip(kept, spans, strict=True):
+        if span is None and not shard.info.samples:
             continue  # a shard without samples (not one tarkit writes)
-        if len(taken) < shard.info.samples or (items is not None and taken[-1] >= items):
+        if span is None or (items is not None and span[1][0] >= items):
             raise _mismatch(shard, f"the dataset has only {items} items")
-        first, last = key_at(taken[0]), key_at(taken[-1])
+        first, last = key_at(span[0]), key_at(span[1])
         if [first, last] != [shard.first_key, shard.last_key]:
-            span = f"the dataset's items at positions {taken[0]} to {taken[-1]} of its order"
-            raise _mismatch(shard, _other_keys(shard, span, first, last))
+            raise _mismatch(shard, _other_keys(shard, _where(span), first, last))
+
+
+def _where(span: Span) -> str:
+    """Where the samples of ``span`` lie, said for the user.
+
+    >>> _where(((3, 0), (5, 0)))
+    "the dataset's items at positions 3 to 5 of its order"
+    >>> _where(((3, 2), (5, 0)))
+    "the dataset's samples at positions 3 (its sample 2) to 5 (its sample 0) of its order"
+    """
+    (first, k), (last, j) = span
+    if not k and not j:
+        return f"the dataset's items at positions {first} to {last} of its order"
+    return (f"the dataset's samples at positions {first} (its sample {k}) to {last} (its "
+            f"sample {j}) of its order")  # fmt: skip
 
 
 def _other_keys(shard: KeptShard, span: str, first: str | None, last: str | None) -> str:

@@ -16,7 +16,11 @@ of numbered shards takes a ``mode``:
   other files that match the pattern are removed, the manifest is published last. A run
   that fails or is interrupted before the commit removes its pending shards: the old
   set is left as it was; one stopped during the commit (``kill -9``) is finished by the
-  next run into the pattern, whatever its mode (:func:`settle_earlier_run`).
+  next run into the pattern, whatever its mode (:func:`settle_earlier_run`), as far as
+  its journal stays within the pattern's files (:class:`PatternFiles`). The records
+  of the old shards go with them, and the new shards' records (:func:`record_path`)
+  take their names in the same commit; so does any manifest beside the old set that
+  lists its shards alone (:func:`replaced_files`): a manifest of files that are gone.
 - ``resume``: keep the complete shards of an interrupted run and continue after them,
   once the input is found to hold them (:mod:`tarkit.writing.kept`); a file matching
   the pattern that is not one of those shards is refused.
@@ -47,7 +51,9 @@ from ..storage import (
     finish_commit,
     list_files,
     location,
+    pending_name,
     remove_file,
+    set_manifests,
 )
 
 CREATE, OVERWRITE, RESUME = "create", "overwrite", "resume"
@@ -180,15 +186,31 @@ def pattern_prefix(pattern: str) -> str:
     return _pieces(location(pattern).basename)[0][0]
 
 
-def pending_name(spec: str) -> str:
-    """Where ``overwrite`` keeps a complete shard until the whole new set is: a hidden
-    name beside it (a shard pattern gives the pattern of those names).
+def record_path(shard: str) -> str:
+    """Where the record of ``shard`` lives (:mod:`tarkit.writing.shard_records`):
+    ``.NAME.shard.json`` beside it (of a shard pattern: the pattern of the records).
+    Under ``overwrite`` a new shard's record waits under its :func:`pending_name`, as the
+    shard does, and takes its name in the same commit.
 
-    >>> pending_name("out/s-000001.tar"), pending_name("s3://b/s-%06d.tar")
-    ('out/.s-000001.tar.pending', 's3://b/.s-%06d.tar.pending')
+    >>> record_path("out/train-000003.tar"), record_path("s3://b/train-%06d.tar")
+    ('out/.train-000003.tar.shard.json', 's3://b/.train-%06d.tar.shard.json')
     """
-    where = location(spec)
-    return where.sibling(f".{where.basename}.pending")
+    where = location(shard)
+    return where.sibling(f".{where.basename}.shard.json")
+
+
+def replaced_files(
+    pattern: str, existing: list[ExistingShard], start: int,
+    storage_options: StorageOptions | None = None,
+) -> list[str]:  # fmt: skip
+    """What an overwrite into ``pattern`` replaces: the ``existing`` shards (from number
+    ``start`` on), the records of shards of those numbers, which describe the old set
+    (:func:`record_path`), and the manifests beside the set that list its files alone
+    (:func:`~tarkit.storage.set_manifests`: one the new set's does not replace would
+    describe files that are gone)."""
+    records = existing_shards(record_path(pattern), start, storage_options)
+    stale = set_manifests(journal_name(pattern), PatternFiles(pattern), storage_options)
+    return [shard.url for shard in existing] + [record.url for record in records] + stale
 
 
 def journal_name(pattern: str) -> str:
@@ -205,22 +227,55 @@ def journal_name(pattern: str) -> str:
 
 
 def remove_pending(pattern: str, storage_options: StorageOptions | None = None) -> None:
-    """Remove the pending shards (and their indexes) an overwrite killed before its
-    commit left behind."""
-    for pending in (pending_name(pattern), pending_name(pattern + INDEX_SUFFIX)):
-        for shard in existing_shards(pending, 0, storage_options):
-            remove_file(shard.url, storage_options)
+    """Remove the pending shards (and their pending records and indexes) an overwrite
+    killed before its commit left behind."""
+    staged = (pattern, record_path(pattern), pattern + INDEX_SUFFIX)
+    for pending in map(pending_name, staged):
+        for found in existing_shards(pending, 0, storage_options):
+            remove_file(found.url, storage_options)
+
+
+class PatternFiles:
+    """The files of the set of a shard pattern (a :class:`~tarkit.storage.CommitScope`):
+    the files that match it, and beside each its record (:func:`record_path`) and its
+    index (``NAME.idx``). All that a journal found at the pattern's place may touch.
+
+    >>> files = PatternFiles("out/s-%03d.tar")
+    >>> [files.holds(f"out/{name}") for name in ("s-007.tar", ".s-007.tar.shard.json",
+    ...                                          "s-007.tar.idx", "notes.txt", "s-x.tar")]
+    [True, True, True, False, False]
+    """
+
+    def __init__(self, pattern: str) -> None:
+        where = location(pattern).identity()
+        self.regexes = [pattern_glob(kind)[1]
+                        for kind in (where, record_path(where), where + INDEX_SUFFIX)]  # fmt: skip
+
+    def holds(self, url: str) -> bool:
+        identity = location(url).identity()
+        return any(regex.fullmatch(identity) for regex in self.regexes)
 
 
 def settle_earlier_run(pattern: str, storage_options: StorageOptions | None = None) -> bool:
     """Before a writer looks at what lies under ``pattern``: finish the commit of an
     overwrite that was stopped after its journal was written (its new set takes its
-    place, :func:`~tarkit.storage.finish_commit`), then remove the pending shards of one
-    stopped before (its old set stays). Whether a commit was finished. Every writer of
-    numbered shards calls it first, whatever its mode."""
-    finished = finish_commit(journal_name(pattern), storage_options)
+    place, :func:`~tarkit.storage.finish_commit`, as far as the journal stays within
+    :class:`PatternFiles`), then remove the pending shards of one stopped before (its old
+    set stays). Whether a commit was finished (:func:`finished_earlier` says it in words:
+    the caller tells the user). Every writer of numbered shards calls it first, whatever
+    its mode."""
+    finished = finish_commit(journal_name(pattern), PatternFiles(pattern), storage_options)
     remove_pending(pattern, storage_options)
     return finished
+
+
+def finished_earlier(pattern: str) -> str:
+    """What a writer tells the user when it finished the commit of an earlier run
+    (:func:`settle_earlier_run`)."""
+    return (
+        f"finished the commit of an earlier overwrite into {pattern} that was stopped "
+        f"midway ({journal_name(pattern)}): its new set is in place"
+    )
 
 
 def _files(found: list[ExistingShard], plural: str, singular: str) -> str:

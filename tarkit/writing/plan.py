@@ -36,7 +36,7 @@ from dataclasses import dataclass
 
 from ..errors import InputError, SampleError, SourceError, UsageError
 from ..format.encoding import ImageTransform, check_key
-from ..storage import StorageOptions, location, read_bytes, resolve_url
+from ..storage import MANIFEST_LIMIT, StorageOptions, location, read_bytes, resolve_url
 from .files import read_file
 
 KEY_COLUMN = "__key__"
@@ -201,7 +201,9 @@ def read_plan(
     A plan in an object store (``s3://…``) is read with ``storage_options``; its relative
     paths are relative to its URL. Paths that are URLs, and the paths of a remote plan,
     are not checked here (that would ask the store about every file from this machine):
-    one that cannot be read fails its item when it is read.
+    one that cannot be read fails its item when it is read. A plan is data, not the
+    user's word (:func:`~tarkit.storage.resolve_url`): a cell that is a command
+    (``pipe:…``), or a local path in a remote plan, is an :class:`InputError`.
 
     Raises :class:`InputError` for a file that is not a plan (see
     :func:`check_plan_file`), a malformed header, a row whose length differs from the
@@ -217,7 +219,7 @@ def read_plan(
         # What the file is comes first: a zip named photos.zip is a zip, not a plan
         # whose delimiter cannot be told.
         if remote:
-            data = read_bytes(path, storage_options)
+            data = read_bytes(path, storage_options, limit=MANIFEST_LIMIT)
             if data is None:
                 raise SourceError(f"{path}: no such file")
             check_plan_file(path, data[:4096])
@@ -364,10 +366,11 @@ def _check_row(
         if not is_file:
             texts.append((field, cell))
             continue
-        if not base or location(cell).remote:  # a remote plan, or a URL: not checked
-            files.append((field, resolve_url(path, cell)))
+        # The trust rule: no command, and no local file in a remote plan.
+        file_path = resolve_url(path, cell, f"line {line}: field {field!r}")
+        if not base or not location(file_path).is_file:  # a remote plan, or a URL: not checked
+            files.append((field, file_path))
             continue
-        file_path = os.path.join(base, cell)
         if not os.path.isfile(file_path):
             what = "is not a regular file" if os.path.exists(file_path) else "no such file"
             raise InputError(

@@ -20,7 +20,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ..errors import InputError
-from ..storage import StorageOptions, location, publish, read_bytes
+from ..storage import RECORD_LIMIT, StorageOptions, location, publish, read_bytes
 from .patterns import pattern_prefix
 
 ON_ERROR = ("fail", "skip")
@@ -67,7 +67,7 @@ def parse_rejects(data: bytes, where: str = "rejects") -> list[Rejected]:
 
 def load_rejects(spec: str, storage_options: StorageOptions | None = None) -> list[Rejected]:
     """The items listed in the rejects file at ``spec``; none when there is no file."""
-    data = read_bytes(spec, storage_options)
+    data = read_bytes(spec, storage_options, limit=RECORD_LIMIT)
     return [] if data is None else parse_rejects(data, spec)
 
 

@@ -51,12 +51,18 @@ class SampleEncoder:
             previous = self._previous
             if isinstance(previous, Sample) and isinstance(sample, Sample):
                 raise same_key_error(previous, sample)
-            raise SampleError(
-                f"sample {key!r} follows a sample with the same key, and readers would "
-                "merge the two: give every sample a key of its own",
-                source="dataset",
-            )
+            raise repeated_key(key)
         self._previous, self._previous_key = sample, key
+
+
+def repeated_key(key: Any, where: str = "") -> SampleError:
+    """The error of a sample that follows a sample with the same key (``where``, such as
+    ``"item 4: "``, says which)."""
+    return SampleError(
+        f"{where}sample {key!r} follows a sample with the same key, and readers would "
+        "merge the two: give every sample a key of its own",
+        source="dataset",
+    )
 
 
 def key_of(sample: Sample | Mapping[str, Any]) -> Any:

@@ -53,6 +53,7 @@ from ..format.manifest import Manifest, ShardInfo
 from ..format.samples import Sample
 from ..format.tar import END_OF_ARCHIVE, default_mtime
 from ..storage import (
+    Move,
     Publishing,
     StagedFile,
     StorageOptions,
@@ -76,6 +77,7 @@ from .patterns import (
     pending_name,
     refuse_existing,
     refuse_strangers,
+    replaced_files,
     settle_earlier_run,
     shard_name,
 )
@@ -134,7 +136,11 @@ class ShardWriter:
     before the shard.
     ``checksums=False`` leaves out the sha256 of each shard (``ShardInfo.sha256`` is
     None; a manifest then has none): hashing costs about a sixth of copying small
-    samples, for output nobody checks.
+    samples, for output nobody checks. ``sealed`` is called with each shard's
+    :class:`ShardInfo` once it is complete and before it is published (for a record
+    that must exist whenever the shard does); under ``"overwrite"`` it returns the
+    :class:`~tarkit.storage.Move` of a file it wrote beside the pending shard, which
+    takes its name in the commit with the shards (or None).
 
     ``mode`` says what to do with files that already match the pattern from ``start``
     on (:mod:`tarkit.writing.patterns`): ``"create"`` (default) raises
@@ -143,13 +149,15 @@ class ShardWriter:
     (:func:`~tarkit.writing.finishing.put_in_place`: they take their names, the other
     matching files are removed, the manifest is published last) and runs ``post`` on
     each (``on_shard`` is called as each shard is in place under its pending name);
-    ``"resume"`` keeps the complete
-    shards of an interrupted run (:attr:`kept`) and continues after them:
-    ``samples_done`` says how many samples they hold, and :meth:`skip_kept` skips them
-    in the input, checking that they are those shards' samples (stale temporary files
-    are removed; another matching file raises :class:`OutputError`). Whatever the mode,
-    the commit of an overwrite stopped midway is first finished (its new set takes its
-    place; :attr:`finished_commit` says so).
+    ``"resume"`` keeps the complete shards of an interrupted run (:attr:`kept`) and
+    continues after them: ``samples_done`` says how many samples they hold, and
+    :meth:`skip_kept` skips them in the input, checking that they are those shards'
+    samples (stale temporary files are removed; another matching file raises
+    :class:`OutputError`). ``resumed`` gives those shards when the caller has found
+    them already (else they are read here: the complete shards from ``start`` on); the
+    caller then checks its input against them. Whatever the mode, the commit of an
+    overwrite stopped midway is first finished (its new set takes its place;
+    :attr:`finished_commit` says so).
 
     As a context manager, leaving with an exception aborts: complete shards stay (with
     ``overwrite``, the pending ones are removed and the old files stay as they were), the
@@ -173,6 +181,8 @@ class ShardWriter:
         mtime: int | None = None,
         checksums: bool = True,
         overlap: bool = True,
+        sealed: Callable[[ShardInfo], Move | None] | None = None,
+        resumed: list[KeptShard] | None = None,
     ) -> None:
         from ..sizes import parse_size
 
@@ -192,6 +202,7 @@ class ShardWriter:
         self.storage_options = storage_options
         self.checksums = checksums
         self.overlap = overlap
+        self.sealed = sealed
         self.mtime = default_mtime() if mtime is None else mtime
         self.shards: list[ShardInfo] = []
         self.samples_done = 0
@@ -210,11 +221,14 @@ class ShardWriter:
         # overwrite: the files the new set replaces, and its shards under pending names
         self._replaced: list[str] = []
         self._pending: list[str] = []
+        self._beside: dict[str, Move] = {}  # by pending shard: a file ``sealed`` wrote
         self.kept: list[KeptShard] = []  # resume: the shards kept, as read
         self.finished_commit = False
-        self._start_over(storage_options)
+        self._start_over(storage_options, resumed)
 
-    def _start_over(self, storage_options: StorageOptions | None) -> None:
+    def _start_over(
+        self, storage_options: StorageOptions | None, resumed: list[KeptShard] | None
+    ) -> None:
         """Look at what an earlier run left under the pattern, as ``mode`` says."""
         pattern, start = self.pattern, self.start
         self.finished_commit = settle_earlier_run(pattern, storage_options)
@@ -222,9 +236,11 @@ class ShardWriter:
         if self.mode == CREATE and existing:
             raise refuse_existing(pattern, existing, start)
         if self.mode == OVERWRITE:
-            self._replaced = [shard.url for shard in existing]
+            self._replaced = replaced_files(pattern, existing, start, storage_options)
         if self.mode == RESUME:
-            self.kept = kept_shards(pattern, start, storage_options, indexes=self.indexed)
+            if resumed is None:
+                resumed = kept_shards(pattern, start, storage_options, indexes=self.indexed)
+            self.kept = list(resumed)
             self.shards = [shard.info for shard in self.kept]
             self.samples_done = sum(s.samples for s in self.shards)
             kept = {s.url for s in self.shards}
@@ -392,28 +408,35 @@ class ShardWriter:
         try:
             # One sample alone may be larger than maxsize; more than one over it is a bug.
             size, sha256 = shard.seal(self.maxsize if count > 1 else None)
-            if self._index is not None:  # published first: a shard in place has it
-                try:
-                    self.indexes.publish(self._name, self._index)
-                except BaseException:
-                    shard.abort()
-                    raise
-            try:
-                # fsync and rename on another thread while the next shard is written
-                publishing = shard.publish_soon(self.overlap)
-            except BaseException:
-                self.indexes.drop(self._name)
-                raise
         except OutputError:
             self._file = None  # the shard removed its temporary file
             raise
         info = ShardInfo(url=self._name, samples=count, bytes=size, sha256=sha256)
+        beside = None if self.sealed is None else self.sealed(info)
+        # (an error there leaves the shard to abort)
+        if self._index is not None:  # published first: a shard in place has it
+            try:
+                self.indexes.publish(self._name, self._index)
+            except BaseException:
+                shard.abort()
+                self._file = None
+                raise
+        try:
+            # fsync and rename on another thread while the next shard is written
+            publishing = shard.publish_soon(self.overlap)
+        except BaseException as exc:
+            self.indexes.drop(self._name)
+            if isinstance(exc, OutputError):
+                self._file = None  # the shard removed its temporary file
+            raise
         self._file, self._publishing = None, (publishing, info)
         self.samples_done += count
         self._cut.begin()
         self.shards.append(info)
         if self.mode == OVERWRITE:
             self._pending.append(shard.spec)
+            if beside is not None:
+                self._beside[shard.spec] = beside
         if not self.overlap:
             self._settle()  # in place already: announced now
 
@@ -431,6 +454,7 @@ class ShardWriter:
             self.samples_done -= info.samples
             if self.mode == OVERWRITE:
                 self._pending.remove(publishing.staged.spec)
+                self._remove_beside(publishing.staged.spec)
             self.indexes.drop(info.url)
             raise
         self._publishing = None
@@ -453,9 +477,10 @@ class ShardWriter:
         self._closed = True
         if self.mode == OVERWRITE:
             pending, self._pending = self._pending, []
+            beside = [self._beside[spec] for spec in pending if spec in self._beside]
             put_in_place(self.pattern, pending, self.shards, self._replaced, self.manifest,
                          self.post, self.storage_options,
-                         self.indexes.sizes_of(self.shards))  # fmt: skip
+                         self.indexes.sizes_of(self.shards), beside)  # fmt: skip
         elif self.manifest is not None:
             files = manifest_files(self.manifest, self.shards, self.indexed)
             save_manifest(files, self.storage_options)
@@ -483,10 +508,17 @@ class ShardWriter:
                 self._file = None
             for pending in self._pending:
                 remove_file(pending, self.storage_options)
+                self._remove_beside(pending)
             if self.mode == OVERWRITE:  # every shard is pending, with its index
                 for shard in self.shards:
                     self.indexes.drop(shard.url)
             self._pending = []
+
+    def _remove_beside(self, pending: str) -> None:
+        """Remove the file ``sealed`` wrote beside the pending shard ``pending``, if any."""
+        beside = self._beside.pop(pending, None)
+        if beside is not None:
+            remove_file(beside.source, self.storage_options)
 
     def __enter__(self) -> ShardWriter:
         return self

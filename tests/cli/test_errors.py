@@ -582,3 +582,103 @@ def test_a_closed_stderr_keeps_the_exit_status_of_the_work(tmp_path: Path) -> No
     )
     assert (result.stdout, result.stderr) == (b"0\n2\n", "")
     assert (tmp_path / "out.tar").read_bytes() == BASE
+
+
+# --- inputs that are not tar archives: named, with what to do -----------------------------
+
+SHARDS_FROM = (
+    "make shards of image files with tarkit shard DIR -o 'shards/shard-%06d.tar' (or tarcreate)"
+)
+DECOMPRESS = "tarkit reads gzip, bzip2, xz and zstd; decompress it first"
+
+
+def not_tar_file(directory: Path, kind: str) -> str:
+    """A file of ``kind`` made by the tool that makes such files; its name."""
+    from PIL import Image
+
+    picture = Image.new("RGB", (600, 400), (200, 30, 30))  # over one 512-byte block, as JPEG
+    if kind in ("jpg", "png"):  # (more kinds in tests/format/test_file_types.py)
+        picture.save(directory / f"cat.{kind}")
+        return f"cat.{kind}"
+    if kind == "zip":
+        import zipfile
+
+        with zipfile.ZipFile(directory / "photos.zip", "w") as archive:
+            archive.writestr("cat.txt", "a cat")
+        return "photos.zip"
+    if kind == "json":
+        (directory / "manifest.json").write_text('{"version": 2, "shards": []}\n')
+        return "manifest.json"
+    (directory / "x.txt").write_bytes(b"x")
+    tool_args = {"lz4": ["bsdtar", "--lz4"], "lz": ["bsdtar", "--lzip"], "Z": ["bsdtar", "-Z"]}
+    name = f"x.tar.{kind}"
+    subprocess.run([*tool_args[kind], "-cf", name, "x.txt"], cwd=directory, check=True)
+    return name
+
+
+NOT_TAR = {
+    "jpg": f"a JPEG image, not a tar archive: {SHARDS_FROM}",
+    "png": f"a PNG image, not a tar archive: {SHARDS_FROM}",
+    "zip": "a zip archive, not a tar archive: unpack it into a directory and make shards of "
+    "that with tarkit shard DIR -o 'shards/shard-%06d.tar'",
+    # A manifest named to tarcat is a dataset, read by its index (docs/tarcat.md).
+    "json": "tarcat reads a dataset (a manifest or its directory) by its index, with --keys "
+    "FILE; to read all of it, name its shards",
+    "lz4": f"an lz4 stream: {DECOMPRESS}: lz4 -dc x.tar.lz4 > x.tar (or read 'pipe:lz4 -dc "
+    "x.tar.lz4')",
+    "lz": f"an lzip stream: {DECOMPRESS}: lzip -dc x.tar.lz > x.tar (or read 'pipe:lzip -dc "
+    "x.tar.lz')",
+    "Z": f"a compress (.Z) stream: {DECOMPRESS}: gzip -dc x.tar.Z > x.tar (or read 'pipe:gzip "
+    "-dc x.tar.Z')",
+}
+
+
+@pytest.mark.parametrize("kind", sorted(NOT_TAR))
+def test_a_file_that_is_not_tar_is_named_with_what_to_do(tmp_path: Path, kind: str) -> None:
+    name = not_tar_file(tmp_path, kind)
+    result = run(["tarcat", name], cwd=tmp_path)
+    assert (result.returncode, result.stdout) == (2, b"")
+    assert one_error_line(result.stderr, name) == NOT_TAR[kind]
+
+
+def test_not_tar_on_stdin_says_what_it_is_and_a_tar_with_a_bad_first_header_does_not(
+    tmp_path: Path,
+) -> None:
+    name = not_tar_file(tmp_path, "lz4")
+    result = run_shell(f"tarcat < {name}", cwd=tmp_path)
+    assert one_error_line(result.stderr, "<stdin>") == (
+        f"an lz4 stream: {DECOMPRESS}, with lz4 -dc in the pipe"
+    )
+    # The ustar magic in place: a damaged tar archive, whatever the rest looks like.
+    damaged = corrupt(BASE, 0, slice(0, 4), b"\xff\xd8\xff\xe0", fix_checksum=False)
+    result = run(["tarcat"], input=damaged)
+    assert one_error_line(result.stderr, "<stdin>") == (
+        "not a tar archive (bad header checksum in the first block) (byte 0)"
+    )
+
+
+def test_a_directory_given_for_a_shard_says_what_it_holds(tmp_path: Path) -> None:
+    from PIL import Image
+
+    for name in ("cat/1.jpg", "dog/2.jpg"):
+        (tmp_path / "photos" / name).parent.mkdir(parents=True, exist_ok=True)
+        Image.new("RGB", (4, 4)).save(tmp_path / "photos" / name)
+    for command in (["tarcat"], ["tarkit", "verify"]):
+        result = run([*command, "photos"], cwd=tmp_path)
+        assert result.returncode == 2
+        assert result.stderr.endswith(
+            "; it holds images (jpg): make shards of it with tarkit shard photos "
+            "-o 'shards/photos-%06d.tar'\n"
+        ), result.stderr
+
+
+def test_an_html_page_served_for_a_shard_is_named(http_server: ShardServer) -> None:  # noqa: F811
+    # A server or proxy that answers 200 with a page (a login, a quota): not a cut archive.
+    http_server.files["/data-000.tar"] = b"<!DOCTYPE html>\n<html><title>Sign in</title></html>\n"
+    url = f"{http_server.url}/data-000.tar"
+    result = run(["tarcat", url])
+    assert (result.returncode, result.stdout) == (2, b"")
+    assert one_error_line(result.stderr, url) == (
+        "an HTML page, not a tar archive: an error page in place of the shard? check its URL "
+        "and fetch it again"
+    )

@@ -473,46 +473,64 @@ def test_a_resume_with_another_function_or_command_is_refused_naming_the_output(
     first = run(["tarkit", "map", "--fn", "map_functions:shout", inputs, "-o", f"{out}/", "-q"],
                 env=env)  # fmt: skip
     assert first.returncode == 0, first.stderr
-    # Another function with --overwrite fails on in-1.tar: its output stays the first run's.
+    # Another function with --overwrite fails on in-1.tar: the first run's set stays whole.
+    first_set = {p.name: p.read_bytes() for p in out.iterdir()}
     good = (tmp_path / "in" / "in-1.tar").read_bytes()
     (tmp_path / "in" / "in-1.tar").write_bytes(make_tar([("s1-00.txt", b"bad")]))
     other = ["tarkit", "map", "--fn", "map_functions:fail_on_bad", inputs, "-o", f"{out}/", "-q"]
     failed = run([*other, "--overwrite", "--retries", "0"], env=env)
     assert failed.returncode == 2, failed.stderr
     (tmp_path / "in" / "in-1.tar").write_bytes(good)
+    assert {p.name: p.read_bytes() for p in out.iterdir()} == first_set
 
     before = {p.name: p.stat().st_mtime_ns for p in out.iterdir()}
     resumed = run(other, env=env)
     assert resumed.returncode == 2
     assert resumed.stderr == (
-        f"tarkit map: error: {out}/in-1.tar: made by the function map_functions:shout, while "
-        "this run maps with the function map_functions:fail_on_bad (1 of 4 outputs): resuming "
+        f"tarkit map: error: {out}/in-0.tar: made by the function map_functions:shout, while "
+        "this run maps with the function map_functions:fail_on_bad (4 of 4 outputs): resuming "
         "would keep outputs of both in one set. Pass --overwrite (mode='overwrite') to redo "
         "every shard, or write the outputs elsewhere\n"
     )
     changed = run(["tarkit", "map", "-c", "true", inputs, "-o", f"{out}/", "-q"], env=env)
     assert changed.returncode == 2
     assert changed.stderr.startswith(
-        f"tarkit map: error: {out}/in-0.tar: made by the function map_functions:fail_on_bad, "
+        f"tarkit map: error: {out}/in-0.tar: made by the function map_functions:shout, "
         "while this run maps with the command 'true' (4 of 4 outputs): "
     )
     assert {p.name: p.stat().st_mtime_ns for p in out.iterdir()} == before  # nothing ran
 
 
-def test_a_function_returning_a_list_of_rows_fails_at_once_naming_it_and_what_it_may_return(
+def test_fn_giving_several_samples_each_with_its_row_writes_the_rows_in_output_order(
+    tmp_path: Path, env: dict[str, str]
+) -> None:
+    inputs = write_inputs(tmp_path / "in", shards=2, per_shard=3)
+    result = run(["tarkit", "map", "--fn", "map_functions:word_rows", inputs, "-o",
+                  f"{tmp_path}/out/", "--metadata", str(tmp_path / "meta.jsonl"), "-q"],
+                 env=env)  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    keys = [f"s{s}-{i:02d}/{w}" for s in range(2) for i in range(3) for w in range(i + 1)]
+    assert keys_of(outputs(tmp_path / "out", 2)) == keys
+    assert fns.rows_of(tmp_path / "meta.jsonl") == [
+        {"key": key, "word": int(key[-1])} for key in keys
+    ]
+
+
+def test_a_function_giving_fewer_rows_than_samples_fails_at_once_saying_both_counts(
     tmp_path: Path, env: dict[str, str]
 ) -> None:
     inputs = write_inputs(tmp_path / "in", shards=1)
-    result = run(["tarkit", "map", "--fn", "map_functions:rows_as_list", inputs, "-o",
+    result = run(["tarkit", "map", "--fn", "map_functions:rows_short", inputs, "-o",
                   f"{tmp_path}/out/", "--retries", "2", "-q"], env=env)  # fmt: skip
     assert result.returncode == 2
     assert "retrying" not in result.stderr and "Traceback" not in result.stderr
     assert result.stderr.splitlines()[-1] == (
         f"tarkit map: error: 1 of 1 shards failed after 1 attempt: {tmp_path}/in/in-0.tar, "
-        "sample 's0-00': the function map_functions:rows_as_list returned (list, list); it may "
-        "return a sample dict, a list of them, None, or (samples, row) with row a dict (one "
-        "metadata row per input sample)"
+        "sample 's0-00': the function map_functions:rows_short returned 2 samples and 1 row; "
+        "it may return a sample dict, a list of them, None, or (samples, row) with row a dict "
+        "(one metadata row per input sample) or a list of dicts (one row per output sample)"
     )
+    assert not (tmp_path / "out" / "in-0.tar").exists()
 
 
 @pytest.mark.parametrize("kind", ["missing", "directory"])
@@ -529,7 +547,7 @@ def test_a_missing_or_directory_input_fails_before_any_shard_is_mapped(
                  env=env)  # fmt: skip
     assert result.returncode == 2
     what = "no such file (1 of 3 inputs does not exist)" if kind == "missing" else (
-        "is a directory, not a shard (name the files in it)"
+        "is a directory, not a shard; it holds no files"
     )  # fmt: skip
     assert result.stderr == f"tarkit map: error: {bad}: {what}\n"
     assert not (tmp_path / "out").exists()

@@ -5,7 +5,9 @@ from __future__ import annotations
 import io
 import json
 import os
+import signal
 import subprocess
+import time
 from pathlib import Path
 
 import pytest
@@ -331,6 +333,10 @@ def make(count="42"):
     return Squares(int(count))
 
 
+def splits():
+    return {"train": Squares(4), "test": Squares(2)}
+
+
 def dicts():
     return [{"__key__": f"d{i}", "jpg": Image.new("RGB", (64, 32), (i, 0, 0)),
              "seg.png": Image.new("L", (64, 32), i), "cls": i} for i in range(3)]
@@ -400,6 +406,57 @@ def test_dataset_and_map_fn_load_a_function_by_one_rule_with_one_message(
         assert result.stderr == f"tarkit {command}: error: {option} {spec!r}: {message}\n"
 
 
+def test_a_dict_of_splits_asks_for_one_by_name(tmp_path: Path) -> None:
+    (tmp_path / "mydata.py").write_text(DATASET_MODULE)
+    result = run(["tarkit", "shard", "--dataset", "mydata:splits", "-o", "out/s-%d.tar"],
+                 cwd=tmp_path)  # fmt: skip
+    assert (result.returncode, result.stderr) == (2, (
+        "tarkit shard: error: a dict (train, test) is not a dataset of items: pass one of its "
+        "values, e.g. ds['train'], or a sequence of items\n"
+    ))  # fmt: skip
+    assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.parametrize(
+    "how,status,workers,kept",
+    [pytest.param(signal.SIGINT, 130, "0", 3, id="ctrl-c"),
+     pytest.param(signal.SIGTERM, 143, "2", 2, id="sigterm-with-workers")],
+)  # fmt: skip
+def test_an_interrupted_run_says_which_shards_it_kept_and_how_to_resume(
+    tmp_path: Path, how: int, status: int, workers: str, kept: int
+) -> None:
+    (tmp_path / "mydata.py").write_text(DATASET_MODULE)
+    args = ["shard", "--dataset", "mydata:make", "-c", "8", "--no-shuffle", "-p", workers,
+            "-o", "cut/s-%02d.tar"]  # fmt: skip
+    # Item 30 stalls, in shard 3. A shard is complete once the next item comes: here
+    # items 24 to 29; from workers nothing of their chunk of 8 items (24 to 31).
+    last = tmp_path / "cut" / f"s-{kept - 1:02d}.tar"
+    process = subprocess.Popen([tool("tarkit"), *args], cwd=tmp_path, stderr=subprocess.PIPE,
+                               env=dict(os.environ, STALL="1"), start_new_session=True)  # fmt: skip
+    try:
+        deadline = time.monotonic() + 60
+        while not last.exists() and time.monotonic() < deadline:
+            assert process.poll() is None, process.stderr and process.stderr.read()
+            time.sleep(0.05)
+        # As Ctrl-C in a terminal, and `timeout` or `kill -- -PGID`: the whole group.
+        os.killpg(process.pid, how)
+        stderr = process.communicate(timeout=60)[1].decode()
+    finally:
+        if process.poll() is None:
+            os.killpg(process.pid, signal.SIGKILL)
+            process.wait()
+    assert (process.returncode, stderr) == (status, (
+        f"tarkit shard: interrupted: {kept} complete shards kept (cut/s-00.tar … "
+        f"cut/{last.name}); add --resume to the same command to continue after them\n"
+    ))  # fmt: skip
+    names = sorted(p.name for p in (tmp_path / "cut").iterdir())
+    assert names == [f"s-{n:02d}.tar" for n in range(kept)]
+    if workers == "0":
+        resumed = run(["tarkit", *args, "--resume"], cwd=tmp_path)
+        assert resumed.returncode == 0, resumed.stderr
+        assert len(all_samples(tmp_path / "cut")) == 42
+
+
 def test_sigkill_then_resume_gives_the_bytes_of_a_clean_run(tmp_path: Path) -> None:
     (tmp_path / "mydata.py").write_text(DATASET_MODULE)
     args = ["shard", "--dataset", "mydata:make", "-c", "8", "--no-shuffle", "--manifest"]
@@ -446,6 +503,7 @@ def test_shards_go_to_s3_through_fsspec(tmp_path: Path, s3_env: dict[str, str],
         ([], "give a SOURCE"),
         (["nowhere/"], "nowhere/: no such file or directory"),
         (["--resize", "big", "."], "--resize 'big'"),
+        (["--resize", "\u00b2x2", "."], "--resize '\u00b2x2'"),  # a digit int() refuses
         (["--format", "gif2", "."], "--format 'gif2'"),
     ],
 )
@@ -469,3 +527,21 @@ def test_shards_named_with_bytes_that_are_not_utf8_get_a_manifest(
     assert [s.url for s in load_table(str(tmp_path / "m.json"))] == [
         os.fsdecode(f"out/caf\xe9-{i:03d}.tar".encode("latin-1")) for i in range(4)
     ]
+
+
+def test_split_directories_of_plain_files_are_refused_too_with_the_fix(tmp_path: Path) -> None:
+    data = tmp_path / "d4"
+    for split, name in (("train", "a.wav"), ("val", "b.wav")):
+        (data / split).mkdir(parents=True)
+        (data / split / name).write_bytes(b"RIFF")
+    result = run(["tarkit", "shard", "d4/", "-o", "out/s-%06d.tar"], cwd=tmp_path)
+    assert result.returncode == 2
+    assert result.stderr == (
+        "tarkit shard: error: d4/: train/ and val/ look like a dataset's splits (they hold its "
+        "files): shard each split on its own, as in tarkit shard d4/train -o 'train-%06d.tar' "
+        "(--layout tree shards them together)\n"
+    )
+    assert not (tmp_path / "out").exists()
+    together = run(["tarkit", "shard", "d4/", "--layout", "tree", "-o", "out/s-%06d.tar"],
+                   cwd=tmp_path)  # fmt: skip
+    assert together.returncode == 0, together.stderr

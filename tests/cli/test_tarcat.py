@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 from conftest import DATA, ROOT, make_tar, run, run_shell, webdataset_samples
-from tarfiles import COMPRESSIONS, END, expected_samples, make_archive
+from tarfiles import COMPRESSIONS, END, expected_samples, make_archive, wide_members
 
 from tarkit.format.compression import open_decompressed
 from tarkit.format.samples import group_samples
@@ -200,6 +200,41 @@ def test_count_stops_reading_a_never_ending_pipe(tmp_path: Path) -> None:
     assert (tmp_path / "status").read_text() == "141\n"  # tar was ended by SIGPIPE
 
 
+def test_zeros_without_end_after_the_end_marker_stop_tarcat_with_exit_2(numbered: Path) -> None:
+    # A producer that pads without end (`cat /dev/zero`, a stuck server) used to keep
+    # tarcat reading forever; past 64 MiB of zeros it is an error naming the byte.
+    source = f"pipe:cat {numbered} /dev/zero"
+    result = run(["tarcat", source], timeout=30)
+    size = numbered.stat().st_size
+    assert (result.returncode, result.stderr) == (2, (
+        f"tarcat: error: {source}: more than 64 MiB of zeros after the end-of-archive marker "
+        f"(no tar writer pads an archive that much: see docs/format.md) (byte {size + (64 << 20)})\n"
+    ))  # fmt: skip
+    # As for any error after the end marker, the samples before the last, no marker.
+    last = next(m.offset for m in members_of(numbered.read_bytes()) if m.name.startswith("19."))
+    assert result.stdout == numbered.read_bytes()[:last]
+
+
+@pytest.mark.parametrize("archiver", ["tar -b 131072", "bsdtar -b 8192"])
+def test_the_largest_records_of_gnu_tar_and_bsdtar_are_read_whole(
+    tmp_path: Path, archiver: str
+) -> None:
+    # 64 MiB and 4 MiB of zeros after the end marker: read to the end, so the writer
+    # never meets a closed pipe (GNU tar -t stops after one record and leaves it SIGPIPE).
+    (tmp_path / "a.txt").write_bytes(b"a")
+    result = run_shell(f"set -o pipefail; {archiver} -cf - -C {tmp_path} a.txt | tarcat | tar -t")
+    assert (result.returncode, result.stdout, result.stderr) == (0, b"a.txt\n", "")
+
+
+def test_samples_of_20000_fields_take_a_second_not_a_minute() -> None:
+    # The compiled scanner compared every two fields of a sample (20 to 40 s for these
+    # two samples); the limit is generous, the old way cannot meet it.
+    data = make_tar(wide_members(2, 20_000))
+    result = run(["tarcat"], input=data, timeout=10)
+    assert (result.returncode, result.stderr) == (0, "")
+    assert result.stdout == data
+
+
 def test_skip_drops_the_first_n_samples(numbered: Path) -> None:
     result = run(["tarcat", "--skip", "15", str(numbered)])
     assert keys_of(result.stdout) == ["15", "16", "17", "18", "19"]
@@ -282,6 +317,44 @@ def test_compressed_output_is_byte_identical_across_runs_and_readable(
     assert back.stdout == numbered.read_bytes()
     if suffix == ".tar.zst":
         assert subprocess.run(["zstd", "-q", "-t", str(outputs[0])]).returncode == 0
+
+
+def test_zstd_that_starts_with_a_skippable_frame_is_read_as_zstd_and_bsdtar_read_it(
+    numbered: Path,
+) -> None:
+    # libarchive's test_read_filter_zstd_skip_frame: a skippable frame (magic 0x184D2A50
+    # to 0x184D2A5F, its size, its payload), then the zstd CLI's frame.
+    frame = subprocess.run(["zstd", "-q", "-c", str(numbered)], capture_output=True,
+                           check=True).stdout  # fmt: skip
+    skippable = (0x184D2A5E).to_bytes(4, "little") + (7).to_bytes(4, "little") + b"tarkit!"
+    path = numbered.parent / "skip.tar.zst"
+    path.write_bytes(skippable + frame)
+    assert subprocess.run(["zstd", "-q", "-dc", str(path)], capture_output=True).stdout == (
+        numbered.read_bytes()
+    )
+    listed = subprocess.run(["bsdtar", "-tf", str(path)], capture_output=True, text=True)
+    assert (listed.returncode, len(listed.stdout.splitlines())) == (0, 20 * 2 + 7)
+    result = run(["tarcat", str(path)])
+    assert (result.returncode, result.stderr) == (0, "")
+    assert result.stdout == numbered.read_bytes()
+
+
+def test_a_member_whose_name_starts_with_a_dot_is_skipped_saying_so(tmp_path: Path) -> None:
+    for name in (".hidden.txt", "README", "a.txt"):
+        (tmp_path / name).write_text(name)
+    subprocess.run(["tar", "-cf", "in.tar", ".hidden.txt", "README", "a.txt"], cwd=tmp_path,
+                   check=True)  # fmt: skip
+    result = run(["tarcat", "in.tar"], cwd=tmp_path)
+    assert result.returncode == 0
+    assert result.stderr == (
+        "tarcat: warning: in.tar: skipping member whose file name starts with a dot (no key "
+        "before it): .hidden.txt\n"
+        "tarcat: warning: in.tar: skipping member without a field (no dot in the file name): "
+        "README\n"
+        "tarcat: warning: skipped 2 members: 1 whose file name starts with a dot (no key "
+        "before it), 1 without a field (no dot in the file name)\n"
+    )
+    assert keys_of(result.stdout) == ["a"]
 
 
 def test_tarkit_cat_and_python_m_tarkit_cat_are_tarcat(numbered: Path) -> None:

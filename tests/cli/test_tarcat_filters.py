@@ -1,4 +1,4 @@
-"""tarcat --where, --keys and --fraction through real pipes, with the other options, and
+"""tarcat --where, --keys and --fraction (--invert) through real pipes, with the other options, and
 the examples of docs/tarcat.md and docs/processing.md run as they are written."""
 
 from __future__ import annotations
@@ -240,6 +240,51 @@ def test_fraction_outside_zero_to_one_exits_2(data: Path, value: str) -> None:
     )
 
 
+# --- --invert: the other side of a split ----------------------------------------------
+
+
+def test_invert_writes_exactly_the_samples_fraction_drops_byte_for_byte(
+    data: Path, tmp_path: Path
+) -> None:
+    kept = documented_rule()
+    other = tarcat("--fraction", "0.7", "--seed", "-3", "--invert", str(data))
+    rest = expected(lambda i, f: not kept(key_of(i), -3, 0.7))
+    assert keys(other) == rest and 0 < len(rest) < N  # in the input's order
+    listed = tmp_path / "rest.txt"
+    listed.write_text("".join(f"{k}\n" for k in rest))
+    assert other == tarcat("--keys", str(listed), str(data))  # the members, byte for byte
+
+
+def test_invert_turns_only_the_fraction_around(data: Path) -> None:
+    kept = documented_rule()
+    out = tarcat("--fraction", "0.5", "--seed", "2", "--invert", "--where", "cls == 3", str(data))
+    assert keys(out) == expected(lambda i, f: i % 7 == 3 and not kept(key_of(i), 2, 0.5))
+
+
+def test_invert_without_fraction_exits_2_and_writes_nothing(data: Path) -> None:
+    result = run(["tarcat", "--invert", "--where", "cls == 3", str(data)])
+    assert (result.returncode, result.stdout) == (2, b"")
+    assert result.stderr == (
+        "tarcat: error: --invert keeps the samples --fraction drops: give --fraction too\n"
+    )
+
+
+def test_a_split_is_the_same_however_the_shards_are_cut_ordered_or_read(
+    data: Path, tmp_path: Path
+) -> None:
+    for size in ("7", "13"):
+        result = run(["tarsplit", "-c", size, "-o", str(tmp_path / f"c{size}-%02d.tar"), str(data)])
+        assert result.returncode == 0, result.stderr
+    sevens = sorted(str(p) for p in tmp_path.glob("c7-*.tar"))
+    thirteens = sorted(str(p) for p in tmp_path.glob("c13-*.tar"))
+    assert len(sevens) == 9 and len(thirteens) == 5
+    kept = documented_rule()
+    side = expected(lambda i, f: kept(key_of(i), 5, 0.7))
+    assert keys(tarcat("--fraction", "0.7", "--seed", "5", *thirteens)) == side
+    other = keys(tarcat("--fraction", "0.7", "--seed", "5", "--invert", "-p", "2", *sevens[::-1]))
+    assert sorted(other) == sorted(set(expected(lambda i, f: True)) - set(side))
+
+
 # --- with the other options -------------------------------------------------------------
 
 
@@ -301,7 +346,7 @@ def test_count_stops_reading_once_enough_samples_matched(data: Path) -> None:
 def test_help_describes_the_filter_options() -> None:
     result = run(["tarcat", "--help"])
     text = result.stdout.decode()
-    for option in ("--where", "--keys", "--fraction"):
+    for option in ("--where", "--keys", "--fraction", "--invert"):
         assert option in text
     assert "Seed for --shuffle, --mix and --fraction" in text
 

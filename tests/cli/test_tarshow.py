@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import io
+import json
 import re
 from pathlib import Path
 
@@ -177,6 +178,63 @@ def test_grid_and_images_together_are_a_usage_error(tmp_path: Path, image_archiv
     assert result.returncode == 2
     assert result.stderr == "tarshow: error: --grid and --images do not go together\n"
     assert list(tmp_path.iterdir()) == []
+
+
+def caption_line(sheet: Image.Image, index: int, per_row: int, line: int, lines: int) -> bytes:
+    """The pixels of caption line ``line`` of tile ``index`` (cells ``lines`` lines high)."""
+    x = GAP + (index % per_row) * CELL_W
+    y = GAP + (index // per_row) * (128 + 16 * lines + GAP) + 128 + 16 * line
+    return sheet.crop((x, y, x + 128, y + 16)).tobytes()
+
+
+def drawn(text: str) -> bytes:
+    """A caption line holding ``text``, as docs/tarshow.md draws it (Pillow's default font)."""
+    from PIL import ImageDraw, ImageFont
+
+    strip = Image.new("RGB", (128, 16), (24, 24, 24))
+    font = ImageFont.load_default(size=11)
+    ImageDraw.Draw(strip).text((0, 1), text, fill=(230, 230, 230), font=font)
+    return strip.tobytes()
+
+
+def test_grid_caption_names_the_class_from_classes_json_beside_the_input(
+    tmp_path: Path, image_archive: Path
+) -> None:
+    (tmp_path / "shard.tar").write_bytes(image_archive.read_bytes())
+    (tmp_path / "classes.json").write_text(json.dumps([f"colour {i}" for i in range(20)]))
+    out = tmp_path / "sheet.png"
+    result = run(["tarshow", "-c", "2", "-f", "png", "--grid", str(out), "--caption",
+                  "cls __key__", str(tmp_path / "shard.tar")])  # fmt: skip
+    assert (result.returncode, result.stderr) == (0, "")
+    with Image.open(out) as sheet:
+        assert sheet.size == (GAP + 2 * CELL_W, GAP + 128 + 2 * 16 + GAP)
+        # -f png picks the image (img00 has a JPEG: a grey tile), not the caption's fields
+        assert sheet.getpixel(tile_centre(0, 2)) == (64, 64, 64)
+        assert close(sheet.getpixel(tile_centre(1, 2)), COLOURS[1])
+        assert caption_line(sheet, 0, 2, 0, 2) == drawn("colour 0 (0)")
+        assert caption_line(sheet, 1, 2, 1, 2) == drawn("img01")
+    named = tmp_path / "names.json"
+    named.write_text('["red", "green"]')
+    piped = run_shell(f"tarshow -c 2 --grid - --caption cls --classes {named} < {image_archive}")
+    assert piped.returncode == 0, piped.stderr
+    with Image.open(io.BytesIO(piped.stdout)) as sheet:
+        assert caption_line(sheet, 1, 2, 0, 1) == drawn("green (1)")
+
+
+def test_caption_goes_with_grid_and_a_missing_classes_file_is_named(
+    tmp_path: Path, image_archive: Path
+) -> None:
+    result = run(["tarshow", "--caption", "cls", str(image_archive)])
+    assert (result.returncode, result.stderr) == (
+        2, "tarshow: error: --caption and --classes go with --grid\n"
+    )  # fmt: skip
+    out = tmp_path / "sheet.png"
+    result = run(["tarshow", "--grid", str(out), "--caption", "cls", "--classes",
+                  str(tmp_path / "nope.json"), str(image_archive)])  # fmt: skip
+    assert (result.returncode, result.stderr) == (
+        2, f"tarshow: error: {tmp_path}/nope.json: no such file\n"
+    )  # fmt: skip
+    assert not out.exists()
 
 
 # --- errors and pipes -----------------------------------------------------------------

@@ -5,7 +5,9 @@ from __future__ import annotations
 import gzip
 import io
 import random
+import struct
 import subprocess
+import tracemalloc
 import zlib
 from pathlib import Path
 
@@ -112,6 +114,55 @@ def test_compressed_stream_cut_short_is_an_error(kind: str, keep: float) -> None
         decompress(cut)
     assert str(info.value).startswith("in: ")
     assert kind in str(info.value)
+
+
+def test_a_zstd_stream_cut_anywhere_but_between_frames_is_cut_short() -> None:
+    # The frame and block headers of every layout: content size in 0 (a single segment),
+    # 1, 2 or 4 bytes or none (a window descriptor then), with and without a checksum;
+    # raw, RLE and compressed blocks, two blocks in a frame; a skippable frame.
+    contents = [b"x" * 100, random.Random(1).randbytes(300), b"text " * 60 + bytes(140_000)]
+    frames = [
+        (
+            zstandard.ZstdCompressor(write_checksum=checksum, write_content_size=size).compress(
+                data
+            ),
+            data,
+        )
+        for data in contents
+        for checksum in (False, True)
+        for size in (False, True)
+    ]
+    frames.append((struct.pack("<II", 0x184D2A5A, 5) + b"12345", b""))
+    stream = b"".join(frame for frame, _ in frames)
+    ends = {0: b""}
+    for frame, data in frames:
+        ends[max(ends) + len(frame)] = ends[max(ends)] + data
+    for cut in range(4, len(stream) + 1):  # the magic whole: detected as zstd
+        if cut in ends:
+            assert decompress(stream[:cut]) == ends[cut]
+            continue
+        with pytest.raises(CompressionError) as info:
+            decompress(stream[:cut])
+        assert (info.value.reason, str(info.value)) == (
+            CompressionError.TRUNCATED,
+            "in: zstd stream is cut short",
+        ), cut
+
+
+def test_zstd_inflates_no_more_than_each_read_asks_for() -> None:
+    # A few kilobytes of zstd hold 128 MiB of zeros: a read of a megabyte must not
+    # inflate them all at once.
+    compressor = zstandard.ZstdCompressor().compressobj()
+    data = b"".join(compressor.compress(bytes(1 << 20)) for _ in range(128)) + compressor.flush()
+    assert len(data) < 16 << 10
+    stream = open_decompressed(Pipe(data, 1 << 20), "in")  # type: ignore[arg-type]
+    tracemalloc.start()
+    try:
+        assert len(stream.read1(1 << 20)) == 1 << 20  # type: ignore[attr-defined]
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert peak < 8 << 20
 
 
 @pytest.mark.parametrize("kind", sorted(TOOLS))

@@ -148,7 +148,9 @@ def test_exif_orientation_is_applied_before_reencoding() -> None:
     assert Image.open(io.BytesIO(data)).size == (20, 40)
 
 
-@pytest.mark.parametrize("text", ["", "12", "x20", "20x", "0x5", "5x5?", "axb"])
+@pytest.mark.parametrize(
+    "text", ["", "12", "x20", "20x", "0x5", "5x5?", "axb", "\u00b2x2", "\u0663x3"]
+)
 def test_bad_resize_specs_are_usage_errors(text: str) -> None:
     with pytest.raises(UsageError):
         parse_resize(text)

@@ -302,6 +302,18 @@ def test_a_malformed_version_2_manifest_is_refused_naming_it(
         )
 
 
+@pytest.mark.parametrize("counts", [[2**62 + 1], [2**62, 2**62], [2**63 - 1, 1]])
+def test_counts_past_2_62_are_an_input_error_in_both_readers_never_an_overflow(
+    counts: list[int],
+) -> None:
+    shards = [{"url": f"s-{i}.tar", "samples": n, "bytes": 1024} for i, n in enumerate(counts)]
+    text = v1_text(*shards)
+    with pytest.raises(InputError, match=r"^m\.json: .*2\*\*62"):
+        parse(text, "m.json")
+    with pytest.raises(InputError, match=r"^m\.json: (malformed shard entry 0$|.*2\*\*62)"):
+        read_table(io.BytesIO(text.encode()), "m.json")
+
+
 def test_a_negative_count_in_the_columns_is_refused() -> None:
     json_text, columns = v2_files(samples=0)
     negative = (-5).to_bytes(8, "little", signed=True) + (5).to_bytes(8, "little") + columns[16:]
@@ -322,3 +334,59 @@ def test_a_billion_sample_manifest_opens_within_its_memory_bound(
     assert figures["pattern"] == PATTERN and figures["last"] == PATTERN % (SHARDS - 1)
     assert figures["locate"] == [SHARDS - 1, SAMPLES - 1]
     assert figures["peak"] < bound, figures  # type: ignore[operator]
+
+
+# --- version 1 entries, checked before the loader plans from them ---------------------
+
+GOOD = {"url": "s-0.tar", "samples": 2, "bytes": 2048, "sha256": "ab", "keys": ["a", "b"],
+        "offsets": [0, 1024]}  # fmt: skip
+
+
+def v1_text(*shards: object) -> str:
+    return json.dumps({"format": "tarkit-manifest", "version": 1, "shards": list(shards)})
+
+
+def test_a_manifest_reads_back_what_was_written() -> None:
+    manifest = Manifest([ShardInfo(**GOOD)])  # type: ignore[arg-type]
+    assert parse(manifest.dumps()).shards == manifest.shards
+
+
+@pytest.mark.parametrize(
+    "change, problem",
+    [
+        ({"samples": -5}, "a negative count"),
+        ({"bytes": -1}, "a negative count"),
+        ({"samples": 2**62 + 1, "keys": None, "offsets": None}, "a count past 2**62"),
+        ({"bytes": 2**63}, "a count past 2**62"),
+        ({"samples": 2.5}, '"samples" is 2.5'),
+        ({"samples": True}, '"samples" is True'),
+        ({"samples": "2"}, "\"samples\" is '2'"),
+        ({"url": 7}, '"url" is 7'),
+        ({"url": None}, '"url" is None'),
+        ({"sha256": 12}, '"sha256" is not text'),
+        ({"keys": "ab"}, '"keys" is not a list of text'),
+        ({"offsets": [0, -1024]}, '"offsets" is not a list of byte offsets'),
+        ({"offsets": {"0": 0}}, '"offsets" is not a list of byte offsets'),
+    ],
+)
+def test_a_malformed_entry_is_an_input_error_naming_it(change: dict, problem: str) -> None:
+    with pytest.raises(InputError) as caught:
+        parse(v1_text(GOOD, dict(GOOD, **change)), "m.json")
+    assert str(caught.value) == f"m.json: malformed shard entry 1 ({problem})"
+
+
+@pytest.mark.parametrize(
+    "shards, message",
+    [
+        ('"shards": {"url": "s-0.tar"}', 'm.json: "shards" is not a list'),
+        ('"shards": [["s-0.tar", 1, 512]]', "m.json: malformed shard entry 0 (not an object)"),
+        ('"shards": [{"url": "s-0.tar", "bytes": 512}]',
+         'm.json: malformed shard entry 0 (no "samples")'),
+    ],
+)  # fmt: skip
+def test_shards_that_are_not_a_list_of_entries_are_an_input_error(
+    shards: str, message: str
+) -> None:
+    with pytest.raises(InputError) as caught:
+        parse('{"format": "tarkit-manifest", "version": 1, ' + shards + "}", "m.json")
+    assert str(caught.value) == message

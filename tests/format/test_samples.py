@@ -14,6 +14,7 @@ from webdataset.tariterators import base_plus_ext
 
 from tarkit.errors import SampleError, TruncatedError
 from tarkit.format.samples import (
+    DOT_FIRST,
     NO_FIELD,
     QUIET_SKIPS,
     SkipLog,
@@ -132,6 +133,20 @@ def test_members_without_a_dot_and_links_are_skipped_and_counted() -> None:
         "skipped 5 members: 2 without a field (no dot in the file name), "
         "1 symlink, 1 hard link, 1 fifo"
     )
+
+
+def test_a_member_whose_name_starts_with_a_dot_is_skipped_for_that_reason() -> None:
+    notes: list[tuple[str, str, str]] = []
+    skips = SkipLog(lambda *note: notes.append(note))
+    archive = member("d/.hidden.txt", b"h") + member(".x", b"x") + member("a.txt", b"a") + END
+    assert samples(archive, source="in.tar", skips=skips) == [("a", {"txt": b"a"})]
+    assert notes == [(DOT_FIRST, "in.tar", "d/.hidden.txt")]
+    assert DOT_FIRST == "member whose file name starts with a dot (no key before it)"
+    assert skips.summary() == (
+        "skipped 2 members: 2 whose file name starts with a dot (no key before it)"
+    )
+    with pytest.raises(SampleError, match=r"^in.tar: member whose file name starts with a dot"):
+        samples(archive, source="in.tar", strict=True)
 
 
 def test_skip_summary_says_member_for_one() -> None:

@@ -18,6 +18,7 @@ from pathlib import Path
 import pytest
 from conftest import ROOT, make_tar
 
+from tarkit.errors import SampleError
 from tarkit.format import scanner
 from tarkit.format.samples import Sample, group_samples
 from tarkit.format.tar import read_members
@@ -129,6 +130,29 @@ def test_field_bytes_read_from_a_span_equal_the_members_data(reader: str) -> Non
         data = [m.data for m in sample.detached().members]
         assert sample.data_all() == data
         assert [sample.data_at(i) for i in range(len(sample.fields))] == data
+        picks = [3, 0, 0, 2]
+        assert sample.data_of(picks) == [data[i] for i in picks]
+        assert sample.data_of([]) == []
+        with pytest.raises(IndexError):
+            sample.data_of([4])
+
+
+@pytest.mark.parametrize("fields", [3, 17, 2000])
+@pytest.mark.parametrize("twin", [None, "f0000x", "F0000X"])
+def test_a_field_twice_fails_a_sample_of_any_width(
+    reader: str, fields: int, twin: str | None
+) -> None:
+    # Up to 16 fields the scanner compares them pair by pair, more after sorting them.
+    names = [f"f{i:04d}x" for i in range(fields)]
+    if twin is not None:
+        names[-1] = twin  # the first field again, or again but for its case
+    archive = make_tar([(f"{key}.{name}", b"") for key in "ab" for name in names])
+    samples = group_samples(read_members(io.BytesIO(archive), "x.tar"))
+    if twin is None:
+        assert [(s.key, len(s.fields)) for s in samples] == [("a", fields), ("b", fields)]
+    else:
+        with pytest.raises(SampleError, match="appears twice in sample 'a'"):
+            list(samples)
 
 
 def test_a_pickled_sample_keeps_its_members_not_the_read_buffer(reader: str) -> None:
@@ -142,3 +166,54 @@ def test_a_pickled_sample_keeps_its_members_not_the_read_buffer(reader: str) -> 
         sample.key, sample.fields, sample.members, sample.raw)  # fmt: skip
     assert len(pickle.dumps(sample)) < 2 * len(sample.raw) + 1000
     assert list(group_samples(copy.members))[0].fields == sample.fields  # kinds still FILE
+
+
+def test_the_compiled_crc32_is_zlibs_for_every_length_start_and_buffer(reader: str) -> None:
+    import random
+    import zlib
+
+    compiled_only(reader)
+    assert scanner.compiled is not None
+    crc32 = scanner.compiled.crc32
+    data = random.Random(7).randbytes(70_000)
+    for length in [*range(0, 200), 511, 512, 1024, 4099, 65536, 70_000]:
+        for start in (0, 1, 0xFFFFFFFF, 0x12345678):
+            assert crc32(data[:length], start) == zlib.crc32(data[:length], start), (length, start)
+    view = memoryview(data)[3:60_003]  # not aligned, not bytes
+    assert crc32(view) == zlib.crc32(view) and crc32(bytearray(view)) == zlib.crc32(view)
+    assert crc32(data[5000:], crc32(data[:5000])) == zlib.crc32(data)
+    assert crc32(bytes(3 << 20)) == zlib.crc32(bytes(3 << 20))  # long: run without the GIL
+
+
+SPANS = [
+    ("one sample of three fields", [("a.jpg", 700), ("a.cls", 1), ("a.json", 0)]),
+    ("a path with directories", [("x/y/a.seg.png", 600), ("x/y/a.txt", 3)]),
+]
+NOT_ONE = [
+    ("two keys", [("a.jpg", 10), ("b.jpg", 10)]),
+    ("metadata", [("__meta__.txt", 10)]),
+    ("no field", [("a.jpg", 10), ("README", 3)]),
+    ("a field twice in another case", [("a.jpg", 10), ("a.JPG", 10)]),
+    ("a long name (a pax header)", [("n" * 120 + ".jpg", 10)]),
+]
+
+
+@pytest.mark.parametrize("what, members", SPANS + NOT_ONE, ids=[w for w, _ in SPANS + NOT_ONE])
+def test_a_span_is_one_sample_only_when_the_python_reader_says_so(
+    reader: str, what, members
+) -> None:  # type: ignore[no-untyped-def]
+    compiled_only(reader)
+    assert scanner.compiled is not None
+    archive = make_tar((name, bytes([n]) * size) for n, (name, size) in enumerate(members))
+    span = archive[: len(archive) - 1024]  # without the end-of-archive marker
+    found = scanner.compiled.span_sample(span, 4096, "s.tar")
+    if (what, members) in NOT_ONE:
+        assert found is None  # for the Python reader, which says what is wrong
+        return
+    (expected,) = list(group_samples(read_members(io.BytesIO(archive), start=4096), "s.tar"))
+    assert (found.key, found.fields, found.source) == (expected.key, expected.fields, "s.tar")
+    assert found.data_all() == [m.data for m in expected.members]
+    assert [(m.name, m.offset) for m in found.members] == [
+        (m.name, m.offset) for m in expected.members
+    ]
+    assert scanner.compiled.span_sample(span[:700], 0, "s.tar") is None  # cut in a member

@@ -422,8 +422,81 @@ def test_local_shards_that_do_not_exist_fail_when_the_dataset_is_built(tmp_path)
     with pytest.raises(SourceError) as info:
         ShardDataset(past_the_end)
     assert str(info.value) == (f"{tmp_path}/s-003.tar: no such shard (2 of 5 shards do not exist)")
-    with pytest.raises(SourceError, match="s-00l.tar: no such shard \\(1 of 1"):
+    assert info.value.reason == SourceError.MISSING
+    with pytest.raises(
+        SourceError, match="s-00l.tar: no such shard \\(1 of 1 shards do not exist\\)$"
+    ):
         ShardDataset(str(tmp_path / "s-00l.tar"), handler="skip")
+
+
+def test_a_local_glob_names_the_shards_it_matches_sorted_as_the_shell_would(tmp_path):
+    paths, manifest = make_shards(tmp_path / "wds", [2, 3, 1])
+    (tmp_path / "wds" / "s-000.tar.idx").write_bytes(b"not matched")
+    dataset = ShardDataset(str(tmp_path / "wds" / "s-*.tar"))
+    assert dataset.urls == paths and len(dataset) == 6  # the manifest beside: exactly them
+    assert keys_of(dataset) == list(all_keys([2, 3, 1]))
+    with pytest.raises(SourceError) as info:
+        ShardDataset(str(tmp_path / "wds" / "train-*.tar"))
+    assert str(info.value) == f"{tmp_path}/wds/train-*.tar: no shard matches this glob"
+
+
+def test_a_remote_glob_is_refused_with_the_brace_form_to_write_instead():
+    with pytest.raises(UsageError) as info:
+        ShardDataset("s3://bucket/wds/data-*.tar")
+    assert str(info.value) == (
+        "s3://bucket/wds/data-*.tar: a glob names local shards only (a remote listing is "
+        "slow, and can differ between ranks): name remote shards as a brace range, such as "
+        "s3://bucket/wds/data-{000000..000099}.tar, or by their manifest"
+    )
+    # a query string is no glob
+    assert ShardDataset("https://example.com/s-000.tar?sig=a*b").urls[0].endswith("?sig=a*b")
+
+
+@pytest.mark.parametrize(
+    "written,meant",
+    [("s-{0..2}.tar", "s-{000..002}.tar"), ("s-{00..02}.tar", "s-{000..002}.tar")],
+)
+def test_a_range_that_names_no_shard_suggests_the_padding_of_the_files(tmp_path, written, meant):
+    make_shards(tmp_path, [1, 1, 1])
+    with pytest.raises(SourceError) as info:
+        ShardDataset(str(tmp_path / written))
+    first = str(tmp_path / written).replace("{0..2}", "0").replace("{00..02}", "00")
+    assert str(info.value) == (
+        f"{first}: no such shard (3 of 3 shards do not exist); did you mean {tmp_path}/{meant}?"
+    )
+    assert len(ShardDataset(str(tmp_path / meant)).urls) == 3
+
+
+def test_a_directory_of_images_is_named_with_the_command_that_makes_shards_of_it(tmp_path):
+    for name in ("cat/1.jpg", "cat/2.jpg", "dog/1.png"):
+        (tmp_path / "photos" / name).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / "photos" / name).write_bytes(jpeg(1))
+    with pytest.raises(UsageError) as info:
+        ShardDataset(str(tmp_path / "photos"))
+    assert str(info.value) == (
+        f"{tmp_path}/photos: no tar shards in this directory; it holds images (jpg, png): make "
+        f"shards of it with tarkit shard {tmp_path}/photos -o 'shards/photos-%06d.tar'"
+    )
+
+
+def test_a_jpeg_given_for_a_shard_is_named_with_the_command_that_makes_shards(tmp_path):
+    path = tmp_path / "cat.jpg"
+    path.write_bytes(jpeg(1))
+    with pytest.raises(InputError) as info:
+        list(ShardDataset(str(path)))
+    assert str(info.value) == (
+        f"{path}: a JPEG image, not a tar archive: make shards of image files with tarkit "
+        "shard DIR -o 'shards/shard-%06d.tar' (or tarcreate)"
+    )
+
+
+def test_a_directory_among_the_shards_fails_when_the_dataset_is_built(tmp_path):
+    make_shards(tmp_path, [2])
+    (tmp_path / "more").mkdir()
+    with pytest.raises(SourceError) as info:
+        ShardDataset([str(tmp_path / "s-000.tar"), str(tmp_path / "more")])
+    assert str(info.value) == f"{tmp_path}/more: is a directory, not a shard; it holds no files"
+    assert info.value.reason == SourceError.MISSING
 
 
 WORKER_ERROR_SCRIPT = """

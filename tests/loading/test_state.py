@@ -5,6 +5,7 @@ once on another topology; states of another dataset or settings are refused."""
 from __future__ import annotations
 
 import json
+import time
 from collections import Counter
 from pathlib import Path
 
@@ -303,3 +304,99 @@ def test_a_version_2_manifest_gives_the_loader_what_version_1_gives(manifest, tm
     other.load_state_dict(state)
     rest = Counter(k for loader in (elastic, other) for b in loader for k in keys(b))
     assert rest + Counter(k for b in taken for k in b) == all_keys(COUNTS)
+
+
+# A state may come from anywhere (a checkpoint someone shared): every part of it is
+# checked before a loop's length comes from it. (mutation of a real mid-epoch state of
+# a loader with 2 workers, what the refusal names)
+def _generation(world: int, workers: int) -> dict:
+    topology = {"world": world, "workers": workers, "batch_size": 4, "drop_last": False,
+                "equal_batches": False}  # fmt: skip
+    return {"topology": topology, "delivered": 1, "rank": 0, "last_worker": None}
+
+
+HOSTILE_STATES = {
+    "a generation of 10**9 ranks": (
+        lambda s: s["history"].append(_generation(10**9, 1)),
+        "history[0].topology.world is 1000000000, more than 65536",
+    ),
+    "10**9 workers": (
+        lambda s: s["generation"]["topology"].update(workers=10**9),
+        "generation.topology.workers is 1000000000, more than 1024",
+    ),
+    "more generations than any epoch has": (
+        lambda s: s["history"].extend([_generation(1, 1)] * 65),
+        "history has 65 entries, more than 64",
+    ),
+    "2**21 splits of the epoch": (
+        lambda s: s["history"].extend([_generation(1024, 1024)] * 2),
+        "its generations split the epoch 2097154 ways (ranks x workers), more than 65536",
+    ),
+    "more samples taken than the dataset has": (
+        lambda s: s["generation"]["workers"][0].__setitem__(0, 10**12),
+        "generation.workers[0][0] is 1000000000000, more than 65585",
+    ),
+    "more items delivered than the dataset has": (
+        lambda s: s["generation"].update(delivered=10**15),
+        "generation.delivered is 1000000000000000, more than 65585",
+    ),
+    "a rank outside the world": (
+        lambda s: s["generation"].update(rank=3),
+        "generation.rank is 3, more than 0",
+    ),
+    "a worker outside the topology": (
+        lambda s: s["generation"].update(covers=[0, 7]),
+        "generation.covers[1] is 7, more than 1",
+    ),
+    "a negative epoch": (lambda s: s.update(epoch=-1), "epoch is -1, less than 0"),
+    "an epoch as text": (lambda s: s.update(epoch="3"), "epoch is '3', not a whole number"),
+    "a span that ends before it starts": (
+        lambda s: s["generation"]["workers"][1].__setitem__(4, [[5, 1]]),
+        "generation.workers[1][4][0] ends at 1, before its start 5",
+    ),
+    "a history position per worker missing": (
+        lambda s: s["history"].append(dict(_generation(1, 2), workers=[[0, 0, 0, 0, []]])),
+        "history[0].workers has 1 positions for 2 workers",
+    ),
+    "a mixture that is not one": (
+        lambda s: s["settings"].update(mixture=[1]),
+        "settings.mixture is not a dict",
+    ),
+    "no dataset": (lambda s: s.pop("dataset"), "dataset is missing"),
+}
+
+
+@pytest.fixture(scope="module")
+def checkpoint(manifest) -> dict:
+    return run_with_cut(manifest, 3, {}, workers=2)[3]
+
+
+@pytest.mark.timeout(20)
+@pytest.mark.parametrize("name", list(HOSTILE_STATES))
+def test_a_crafted_state_is_refused_at_once_naming_what_is_wrong(manifest, checkpoint, name):
+    change, message = HOSTILE_STATES[name]
+    state = json.loads(json.dumps(checkpoint))
+    change(state)
+    loader = make(manifest, workers=0)
+    started = time.monotonic()
+    with pytest.raises(UsageError) as caught:
+        loader.load_state_dict(state)
+        list(loader)  # (a state taken for good would otherwise be read, or spin)
+    assert str(caught.value) == f"malformed tarkit loader state: {message}"
+    assert time.monotonic() - started < 2
+
+
+@pytest.mark.timeout(20)
+def test_a_state_past_the_end_of_the_shards_is_refused_with_or_without_a_manifest(manifest):
+    paths = sorted(str(p) for p in Path(manifest).parent.glob("s-*.tar"))
+    for urls, options in ((manifest, {}), (paths, {"manifest": False})):
+        state = run_with_cut(urls, 2, {}, workers=0, **options)[3]
+        # Within the bound of counts (an epoch plus its splits; any without a manifest),
+        # but more than the worker's share holds: found at its end, or at once.
+        state["generation"]["workers"][0][:2] = [1000, 1000]
+        loader = make(urls, workers=0, **options)
+        loader.load_state_dict(state)
+        started = time.monotonic()
+        with pytest.raises(UsageError, match="a worker had taken 1000 samples of its share"):
+            list(loader)
+        assert time.monotonic() - started < 2

@@ -380,7 +380,7 @@ def test_a_function_returning_something_else_than_samples_fails_at_once_naming_i
     assert failure.error == (
         "the function map_functions:text_only returned a str; it may return a sample dict, a "
         "list of them, None, or (samples, row) with row a dict (one metadata row per input "
-        "sample)"
+        "sample) or a list of dicts (one row per output sample)"
     )
 
 

@@ -249,7 +249,19 @@ def test_a_download_unlike_the_manifest_is_refused_and_not_kept(
     right = hashlib.sha256(SHARD).hexdigest()
     with cache.open(url, size=len(SHARD), sha256=right) as source:
         assert source.stream.read() == SHARD
-    assert Path(cache.path_for(url)).read_bytes() == SHARD
+    assert Path(cache.path_for(url, right)).read_bytes() == SHARD
+
+
+def test_a_cached_shard_whose_manifest_gives_another_sha256_is_downloaded_again(tmp_path, server):
+    url = f"{server.url}/s.tar"
+    cache = ShardCache(str(tmp_path))
+    again = make_tar((f"s{i:03d}.bin", bytes([i + 1]) * 5000) for i in range(20))
+    for version in (SHARD, again):  # the shard written again, of the same size
+        server.files["/s.tar"] = version
+        digest = hashlib.sha256(version).hexdigest()
+        with cache.open(url, size=len(SHARD), sha256=digest) as source:
+            assert source.stream.read() == version
+    assert server.hits["/s.tar"] == 2
 
 
 def test_a_cut_download_is_refused_by_the_manifest_length_too(tmp_path, server):

@@ -13,10 +13,11 @@ import pytest
 from tarkit.errors import OutputError, SourceError
 from tarkit.format.encoding import ImageTransform
 from tarkit.format.tar import default_mtime
-from tarkit.storage import Move, commit_files, finish_commit, refuse_unfinished
+from tarkit.storage import Move, check_local_files, commit_files, finish_commit
 from tarkit.writing.cluster import ClusterRun
+from tarkit.writing.from_dataset import shard_dataset
 from tarkit.writing.items import ItemEncoder
-from tarkit.writing.patterns import journal_name
+from tarkit.writing.patterns import PatternFiles, journal_name
 from tarkit.writing.shard_writer import ShardWriter
 
 
@@ -63,7 +64,9 @@ def cluster_run(pattern: str, mode: str) -> None:
                on_reject=None, post=None, on_shard=None, report=print)  # fmt: skip
 
 
-@pytest.mark.parametrize("mode", ["create", "overwrite", "resume", "cluster create"])
+@pytest.mark.parametrize(
+    "mode", ["create", "overwrite", "resume", "cluster create", "dataset resume"]
+)
 def test_every_writer_of_the_pattern_finishes_a_stopped_commit_whatever_its_mode(
     tmp_path: Path, mode: str
 ) -> None:
@@ -75,6 +78,9 @@ def test_every_writer_of_the_pattern_finishes_a_stopped_commit_whatever_its_mode
     elif mode == "cluster create":
         with pytest.raises(OutputError, match="3 files already match"):
             cluster_run(pattern, "create")
+    elif mode == "dataset resume":  # the new set is whole before its shards are checked
+        items = [{"__key__": key, "txt": key * 600} for key in "vwx"]
+        shard_dataset(items, pattern, maxcount=1, mode="resume")
     else:
         writer = ShardWriter(pattern, mode=mode)
         assert writer.finished_commit
@@ -87,13 +93,15 @@ def test_readers_refuse_the_files_of_a_stopped_commit_and_only_those(tmp_path: P
     out, _, _ = stopped_commit(tmp_path)
     write(out / "val", "pq", manifest=False)
     (out / "val" / "s-0.tar").rename(out / "v-0.tar")  # another set in the same directory
-    with pytest.raises(SourceError, match=r"\.s-%d\.tar\.commit\.json\), so they are a mix"):
-        refuse_unfinished([str(out / "s-1.tar")])
-    with pytest.raises(SourceError):
-        refuse_unfinished([str(out / "s-4.tar")])  # to be removed by the commit
-    refuse_unfinished([str(out / "v-0.tar")])
-    assert finish_commit(journal_name(str(out / "s-%d.tar")))
-    refuse_unfinished([str(out / "s-1.tar")])
+    with pytest.raises(SourceError, match=r"\.s-%d\.tar\.commit\.json\), so the files there are"):
+        check_local_files([str(out / "s-1.tar")])
+    with pytest.raises(SourceError) as raised:
+        check_local_files([str(out / "s-4.tar")])  # to be removed by the commit
+    assert raised.value.reason == SourceError.UNFINISHED
+    check_local_files([str(out / "v-0.tar")])
+    pattern = str(out / "s-%d.tar")
+    assert finish_commit(journal_name(pattern), PatternFiles(pattern))
+    check_local_files([str(out / "s-1.tar")])
 
 
 def test_a_journal_that_cannot_be_finished_says_so_and_a_foreign_one_is_not_followed(
@@ -103,7 +111,7 @@ def test_a_journal_that_cannot_be_finished_says_so_and_a_foreign_one_is_not_foll
     journal = Path(journal_name(str(out / "s-%d.tar")))
     (out / ".s-2.tar.pending").unlink()
     with pytest.raises(OutputError, match=r"s-2\.tar: cannot finish the commit of .*remove the "):
-        finish_commit(str(journal))
+        finish_commit(str(journal), PatternFiles(str(out / "s-%d.tar")))
     entries = json.loads(journal.read_text())
     assert entries["format"] == "tarkit-commit" and entries["moves"][0][:2] == [
         ".s-0.tar.pending", "s-0.tar"
@@ -118,7 +126,7 @@ def test_a_journal_that_cannot_be_finished_says_so_and_a_foreign_one_is_not_foll
     with pytest.raises(OutputError, match="not the journal of a tarkit commit"):
         ShardWriter(str(out / "s-%d.tar"))
     assert victim.read_text() == "not a shard"
-    assert not finish_commit(str(out / ".none.commit.json"))
+    assert not finish_commit(str(out / ".none.commit.json"), PatternFiles(str(out / "s-%d.tar")))
 
 
 def test_a_journal_that_cannot_be_written_leaves_the_old_set_and_no_pending_shard(
@@ -132,3 +140,41 @@ def test_a_journal_that_cannot_be_written_leaves_the_old_set_and_no_pending_shar
             Path(journal_name(pattern)).mkdir()  # where the journal should go
     Path(journal_name(pattern)).rmdir()
     assert files(tmp_path) == old
+
+
+def test_a_journal_above_the_shards_is_found_by_readers_and_a_link_out_is_refused(
+    tmp_path: Path,
+) -> None:
+    # The shard number in a directory: the journal lies above the shards (out/), not beside.
+    pattern = str(tmp_path / "out" / "{shard:03d}" / "x.tar")
+    with ShardWriter(pattern, maxcount=1) as writer:
+        for key in "abc":
+            writer.write({"__key__": key, "txt": key})
+    out = tmp_path / "out"
+    for n in range(3):
+        (out / f"{n:03d}" / ".x.tar.pending").write_bytes((out / f"{n:03d}" / "x.tar").read_bytes())
+    moves = [
+        Move(str(out / f"{n:03d}" / ".x.tar.pending"), str(out / f"{n:03d}" / "x.tar"), 3072)
+        for n in (0, 1, 2, 3)
+    ]  # fmt: skip (the fourth staged shard is missing)
+    with pytest.raises(OutputError, match="neither the new file nor its staged copy"):
+        commit_files(journal_name(pattern), moves, [])
+    assert Path(journal_name(pattern)).parent == out
+    with pytest.raises(SourceError, match=r"_x\.tar\.commit\.json\), so the files there") as raised:
+        check_local_files([str(out / "001" / "x.tar")])
+    assert raised.value.reason == SourceError.UNFINISHED
+
+    # A shard directory that is a link: the journal's removal would reach through it.
+    victim = tmp_path / "victim"
+    victim.mkdir()
+    (victim / "x.tar").write_text("not a shard of this set")
+    shutil.rmtree(out / "002")
+    (out / "002").symlink_to(victim)
+    journal = Path(journal_name(pattern))
+    journal.write_text(json.dumps({"format": "tarkit-commit", "version": 1, "moves": [],
+                                   "remove": ["002/x.tar"], "manifest": None}))  # fmt: skip
+    with pytest.raises(
+        OutputError, match=r"002/x\.tar lies outside its directory \(through a link\)"
+    ):
+        ShardWriter(pattern, mode="overwrite")
+    assert (victim / "x.tar").read_text() == "not a shard of this set"

@@ -300,3 +300,64 @@ def test_malformed_settings_are_usage_errors(monkeypatch, name, value, message) 
     with pytest.raises(UsageError) as info:
         retry_policy()
     assert str(info.value) == message
+
+
+# --- HTTPS: the handshake and a proxy's answer count against the same budget -------------
+
+
+@pytest.fixture
+def tls_trust(tmp_path, monkeypatch) -> tuple[object, object]:
+    """A certificate for 127.0.0.1 that this process trusts (``SSL_CERT_FILE``)."""
+    from tls_server import certificate
+
+    cert, key = certificate(tmp_path)
+    monkeypatch.setenv("SSL_CERT_FILE", str(cert))
+    return cert, key
+
+
+@pytest.mark.parametrize(("spread", "fails"), [(0.01, False), (0.65, True)], ids=["fast", "slow"])
+def test_a_tls_handshake_and_the_headers_after_it_share_one_timeout(tls_trust, spread, fails):
+    from tls_server import SlowTlsServer
+
+    # Each of the two takes `spread` seconds: less than the timeout alone, more together.
+    server = SlowTlsServer(*tls_trust, DATA[:5000], handshake=spread, headers=spread)  # type: ignore[arg-type]
+    url = f"{server.url}/x.tar"
+    started = time.monotonic()
+    try:
+        if not fails:
+            assert read(url, [], timeout=1.0, retries=0) == DATA[:5000]
+            return
+        with pytest.raises(SourceError) as info:
+            read(url, [], timeout=1.0, retries=0)
+        assert str(info.value).startswith(f"{url}: headers too slow: the answer was not complete "
+                                          "within 1 s") or "no answer within 1 s" in str(info.value)  # fmt: skip
+        assert time.monotonic() - started < 1.0 + spread  # (not both spreads)
+    finally:
+        server.stop()
+
+
+def test_a_proxy_that_trickles_its_answer_to_connect_is_cut_at_the_timeout(tls_trust, monkeypatch):
+    import threading
+
+    from tls_server import TrickleProxy
+
+    proxy = TrickleProxy()
+    for name in ("no_proxy", "NO_PROXY"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("https_proxy", proxy.url)
+    failed: list[BaseException] = []
+
+    def fetch() -> None:
+        try:
+            read("https://127.0.0.1:9/x.tar", [], timeout=0.5, retries=0)
+        except BaseException as exc:  # noqa: BLE001 (what ended it, for the test to see)
+            failed.append(exc)
+
+    reader = threading.Thread(target=fetch, daemon=True)
+    started = time.monotonic()
+    reader.start()
+    reader.join(timeout=10)
+    proxy.stop()  # (an unbounded wait ends here)
+    assert time.monotonic() - started < 3 and failed, "the proxy kept the reader waiting"
+    assert isinstance(failed[0], SourceError), failed
+    assert "within 0.5 s" in str(failed[0])

@@ -180,3 +180,22 @@ def test_unwritable_outputs_are_output_errors(tmp_path: Path) -> None:
     for spec in ("http://127.0.0.1:9/out.tar", "pipe:cat"):
         with pytest.raises(OutputError, match="cannot write here"):
             Sink(spec)
+
+
+def test_a_document_that_does_not_end_is_read_up_to_its_bound_only(
+    http_server: ShardServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from tarkit.storage import load_manifest, load_table, manifests
+
+    monkeypatch.setattr(manifests, "MANIFEST_LIMIT", 64 << 10)  # (1 GiB: a test of seconds)
+    http_server.lengths = False  # as a stream that never ends would be sent
+    http_server.files["/m.json"] = b'{"format": "tarkit-manifest", "version": 1, "shards": ['
+    http_server.files["/m.json"] += b'{"url": "s-0.tar", "samples": 1, "bytes": 1024}, ' * 4000
+    url = f"{http_server.url}/m.json"
+    for load in (load_manifest, load_table):
+        with pytest.raises(SourceError) as raised:
+            load(url)
+        assert str(raised.value) == (
+            f"{url}: more than 64 KiB, the most tarkit reads of such a document (docs/format.md, "
+            '"Bounds")'
+        )

@@ -222,7 +222,7 @@ def test_empty_expression_is_a_usage_error(expression: str) -> None:
 def test_key_list_drops_whitespace_crlf_and_blank_lines(tmp_path: Path) -> None:
     path = tmp_path / "keys.txt"
     path.write_bytes(b"train/a\r\n\n  val/c  \n\n\nnot-there\n   \n")
-    assert read_keys(str(path)) == {"train/a", "val/c", "not-there"}
+    assert read_keys(str(path)) == ["train/a", "val/c", "not-there"]
     assert [s.key for s in filter_samples(samples_of(SAMPLES), key_in(read_keys(str(path))))] == [
         "train/a",
         "val/c",
@@ -230,7 +230,7 @@ def test_key_list_drops_whitespace_crlf_and_blank_lines(tmp_path: Path) -> None:
 
 
 def test_key_list_can_come_from_a_command() -> None:
-    assert read_keys("pipe:printf 'a\\nb\\n'") == {"a", "b"}
+    assert read_keys("pipe:printf 'a\\nb\\n'") == ["a", "b"]
 
 
 def test_missing_key_list_is_a_source_error_naming_the_option(tmp_path: Path) -> None:

@@ -18,6 +18,7 @@ from tarkit.stream.show import (
     CAPTION,
     GAP,
     TILE,
+    caption_text,
     describe,
     draw,
     grid,
@@ -324,3 +325,47 @@ def test_grid_replaces_an_existing_file_atomically(tmp_path: Path) -> None:
     with Image.open(out) as sheet:
         assert sheet.size == (4 + 132, 4 + 148)
     assert [p.name for p in tmp_path.iterdir()] == ["sheet.png"]
+
+
+# --- captions from fields -------------------------------------------------------------
+
+
+def caption_strip(sheet: Image.Image, line: int) -> bytes:
+    """The pixels of caption line ``line`` of the first tile."""
+    top = GAP + TILE + CAPTION * line
+    return sheet.crop((GAP, top, GAP + TILE, top + CAPTION)).tobytes()
+
+
+def drawn(text: str) -> bytes:
+    """A caption line holding ``text``, drawn as the sheet draws it."""
+    from PIL import ImageDraw, ImageFont
+
+    strip = Image.new("RGB", (TILE, CAPTION + GAP + TILE), (24, 24, 24))
+    ImageDraw.Draw(strip).text((0, 1), text, fill=(230, 230, 230),
+                               font=ImageFont.load_default(size=11))  # fmt: skip
+    return strip.crop((0, 0, TILE, CAPTION)).tobytes()
+
+
+def test_grid_captions_a_line_per_field_with_class_names_instead_of_the_key(
+    tmp_path: Path,
+) -> None:
+    out = tmp_path / "sheet.png"
+    found = samples([("k0.cls", b"1"), ("k0.png", solid((255, 0, 0))),
+                     ("k0.txt", b"a red square\n")])  # fmt: skip
+    grid(found, str(out), caption=[["cls"], ["caption", "txt"], ["json"], ["__key__"]],
+         class_names=["square", "red thing"])  # fmt: skip
+    with Image.open(out) as sheet:
+        assert sheet.size == (4 + 132, 4 + 128 + 4 * 16 + 4)
+        assert [caption_strip(sheet, n) for n in range(4)] == [
+            drawn("red thing (1)"),
+            drawn("a red square"),
+            drawn("-"),
+            drawn("k0"),
+        ]
+
+
+def test_caption_text_of_a_class_without_a_name_is_its_value() -> None:
+    found = samples([("k.label.cls", b"7"), ("k.png", solid((0, 0, 0)))])
+    assert caption_text(found[0], ["label.cls"], ["a", "b"]) == "7"  # names are for cls
+    assert caption_text(found[0], ["label.cls"], {"label": list("abcdefgh")}) == "h (7)"
+    assert caption_text(found[0], ["PNG"]) == "40x40 RGB"

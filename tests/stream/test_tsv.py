@@ -11,6 +11,7 @@ import pytest
 from conftest import make_tar
 from hypothesis import given
 from hypothesis import strategies as st
+from tarfiles import CountedName, counted_sample
 
 from tarkit.errors import TruncatedError
 from tarkit.format.samples import group_samples, parse_field_spec
@@ -183,3 +184,20 @@ def test_write_lines_batches_many_lines_without_losing_any() -> None:
     out = io.BytesIO()
     write_lines((f"{i}\n" for i in range(50_000)), out)
     assert out.getvalue().split(b"\n")[:-1] == [str(i).encode() for i in range(50_000)]
+
+
+def test_a_line_of_thousands_of_columns_folds_each_field_name_once() -> None:
+    # Each column used to fold every field name of the sample: quadratic in the fields.
+    sample = counted_sample(2000)
+    CountedName.folds = 0
+    rows = table(list(tsv_lines([sample, sample])))
+    assert rows[0][:3] == ["__key__", "F00000", "F00001"]
+    assert rows[1][:3] == rows[2][:3] == ["k", "0", "1"]
+    assert len(rows[1]) == 2001
+    assert CountedName.folds <= 3 * 2000  # the columns once, then each line's fields once
+
+
+def test_columns_pick_by_name_from_one_pass_over_the_sample() -> None:
+    (sample,) = samples([("k.a", b"1"), ("k.B", b"2"), ("k.c", b"3")])
+    lines = tsv_lines([sample], [["c"], ["x", "b"], ["x"], ["A"]])
+    assert table(list(lines)) == [["__key__", "c", "x;b", "x", "A"], ["k", "3", "2", "", "1"]]

@@ -9,6 +9,7 @@ manifest of the same dataset and options.
 from __future__ import annotations
 
 import os
+import socket
 import subprocess
 from collections.abc import Iterator
 from pathlib import Path
@@ -16,7 +17,7 @@ from typing import Any
 
 import pytest
 from conftest import S3_ENV, run, sigkill_when, tool
-from ray_cluster import HERE, RayCluster
+from ray_cluster import HERE, RayCluster, free_port, namespace_of
 from shard_datasets import Words
 
 from tarkit.errors import InputError
@@ -34,12 +35,33 @@ ZIPPED = ({"maxsize": 1500, "shuffle": True}, ".tar.gz")
 
 
 @pytest.fixture(scope="module")
+def s3_server(cluster: RayCluster) -> Iterator[str]:
+    """The S3 server of this module: in the cluster's network namespace, where its nodes
+    reach it (the session's is outside)."""
+    from moto.server import ThreadedMotoServer
+
+    endpoint = cluster.s3  # type: ignore[attr-defined]
+    server = ThreadedMotoServer(ip_address="127.0.0.1", port=int(endpoint.rsplit(":", 1)[1]),
+                                verbose=False)  # fmt: skip
+    server.start()
+    try:
+        yield endpoint
+    finally:
+        server.stop()
+
+
+@pytest.fixture(scope="module")
 def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RayCluster]:
     marks = tmp_path_factory.mktemp("marks")
     import ray
 
-    cluster = RayCluster(dict(S3_ENV, TARKIT_TEST_MARKS=str(marks)))
+    # The nodes' S3 endpoint: the module's server (s3_server), started on this port when
+    # a test asks for it (nothing else listens in the cluster's new namespace).
+    endpoint = f"http://127.0.0.1:{free_port()}"
+    cluster = RayCluster(dict(S3_ENV, TARKIT_TEST_MARKS=str(marks),
+                              FSSPEC_S3_ENDPOINT_URL=endpoint))  # fmt: skip
     cluster.marks = marks  # type: ignore[attr-defined]
+    cluster.s3 = endpoint  # type: ignore[attr-defined]
     try:
         # Connected once: the runs in this process use this connection as it is.
         ray.init(address=cluster.address, include_dashboard=False, logging_level="WARNING")
@@ -155,8 +177,7 @@ def test_the_driver_killed_mid_run_then_resume_gives_the_bytes_of_a_clean_run(
     tmp_path: Path, two_nodes: str
 ) -> None:
     args = ["shard", "--dataset", "shard_datasets:slow_words", "-c", "6", "--manifest"]
-    # (this checkout's tarkit in the driver too, as in the cluster's workers)
-    path = os.pathsep.join([str(HERE), str(HERE.parent)])
+    path = os.pathsep.join([str(HERE), os.environ["PYTHONPATH"]])  # this checkout's tarkit
     env = dict(os.environ, PYTHONPATH=path, TARKIT_TEST_DELAY="0")
     clean = run(["tarkit", *args, "clean/m.json", "-o", "clean/s-%02d.tar"], cwd=tmp_path,
                 env=env)  # fmt: skip
@@ -182,7 +203,10 @@ def test_the_driver_killed_mid_run_then_resume_gives_the_bytes_of_a_clean_run(
 def test_an_imagefolder_in_s3_sharded_to_s3_on_ray_is_the_local_folders_shards(
     tmp_path: Path, two_nodes: str, s3_env: dict[str, str]
 ) -> None:
-    import s3fs
+    # The S3 server is the module's, in the cluster's namespace. This process reaches it
+    # with boto3 (its sockets are this thread's), the runs through the command line:
+    # fsspec's I/O thread may have been started in the namespace this thread left.
+    import boto3
     from PIL import Image
 
     folder = tmp_path / "folder"
@@ -191,17 +215,32 @@ def test_an_imagefolder_in_s3_sharded_to_s3_on_ray_is_the_local_folders_shards(
         Image.new("RGB", (8 + n, 8), (n * 20, 0, 0)).save(
             folder / ("cat", "dog", "owl")[n % 3] / f"{n}.png"
         )
-    options = {"endpoint_url": s3_env["FSSPEC_S3_ENDPOINT_URL"]}
-    fs = s3fs.S3FileSystem(**options)
-    fs.mkdir("cluster-in")
-    fs.put(str(folder) + "/", "cluster-in/train/", recursive=True)
-    fs.mkdir("cluster-out")
-    shard_files("s3://cluster-in/train/", "s3://cluster-out/s-%d.tar", maxcount=5,
-                manifest="s3://cluster-out/m.json", engine="ray", address=two_nodes,
-                storage_options=options)  # fmt: skip
+    s3 = boto3.client("s3", endpoint_url=s3_env["FSSPEC_S3_ENDPOINT_URL"])
+    s3.create_bucket(Bucket="cluster-in")
+    s3.create_bucket(Bucket="cluster-out")
+    for path in folder.rglob("*.png"):
+        s3.upload_file(str(path), "cluster-in", f"train/{path.relative_to(folder)}")
+    done = run(["tarkit", "shard", "s3://cluster-in/train/", "-o", "s3://cluster-out/s-%d.tar",
+                "-c", "5", "--manifest", "s3://cluster-out/m.json", "--engine", "ray",
+                "--address", two_nodes], env=dict(os.environ, **s3_env))  # fmt: skip
+    assert done.returncode == 0, done.stderr
     shard_files(str(folder), str(tmp_path / "local" / "s-%d.tar"), maxcount=5,
                 manifest=str(tmp_path / "local" / "m.json"))  # fmt: skip
-    stored = {p.rsplit("/", 1)[1]: fs.cat(p) for p in fs.ls("cluster-out", refresh=True)}
+    listed = s3.list_objects_v2(Bucket="cluster-out")["Contents"]
+    stored = {o["Key"]: s3.get_object(Bucket="cluster-out", Key=o["Key"])["Body"].read()
+              for o in listed}  # fmt: skip
     assert stored == files(tmp_path / "local")
     shards = [f"s-{i}.tar{index}" for i in range(3) for index in ("", ".idx")]
     assert sorted(stored) == ["classes.json", "m.columns", "m.json", *shards]
+
+
+def test_the_cluster_and_this_driver_share_a_network_namespace_of_loopback_alone(
+    cluster: RayCluster,
+) -> None:
+    import ray
+
+    assert socket.if_nameindex() == [(1, "lo")]
+    ours = namespace_of("thread-self")
+    assert {namespace_of(pid) for pid in cluster.processes()} == {ours}
+    assert ours != cluster.outside
+    assert {node["NodeManagerAddress"] for node in ray.nodes()} == {"127.0.0.1"}

@@ -3,19 +3,24 @@
 from __future__ import annotations
 
 import io
+import json
 import os
 import subprocess
 import sys
 import textwrap
 from pathlib import Path
+from typing import Any
 
 import pytest
 from conftest import samples_of, sigkill_when, webdataset_samples
 from PIL import Image
+from shard_datasets import Chunks, Words
 
-from tarkit.errors import InputError, SampleError, UsageError
+from tarkit.errors import InputError, OutputError, SampleError, UsageError
+from tarkit.format.tar import default_mtime
 from tarkit.storage import temp_place
-from tarkit.writing.from_dataset import ShardProgress, default_sample, shard_dataset
+from tarkit.writing.from_dataset import ShardProgress, default_sample, sample_order, shard_dataset
+from tarkit.writing.shard_writer import ShardWriter
 
 
 class Pictures:
@@ -111,15 +116,15 @@ def test_an_item_that_fails_names_its_index_and_keeps_complete_shards(
     assert sorted(p.name for p in tmp_path.iterdir()) == ["s-0.tar", "s-1.tar"]
 
 
-def test_to_sample_returning_a_list_is_an_error_naming_the_item(tmp_path: Path) -> None:
-    def to_sample(item: int, index: int) -> list[dict[str, object]]:
-        return [{"__key__": f"{index}a", "txt": "a"}, {"__key__": f"{index}b", "txt": "b"}]
+def test_to_sample_returning_none_is_an_error_naming_the_item(tmp_path: Path) -> None:
+    def to_sample(item: int, index: int) -> None:
+        return None  # a forgotten return: not taken for "no sample"
 
     with pytest.raises(SampleError) as caught:
         shard_dataset(range(3), str(tmp_path / "s-%d.tar"), to_sample=to_sample)
     assert str(caught.value) == (
-        "dataset: item 0: to_sample returned a list, not a sample dict: it must return one "
-        "dict of fields (with '__key__') per item"
+        "dataset: item 0: to_sample returned None: it must return a sample dict (with "
+        "'__key__'), or a list or generator of them ([] for none)"
     )
     assert list(tmp_path.iterdir()) == []
 
@@ -341,3 +346,102 @@ def test_resume_with_on_error_skip_counts_the_rejected_items_of_the_complete_sha
     shard_dataset(Flaky({3, 11, 17}), pattern, mode="resume", **options)
     clean = {p.name: p.read_bytes() for p in (tmp_path / "clean").iterdir()}
     assert {p.name: p.read_bytes() for p in (tmp_path / "cut").iterdir()} == clean
+
+
+# One item, many samples: Words items cut by shard_datasets.Chunks into i % 4 samples each.
+
+
+def flat_shards(directory: Path, chunks: Chunks, positions: list[int], **limits: object) -> None:
+    """The reference: the items' samples one after another through one ShardWriter."""
+    words = Words(40)
+    with ShardWriter(str(directory / "s-%02d.tar"), mtime=default_mtime(), **limits) as writer:
+        for index in positions:
+            writer.write_all(chunks.samples(words[index], index))
+
+
+def tars(directory: Path) -> dict[str, bytes]:
+    return {p.name: p.read_bytes() for p in sorted(directory.glob("s-*.tar"))}
+
+
+@pytest.mark.parametrize("limits", [{"maxcount": 7}, {"maxsize": "3K"}])
+def test_items_give_none_one_or_several_samples_cut_as_one_stream_whatever_the_workers(
+    tmp_path: Path, limits: dict[str, object]
+) -> None:
+    flat_shards(tmp_path / "flat", Chunks(), list(range(40)), **limits)
+    expected = tars(tmp_path / "flat")
+    assert len(expected) > 4
+    seen: list[ShardProgress] = []
+    runs = [("generators", Chunks(), 0), ("lists", Chunks(as_list=True), 0)]
+    if "maxsize" in limits:
+        runs.append(("workers", Chunks(), 2))  # DataLoader workers: once is enough
+    for name, chunks, workers in runs:
+        shard_dataset(Words(40), str(tmp_path / name / "s-%02d.tar"), to_sample=chunks,
+                      num_workers=workers, progress=seen.append, **limits)  # fmt: skip
+        assert tars(tmp_path / name) == expected, name
+        assert (seen[-1].samples, seen[-1].empty, seen[-1].total) == (60, 10, 40)
+    keys = [key for data in expected.values() for key, _ in samples_of(data)]
+    assert keys[:4] == ["w0001/0", "w0002/0", "w0002/1", "w0003/0"]
+
+
+def test_a_generator_failing_part_way_leaves_none_of_its_items_samples(tmp_path: Path) -> None:
+    with pytest.raises(InputError, match=r"^dataset: item 14: ValueError: no chunk 1 of item 14$"):
+        shard_dataset(Words(40), str(tmp_path / "fail" / "s-%02d.tar"), to_sample=Chunks(bad=14),
+                      maxcount=4)  # fmt: skip
+    shard_dataset(Words(40), str(tmp_path / "skip" / "s-%02d.tar"), to_sample=Chunks(bad=14),
+                  maxcount=4, on_error="skip")  # fmt: skip
+    flat_shards(tmp_path / "flat", Chunks(), [i for i in range(40) if i != 14], maxcount=4)
+    assert tars(tmp_path / "skip") == tars(tmp_path / "flat")
+    assert (tmp_path / "skip" / "s-rejects.tsv").read_text() == (
+        "14\t\tdataset: item 14: ValueError: no chunk 1 of item 14\n"
+    )
+    # On failure the complete shards stay: the 19 samples before the item's fill 4.
+    assert tars(tmp_path / "fail") == dict(list(tars(tmp_path / "flat").items())[:4])
+
+
+def test_a_key_repeated_within_an_item_or_after_the_item_before_fails_that_item(
+    tmp_path: Path,
+) -> None:
+    def twice(item: int, index: int) -> list[dict[str, object]]:
+        return [{"__key__": f"k{index}", "txt": "a"}, {"__key__": f"k{index}", "txt": "b"}]
+
+    with pytest.raises(SampleError) as within:
+        shard_dataset(range(3), str(tmp_path / "a-%d.tar"), to_sample=twice)
+    assert str(within.value) == (
+        "dataset: item 0: to_sample gave two samples with the key 'k0': give every sample a "
+        "key of its own"
+    )
+    repeat = "sample 'w0022/1' follows a sample with the same key, and readers would merge the two"
+    with pytest.raises(SampleError, match=f"^dataset: item 23: {repeat}"):
+        shard_dataset(Words(40), str(tmp_path / "b-%d.tar"), to_sample=Chunks(repeat=23))
+    shard_dataset(Words(40), str(tmp_path / "c-%d.tar"), to_sample=Chunks(repeat=23),
+                  on_error="skip")  # fmt: skip
+    assert (tmp_path / "c-rejects.tsv").read_text().startswith(f"23\t\tdataset: item 23: {repeat}")
+    # One sample per item, too: two adjacent items with one key are no longer both written.
+    items = [{"__key__": "a", "txt": "x"}, {"__key__": "a", "txt": "y"}]
+    with pytest.raises(SampleError, match="^dataset: item 1: sample 'a' follows a sample"):
+        shard_dataset(items, str(tmp_path / "d-%d.tar"))
+
+
+def test_resume_of_a_run_cut_among_an_items_samples_ends_with_the_files_of_a_clean_run(
+    tmp_path: Path,
+) -> None:
+    options: dict[str, Any] = dict(maxcount=5, on_error="skip", shuffle=True, seed=2)
+    clean, cut = tmp_path / "clean", tmp_path / "cut"
+    shard_dataset(Words(40), str(clean / "s-%02d.tar"), to_sample=Chunks(bad=14), **options)
+    pattern = str(cut / "s-%02d.tar")
+    order = sample_order(40, True, 2)
+    with pytest.raises(KeyboardInterrupt):
+        shard_dataset(Words(40), pattern, to_sample=Chunks(bad=14, stop=order[30]), **options)
+    # Each complete shard has its record beside it: where it ends among the items' samples.
+    records = [json.loads(p.read_text()) for p in sorted(cut.glob(".s-*.tar.shard.json"))]
+    assert 0 < len(records) == len(list(cut.glob("s-*.tar"))) < len(list(clean.glob("s-*.tar")))
+    assert any(record["samples"][1] > 0 for record in records if "samples" in record)
+    with pytest.raises(OutputError, match="not a complete shard of the run being resumed"):
+        shard_dataset(Words(40), pattern, to_sample=Chunks(bad=14), mode="resume",
+                      **dict(options, maxcount=6))  # fmt: skip
+    shard_dataset(Words(40), pattern, to_sample=Chunks(bad=14), mode="resume", **options)
+    every = {p.name: p.read_bytes() for p in sorted(clean.iterdir())}
+    assert {p.name: p.read_bytes() for p in sorted(cut.iterdir())} == every
+    # A complete set resumed is left as it is: its records say where it ends.
+    shard_dataset(Words(40), pattern, to_sample=Chunks(bad=14), mode="resume", **options)
+    assert {p.name: p.read_bytes() for p in sorted(cut.iterdir())} == every

@@ -12,6 +12,7 @@ import pytest
 from conftest import webdataset_samples
 from PIL import Image
 
+from tarkit.errors import UsageError
 from tarkit.writing.from_dataset import shard_dataset
 
 
@@ -95,3 +96,18 @@ def test_an_iterable_dataset_is_written_in_its_order(tmp_path: Path, pets: objec
     assert manifest.samples == 4
     keys = [key for key, _ in webdataset_samples(tmp_path / "s-0.tar")]
     assert keys == [f"{i:09d}" for i in range(4)]
+
+
+def test_a_dataset_dict_asks_for_a_split_by_name(tmp_path: Path, pets: object) -> None:
+    splits = datasets.DatasetDict({"train": pets, "test": pets})
+    with pytest.raises(UsageError) as info:
+        shard_dataset(splits, str(tmp_path / "s-%d.tar"))
+    assert str(info.value) == (
+        "a DatasetDict holds the splits train, test, not items: pass one split, e.g. ds['train']"
+    )
+    streamed = datasets.IterableDatasetDict({"validation": pets.to_iterable_dataset()})
+    with pytest.raises(
+        UsageError, match=r"^an IterableDatasetDict holds the splits validation, not items"
+    ):
+        shard_dataset(streamed, str(tmp_path / "s-%d.tar"))
+    assert list(tmp_path.iterdir()) == []

@@ -1,6 +1,8 @@
 """A resumed writer keeps its shards only for the input they were written from: another
 input (shorter, other keys) is a UsageError naming the shard, before anything is
-written; the same input resumes to the bytes of a clean run."""
+written; the same input resumes to the bytes of a clean run. With items that give
+several samples (or none), the first and last samples of each kept shard are found
+where its record places them, among an item's samples."""
 
 from __future__ import annotations
 
@@ -9,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from shard_datasets import Chunks, Words
 
 from tarkit.errors import InputError, UsageError
 from tarkit.writing.from_dataset import shard_dataset
@@ -81,7 +84,7 @@ class Items:
 class Stream:
     """The same items as an iterable dataset."""
 
-    def __init__(self, items: Items) -> None:
+    def __init__(self, items: Any) -> None:
         self.items = items
 
     def __iter__(self) -> Iterator[dict[str, Any]]:
@@ -107,3 +110,41 @@ def test_shard_dataset_resumed_on_another_dataset_is_a_usage_error_naming_the_sh
     shard_dataset(kind(12), pattern, maxcount=3, mode="resume")
     shard_dataset(kind(12), str(tmp_path / "clean" / "s-%d.tar"), maxcount=3)
     assert files(tmp_path) == files(tmp_path / "clean")
+
+
+class Renamed(Chunks):
+    """:class:`Chunks`, but the samples of item ``renamed`` get other keys."""
+
+    def __init__(self, renamed: int) -> None:
+        super().__init__()
+        self.renamed = renamed
+
+    def samples(self, item: dict[str, Any], index: int) -> Iterator[dict[str, Any]]:
+        for sample in super().samples(item, index):
+            changed = index == self.renamed
+            yield {**sample, "__key__": sample["__key__"] + "x"} if changed else sample
+
+
+@pytest.mark.parametrize("iterable", [False, True], ids=["map-style", "iterable"])
+def test_a_resume_cut_among_an_items_samples_is_checked_where_the_records_place_them(
+    tmp_path: Path, iterable: bool
+) -> None:
+    def words(length: int = 40) -> Any:  # item i gives i % 4 samples (Chunks)
+        return Stream(Words(length)) if iterable else Words(length)
+
+    pattern = str(tmp_path / "cut" / "s-%02d.tar")
+    with pytest.raises(KeyboardInterrupt):
+        shard_dataset(words(), pattern, to_sample=Chunks(stop=30), maxcount=5)
+    before = files(tmp_path / "cut")
+    # s-01.tar begins with the third sample of item 3 and ends with the first of item 7.
+    with pytest.raises(UsageError, match=r"s-01\.tar: .*keys 'w0003/2' to 'w0007/0', the "
+                       r"dataset's samples at positions 3 \(its sample 2\) to 7 \(its sample "
+                       r"0\) of its order are 'w0003/2' to 'w0007/0x'\. --resume"):  # fmt: skip
+        shard_dataset(words(), pattern, to_sample=Renamed(7), maxcount=5, mode="resume")
+    if iterable:  # (a map-style dataset of another length has another order: refused so)
+        with pytest.raises(UsageError, match=r"s-04\.tar: .* the dataset has only 16 items"):
+            shard_dataset(words(16), pattern, to_sample=Chunks(), maxcount=5, mode="resume")
+    assert files(tmp_path / "cut") == before
+    shard_dataset(words(), pattern, to_sample=Chunks(), maxcount=5, mode="resume")
+    shard_dataset(words(), str(tmp_path / "clean" / "s-%02d.tar"), to_sample=Chunks(), maxcount=5)
+    assert files(tmp_path / "cut") == files(tmp_path / "clean")
