@@ -27,7 +27,7 @@ KEYS = 100
 def _dataset(workdir: Path, shards: list[Path]) -> Path:
     """The shards linked into ``workdir/dataset`` with their indexes and manifest."""
     from tarkit.format.index import SUFFIX, index_stream
-    from tarkit.storage import save_manifest
+    from tarkit.storage import publish
     from tarkit.writing.index import index_shards
 
     directory = workdir / "dataset"
@@ -40,7 +40,7 @@ def _dataset(workdir: Path, shards: list[Path]) -> Path:
             Path(str(link) + SUFFIX).write_bytes(index_stream(stream, str(shard)))
         links.append(str(link))
     manifest = str(directory / "manifest.json")
-    save_manifest(index_shards(links, manifest_path=manifest), manifest)
+    publish(manifest, index_shards(links, manifest_path=manifest).to_bytes())
     return directory
 
 

@@ -101,13 +101,13 @@ def _script(workdir: Path, name: str, text: str) -> str:
 
 
 def _manifest(workdir: Path) -> str:
-    from tarkit.storage import save_manifest
+    from tarkit.storage import publish
     from tarkit.writing.index import index_shards
 
     shards = small_shards(workdir, SHARDS)
     manifest = str(workdir / "manifest.json")
-    save_manifest(index_shards([str(s) for s in shards], offsets=True, manifest_path=manifest),
-                  manifest)  # fmt: skip
+    made = index_shards([str(s) for s in shards], offsets=True, manifest_path=manifest)
+    publish(manifest, made.to_bytes())  # (version 1: with keys and offsets)
     return manifest
 
 
@@ -174,13 +174,13 @@ def _mixing(workdir: Path, manifest: str, repeat: int) -> tuple[float, float]:
     1:1:1 to it (passes in turn)."""
     import tarkit
     from tarkit.format.manifest import Manifest
-    from tarkit.storage import load_manifest, save_manifest
+    from tarkit.storage import load_manifest, publish
 
     shards = load_manifest(manifest).shards
     parts = []
     for number in range(3):
         path = workdir / f"part-{number}.json"  # beside the shards: the same relative names
-        save_manifest(Manifest(shards[number::3], None), str(path))
+        publish(str(path), Manifest(shards[number::3], None).to_bytes())
         parts.append(str(path))
 
     def rate(loader: Any) -> float:

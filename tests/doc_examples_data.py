@@ -67,7 +67,7 @@ def members(path: Path, named: list[tuple[str, bytes]]) -> None:
 def indexed_dataset(directory: Path) -> None:
     """Three shards, an index beside each and their manifest: random access (tarcat.md)."""
     from tarkit.format.index import index_stream
-    from tarkit.storage import save_manifest
+    from tarkit.storage import publish
     from tarkit.writing.index import index_shards
 
     shards(str(directory / "data-%03d.tar"), 3, 20, "d")
@@ -76,7 +76,7 @@ def indexed_dataset(directory: Path) -> None:
         with open(path, "rb") as stream:
             Path(path + ".idx").write_bytes(index_stream(stream, path))
     manifest = str(directory / "manifest.json")
-    save_manifest(index_shards(paths, manifest_path=manifest), manifest)
+    publish(manifest, index_shards(paths, manifest_path=manifest).to_bytes())
 
 
 def image_folder(root: Path, per_class: int = 4) -> None:

@@ -28,7 +28,7 @@ from tarkit.format.classes import class_names_json
 from tarkit.format.index import SUFFIX, index_stream
 from tarkit.format.manifest import Manifest
 from tarkit.format.tar import TarWriter
-from tarkit.storage import save_manifest
+from tarkit.storage import publish
 from tarkit.viewing import ViewServer, open_view
 from tarkit.writing.index import index_shard
 
@@ -102,7 +102,7 @@ def write_dataset(
         shards.append(path)
     manifest = root / "manifest.json"
     entries = [index_shard(str(p), manifest_path=str(manifest)) for p in shards]
-    save_manifest(Manifest(entries, str(manifest)), str(manifest))
+    publish(str(manifest), Manifest(entries, str(manifest)).to_bytes())
     (root / "classes.json").write_bytes(class_names_json(["cat", "dog"]))
     return manifest
 

@@ -1,5 +1,6 @@
-"""What becomes of complete shards: the commit of an overwrite's new set (with the
-records beside its shards), and the post command each shard gets once it has its name.
+"""What becomes of shards: the commit of an overwrite's new set (with the records and
+indexes beside its shards), the post command each shard gets once it has its name, and
+what is said of the unfinished one an aborted writer removes (:class:`Discarded`).
 :class:`~tarkit.writing.shard_writer.ShardWriter` and the cluster run
 (:mod:`tarkit.writing.cluster`) both end here.
 """
@@ -8,6 +9,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 
 from ..errors import OutputError
 from ..format.manifest import ShardInfo
@@ -79,3 +81,28 @@ def put_in_place(
     if post is not None:
         for shard in shards:
             run_post(post, shard.url)
+
+
+@dataclass(frozen=True)
+class Discarded:
+    """The unfinished shard an aborted :class:`ShardWriter` removed: its name, the whole
+    samples it held (in no shard now) and the key of its first one, when known."""
+
+    path: str
+    samples: int
+    first_key: str | None
+
+    def describe(self, samples_before: int) -> str:
+        """One line for the user: what was removed and where to start again.
+
+        >>> Discarded("out/s-2.tar", 3, "k0008").describe(8)
+        'out/s-2.tar: unfinished shard removed with its 3 complete samples (from k0008 on), which are in no shard; the complete shards hold the first 8 samples'
+        """
+        noun, verb = ("sample", "is") if self.samples == 1 else ("samples", "are")
+        first = f" (from {self.first_key} on)" if self.first_key is not None else ""
+        before = "sample" if samples_before == 1 else "samples"
+        return (
+            f"{self.path}: unfinished shard removed with its {self.samples} complete {noun}"
+            f"{first}, which {verb} in no shard; the complete shards hold the first "
+            f"{samples_before} {before}"
+        )

@@ -17,20 +17,16 @@ Guarantees, for ``tarsplit``, ``tarkit shard`` and library users alike:
 - A shard file is created only once its first sample arrives: no empty shard is written.
 - Each shard is a :class:`~tarkit.storage.StagedFile`: written under a temporary name and
   published (renamed, or uploaded to an fsspec URL such as ``s3://…``) when complete. An
-  interrupted run never leaves a finished-looking partial shard; a SIGKILL can leave the
-  temporary files, which ``mode="resume"`` removes. A local shard is flushed and renamed
-  on another thread while the next one is written; ``post`` and ``on_shard`` see it once
-  it is in place.
+  interrupted run never leaves a finished-looking partial shard (a SIGKILL can leave
+  temporary files, which the next run removes). A local shard is flushed and renamed on
+  another thread while the next one is written; ``post`` and ``on_shard`` see it in place.
 - Files an earlier run left under the pattern are never mixed with the new shards:
   ``mode`` (:mod:`tarkit.writing.patterns`) refuses to start (``create``, the default),
   replaces them once the new set is complete (``overwrite``), or continues the
   interrupted run that wrote them (``resume``).
-- Samples are turned into bytes by :class:`SampleEncoder`. The same samples and limits
-  always give byte-identical shards.
-- With a manifest, each uncompressed shard gets its index (``<shard>.idx``,
-  :mod:`tarkit.writing.indexes`), made from the bytes as they are written and published
-  just before the shard, and the manifest (version 2) names them: the set is
-  random-access ready.
+- Samples become bytes by :class:`SampleEncoder`: the same samples, the same shards.
+- With a manifest (version 2), each uncompressed shard gets its index, made from its
+  bytes as written and published just before it (:mod:`tarkit.writing.indexes`).
 
 >>> import os, tempfile
 >>> directory = tempfile.mkdtemp()
@@ -44,7 +40,6 @@ Guarantees, for ``tarsplit``, ``tarkit shard`` and library users alike:
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Iterator, Mapping
-from dataclasses import dataclass
 from typing import Any, TypeVar
 
 from ..errors import OutputError, UsageError
@@ -64,7 +59,7 @@ from ..storage import (
     save_manifest,
 )
 from .cuts import ShardCut
-from .finishing import put_in_place, run_post
+from .finishing import Discarded, put_in_place, run_post
 from .indexes import SetIndexes, WrittenIndex
 from .kept import KeptShard, kept_shards, skip_kept
 from .patterns import (
@@ -87,31 +82,6 @@ S = TypeVar("S", bound="Sample | Mapping[str, Any]")
 DEFAULT_PATTERN = "shard-%06d.tar"
 DEFAULT_MAXCOUNT = 100_000
 DEFAULT_MAXSIZE = 1 << 30  # 1G
-
-
-@dataclass(frozen=True)
-class Discarded:
-    """The unfinished shard an aborted :class:`ShardWriter` removed: its name, the whole
-    samples it held (in no shard now) and the key of its first one, when known."""
-
-    path: str
-    samples: int
-    first_key: str | None
-
-    def describe(self, samples_before: int) -> str:
-        """One line for the user: what was removed and where to start again.
-
-        >>> Discarded("out/s-2.tar", 3, "k0008").describe(8)
-        'out/s-2.tar: unfinished shard removed with its 3 complete samples (from k0008 on), which are in no shard; the complete shards hold the first 8 samples'
-        """
-        noun, verb = ("sample", "is") if self.samples == 1 else ("samples", "are")
-        first = f" (from {self.first_key} on)" if self.first_key is not None else ""
-        before = "sample" if samples_before == 1 else "samples"
-        return (
-            f"{self.path}: unfinished shard removed with its {self.samples} complete {noun}"
-            f"{first}, which {verb} in no shard; the complete shards hold the first "
-            f"{samples_before} {before}"
-        )
 
 
 class ShardWriter:

@@ -18,7 +18,7 @@ import tarkit
 from tarkit.errors import InputError
 from tarkit.format.index import SUFFIX, ShardIndex, index_stream
 from tarkit.format.samples import parse_field_spec, select_fields
-from tarkit.storage import Sink, save_manifest
+from tarkit.storage import Sink, publish
 from tarkit.stream.filters import filter_samples, key_in
 from tarkit.stream.show import describe
 from tarkit.stream.stages import read_samples, write_samples
@@ -55,7 +55,7 @@ def index_beside(paths: list[str]) -> None:
 
 def write_manifest(directory: Path, paths: list[str]) -> str:
     manifest = str(directory / "manifest.json")
-    save_manifest(index_shards(paths, manifest_path=manifest), manifest)
+    publish(manifest, index_shards(paths, manifest_path=manifest).to_bytes())
     return manifest
 
 

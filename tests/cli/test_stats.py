@@ -176,7 +176,7 @@ def test_remote_shards_over_http_and_a_remote_manifest_alone(
     http_server.hits.clear()
     alone = stats(manifest, "--no-read")
     assert (alone["samples"], alone["shards"]) == (5, 3)
-    assert set(http_server.hits) == {"/d/manifest.json"}  # no shard
+    assert set(http_server.hits) == {"/d/manifest.json", "/d/manifest.columns"}  # no shard
 
 
 def test_a_bad_shard_is_one_line_naming_it_exit_2_and_no_summary(out: Path) -> None:

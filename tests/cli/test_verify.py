@@ -12,7 +12,7 @@ import pytest
 from conftest import make_tar, run
 from shard_server import ShardServer, drop
 
-from tarkit.storage import save_manifest
+from tarkit.storage import publish
 from tarkit.writing.index import index_shards
 
 SAMPLES = 5
@@ -38,8 +38,8 @@ def write_shards(directory: Path, count: int = 4, *, offsets: bool = False) -> l
                        check=True)  # fmt: skip
         paths.append(path)
     manifest = str(directory / "manifest.json")
-    save_manifest(index_shards([str(p) for p in paths], offsets=offsets, manifest_path=manifest),
-                  manifest)  # fmt: skip
+    made = index_shards([str(p) for p in paths], offsets=offsets, manifest_path=manifest)
+    publish(manifest, made.to_bytes())  # (version 1: with keys and offsets)
     return paths
 
 

@@ -27,7 +27,7 @@ from tarkit.errors import InputError, UsageError
 from tarkit.format.index import SUFFIX, ShardIndex, index_stream
 from tarkit.format.manifest import Manifest
 from tarkit.format.shard_table import ShardTable
-from tarkit.storage import save_manifest
+from tarkit.storage import publish
 from tarkit.writing.index import index_shard
 
 COUNTS = [7, 3, 9, 5]
@@ -191,7 +191,7 @@ def test_manifests_of_both_versions_and_their_directory_give_the_same_dataset(
     listed = [IndexedDataset(paths)[i] for i in range(TOTAL)]
     directory = Path(paths[0]).parent
     v1 = str(directory / "v1.json")
-    save_manifest(Manifest([index_shard(p, manifest_path=v1) for p in paths], v1), v1)
+    publish(v1, Manifest([index_shard(p, manifest_path=v1) for p in paths], v1).to_bytes())
     for n, path in enumerate(paths):  # indexes where the manifest's pattern says
         write_index(Path(path), directory / "index" / f"{n:06d}.idx")
         os.unlink(path + SUFFIX)
