@@ -78,13 +78,14 @@ class Catalog:
 
     def url(self, shard: int) -> str:
         """Where shard ``shard`` is."""
-        return resolve_url(self.base, self.names[shard])
+        return resolve_url(self.base, self.names[shard], f"shard {shard}")
 
     def index_url(self, shard: int) -> str:
         """Where the index of shard ``shard`` is."""
         if self.index_pattern is None:
             return self.url(shard) + SUFFIX
-        return resolve_url(self.base, self.index_pattern % self.names.number(shard))
+        named = self.index_pattern % self.names.number(shard)
+        return resolve_url(self.base, named, f"the index of shard {shard}")
 
     def expected(self, shard: int) -> tuple[int | None, str | None]:
         """The manifest's size and SHA-256 (hex) of shard ``shard``, None when unknown."""

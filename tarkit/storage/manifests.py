@@ -51,7 +51,7 @@ def load_table(spec: str, storage_options: StorageOptions | None = None) -> Shar
     def columns(name: str) -> Buffer:
         if not _relative(name):
             raise InputError(f'"columns" names {name!r}, not a file beside it', source=spec)
-        where = location(resolve_url(spec, name))
+        where = location(resolve_url(spec, name, '"columns"'))
         if where.is_file:
             try:
                 with open(where.path, "rb") as file:

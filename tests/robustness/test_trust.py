@@ -13,6 +13,7 @@ locations of the run, never opened.
 
 from __future__ import annotations
 
+import io
 import json
 from pathlib import Path
 
@@ -194,3 +195,50 @@ def test_tarkit_shard_of_a_served_plan_never_embeds_a_local_file(
     done = run(["tarkit", "shard", url, "-o", str(out / "s-%d.tar")])
     assert done.returncode == 0, done.stderr
     assert samples_of((out / "s-0.tar").read_bytes()) == [("a", {"txt": b"served"})]
+
+
+def manifest_v2(names: object, columns: str = "m.columns", index: str | None = None) -> bytes:
+    document = {"format": "tarkit-manifest", "version": 2, "samples": 1, "bytes": len(SHARD),
+                "shards": 1, "names": names, "columns": columns}  # fmt: skip
+    if index is not None:
+        document["index"] = index
+    return json.dumps(document).encode()
+
+
+def test_a_served_version_2_manifest_names_no_local_file_by_its_names_index_or_columns(
+    tmp_path: Path, http_server: ShardServer
+) -> None:
+    from tarkit import IndexedDataset
+    from tarkit.format.columns import columns_bytes
+    from tarkit.format.index import index_stream
+
+    secret = tmp_path / "private" / "s-000.tar"
+    secret.parent.mkdir()
+    secret.write_bytes(SHARD)
+    (tmp_path / "private" / "s-000.tar.idx").write_bytes(index_stream(io.BytesIO(SHARD), "s"))
+    marker = tmp_path / "ran"
+    http_server.files["/d/m.columns"] = columns_bytes([1], [len(SHARD)], [None])
+    url = f"{http_server.url}/d/m.json"
+    local = f"is a local path, and {REMOTE_ONLY}"
+    cases = [  # (the manifest, the refusal)
+        (manifest_v2([str(secret)]), f"shard 0: {str(secret)!r} {local}"),
+        (manifest_v2({"pattern": str(secret.parent / "s-%03d.tar"), "first": 0}),
+         f"shard 0: {str(secret)!r} {local}"),
+        (manifest_v2([f"pipe:touch {marker}; cat {secret}"]),
+         f"shard 0: {f'pipe:touch {marker}; cat {secret}'!r} {COMMAND}"),
+        (manifest_v2(["s-000.tar"], index=str(secret.parent / "%03d.idx")),
+         f"the index of shard 0: {str(secret.parent / '000.idx')!r} {local}"),
+        (manifest_v2(["s-000.tar"], columns=str(tmp_path / "private" / "m.columns")),
+         f'"columns" names {str(tmp_path / "private" / "m.columns")!r}, not a file beside it'),
+    ]  # fmt: skip
+    http_server.files["/d/s-000.tar"] = SHARD
+    for document, reason in cases:
+        http_server.put("/d/m.json", document)
+        readers = {"IndexedDataset": lambda: IndexedDataset(url)[0]}
+        if "index" not in reason:  # (ShardDataset reads no index)
+            readers["ShardDataset"] = lambda: list(ShardDataset(url))
+        for name, read in readers.items():
+            with pytest.raises(InputError) as caught:
+                read()
+            assert str(caught.value) == f"{url}: {reason}", name
+    assert not marker.exists()
