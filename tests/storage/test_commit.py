@@ -4,6 +4,7 @@ that cannot be finished, or is not one, is an error that says what to do."""
 
 from __future__ import annotations
 
+import base64
 import json
 import shutil
 from pathlib import Path
@@ -122,6 +123,13 @@ def test_a_journal_that_cannot_be_finished_says_so_and_a_foreign_one_is_not_foll
         journal.write_text(json.dumps({**entries, "moves": [], "remove": [named]}))
         with pytest.raises(OutputError, match="or one naming files outside its directory"):
             ShardWriter(str(out / "s-%d.tar"), mode="overwrite")
+    # The files published with a manifest (version 2): its columns file alone.
+    (out / "notes.txt").write_text("the user's")
+    other = [["notes.txt", base64.b64encode(b"overwritten").decode()], entries["manifest"][-1]]
+    journal.write_text(json.dumps({**entries, "manifest": other}))
+    with pytest.raises(OutputError, match=r"it publishes .*notes\.txt, not the columns file"):
+        ShardWriter(str(out / "s-%d.tar"), mode="overwrite")
+    assert (out / "notes.txt").read_text() == "the user's"
     journal.write_text('{"moves": "rm -rf /"}')
     with pytest.raises(OutputError, match="not the journal of a tarkit commit"):
         ShardWriter(str(out / "s-%d.tar"))
