@@ -1,7 +1,10 @@
 """tarkit: a toolkit for datasets stored as WebDataset tar shards.
 
 The library streams tar members and samples strictly and byte-exactly; the commands
-(``tarcat``, ``tarsplit``, ``tar2tsv``, ``tarshow``…) are thin layers over it.
+(``tarcat``, ``tarsplit``, ``tar2tsv``, ``tarshow``…) are thin layers over it. This module
+is the public face: the names users import, the heavy ones (torch's, numpy's) loaded only
+on first use. The folders below follow the data flow (docs/architecture.md names every
+module).
 """
 
 from __future__ import annotations

@@ -1,5 +1,6 @@
 """The house's rules, read off the code: which folder may import which, and where the
-location kinds, private names and oversized modules may not appear.
+location kinds, private names, oversized modules and exception classes may not appear,
+and that the map (docs/architecture.md) names every module.
 
 See docs/architecture.md for the data flow and the reasons.
 """
@@ -188,4 +189,28 @@ def test_no_exception_class_is_defined_outside_errors_py() -> None:
     assert len(in_errors) >= 10  # (the check sees the tree)
     assert not where - in_errors, "define it in tarkit/errors.py:\n" + "\n".join(
         sorted(where - in_errors)
+    )
+
+
+ARCHITECTURE = ROOT / "docs" / "architecture.md"
+# A module as the map names it: its path below tarkit/, in backticks (`loading/plans.py`).
+MAP_NAME = re.compile(r"`((?:\w+/)*\w+\.(?:py|c))`")
+
+
+def test_the_map_names_every_module_by_its_path_and_none_that_is_gone() -> None:
+    # Every .py (a folder's __init__.py too: its public names) and the compiled scanner's
+    # source; a path under one of tarkit's folders that names no file is a room since
+    # moved or renamed.
+    rooms = {
+        str(path.relative_to(PACKAGE))
+        for path in [*modules(), *PACKAGE.rglob("*.c")]
+        if "__pycache__" not in path.parts
+    }
+    named = set(MAP_NAME.findall(ARCHITECTURE.read_text(encoding="utf-8")))
+    folders = {path.name for path in PACKAGE.iterdir() if path.is_dir()}
+    gone = {name for name in named if name.split("/")[0] in folders} - rooms
+    missing = sorted(rooms - named)
+    assert not missing, "name these in docs/architecture.md by their path:\n" + "\n".join(missing)
+    assert not gone, "docs/architecture.md names modules that are not there:\n" + "\n".join(
+        sorted(gone)
     )

@@ -9,9 +9,18 @@ groups members into samples and hands back finished samples as spans of the read
 so that copying them unchanged is a few large writes. Every header it does not take whole
 (extension headers, other member types, base-256 numbers, a checksum that does not add up,
 a zero block, a member cut by the end of the buffer, a key seen before, fields that may
-repeat) it leaves to the Python code, which raises every error. The two cannot differ in
-what they refuse or in the message, offset and member they name: there is one copy of each
-rule, in Python; the C code only decides when a header is ordinary enough to skip the rules.
+repeat) it leaves to the Python code, which raises every error.
+
+Every rule is in Python, and the C code re-checks a subset of them to decide that a header
+is ordinary enough to take whole: the type flag, the octal fields, the unsigned checksum,
+the ustar magic of a name with a prefix, the member complete in the buffer, the key/field
+split of the name, a key not seen before and fields surely distinct. A header that fails
+any of them goes to Python, so the scanner only ever accepts less than the Python reader
+and never words an error. The two are held to that on every test and fuzz case: every
+reader test runs both ways (the ``reader`` fixture of tests/conftest.py), and the mutation
+fuzzer (fuzz/mutations.py ``disagreement``, run in CI by tests/robustness/test_fuzz.py)
+reads every case with both, whole and in small pieces, and compares output, samples and
+error (class, message, offset, member).
 
 Why the CPython C API rather than Cython: the scanner is a few hundred lines that only
 read bytes and build tuples, lists, strings and instances of two Python classes, which the

@@ -1,14 +1,13 @@
 """A torch ``IterableDataset`` over tar shards that gives every sample exactly once.
 
-:class:`ShardDataset` puts together the loader's parts, one module each: which shards
-(:mod:`~tarkit.storage.shards`), who reads what in an epoch
-(:mod:`~tarkit.loading.splitting`), reading pieces of shards with tarkit's strict reader
-(:mod:`~tarkit.loading.reading`), webdataset's per-sample stages
-(:mod:`~tarkit.loading.transforms`) and what was skipped (:mod:`~tarkit.loading.skips`).
+:class:`ShardDataset` puts together the loader's parts, one module each (which shards:
+:mod:`~tarkit.storage.shards`; epochs, plans, a worker's run, reading, shuffle,
+transforms, batching, the hand-over: this folder's modules) in one generator chain, built
+by :meth:`ShardDataset.__iter__` and drawn sample by sample in docs/architecture.md.
 Samples are webdataset-style dicts (``__key__``, ``__url__`` and the fields, lowercased,
-as bytes); webdataset's own ``shuffle`` and ``batched`` stages buffer and batch them.
-
-torch is imported by this folder only.
+as bytes); tarkit's own modules shuffle and batch them (:mod:`~tarkit.loading.shuffle`,
+:mod:`~tarkit.loading.batching`); of webdataset only the decoder runs
+(:mod:`~tarkit.loading.transforms`).
 """
 
 from __future__ import annotations
@@ -60,9 +59,10 @@ class ShardDataset(IterableDataset):
     ``shuffle``: shuffle buffer size (``True``: 1,000 samples, webdataset's default; 0 or
     ``False``: no shuffle); any value above 0 also shuffles the shard order.
     Orders are a function of ``(seed, epoch, rank, worker)`` only. ``decode``,
-    ``to_tuple`` and ``map`` are passed to webdataset's stages of those names, in that
-    order; ``resize`` (``"224x224:crop"``, as ``tarkit shard --resize``) makes ``decode``'s
-    image specs decode JPEGs reduced to that size (:mod:`~tarkit.loading.resized_images`);
+    ``to_tuple`` and ``map`` apply in that order, by the rules of webdataset's stages of
+    those names (:mod:`~tarkit.loading.transforms`); ``resize`` (``"224x224:crop"``, as
+    ``tarkit shard --resize``) makes ``decode``'s image specs decode JPEGs reduced to that
+    size (:mod:`~tarkit.loading.resized_images`);
     ``batch_size`` makes the dataset yield batches made by ``collate`` (torch's
     ``default_collate``) inside the workers; ``drop_last`` drops a partial last batch.
 

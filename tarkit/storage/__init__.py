@@ -1,5 +1,8 @@
 """storage: the only code that parses a location or moves bytes in or out of one.
 
+Nothing here knows the stream stages, the writers, the loader or the commands: they all
+come here for bytes, and for what a manifest or a shard index at a location says.
+
 :mod:`~tarkit.storage.locations` tells the kinds apart (stdio, file, ``pipe:``,
 ``http(s)://``, fsspec URLs), :mod:`~tarkit.storage.sources` opens inputs,
 :mod:`~tarkit.storage.outputs` publishes outputs atomically (and
