@@ -103,7 +103,7 @@ COMMANDS = {
     "tarshow": (["tarshow", "hostile.tar"], set()),
     "tarsort": (["tarsort", "hostile.tar", "-o", "sorted.tar"], {"sorted.tar"}),
     "tarfirst": (["tarfirst", "--key", "../../evil", "hostile.tar"], set()),
-    "tarindex": (["tarindex", "hostile.tar", "-o", "index.json"], {"index.json"}),
+    "tarindex": (["tarindex", "hostile.tar", "-o", "index.json"], {"index.json", "index.columns", "index", "index/000000.idx"}),
     "tarproc": (["tarproc", "-c", "true", "hostile.tar", "-o", "proc.tar"], {"proc.tar"}),
 }  # fmt: skip
 
