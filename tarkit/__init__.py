@@ -9,6 +9,8 @@ module).
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from .errors import (
     CompressionError,
     HeaderError,
@@ -21,14 +23,23 @@ from .errors import (
     TruncatedError,
     UsageError,
 )
-from .format.samples import Sample, SkipLog, group_samples, split_name
-from .format.tar import Member, TarWriter, read_members
-from .stream.stages import read_samples, shuffle_samples, slice_samples, take, write_samples
+
+if TYPE_CHECKING:
+    from .format.samples import Sample, SkipLog, group_samples, split_name
+    from .format.tar import Member, TarWriter, read_members
+    from .stream.stages import read_samples, shuffle_samples, slice_samples, take, write_samples
 
 __version__ = "0.1.0"
 
-# Imported on first use, so ``import tarkit`` does not load torch and the tools start fast.
+# Imported on first use, so ``import tarkit`` does not load torch and the tools start fast
+# (a tool imports the modules it uses, and nothing else, when it imports ``tarkit.cli``).
 _LAZY = {
+    **dict.fromkeys(("Sample", "SkipLog", "group_samples", "split_name"), "format.samples"),
+    **dict.fromkeys(("Member", "TarWriter", "read_members"), "format.tar"),
+    **dict.fromkeys(
+        ("read_samples", "shuffle_samples", "slice_samples", "take", "write_samples"),
+        "stream.stages",
+    ),
     "BlockSampler": "loading.sampler",
     "KeySplit": "seeds",
     "IndexedDataset": "loading.indexed",

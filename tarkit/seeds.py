@@ -5,11 +5,8 @@ schedules) is seeded here, and the key split (:func:`in_split`, :class:`KeySplit
 
 from __future__ import annotations
 
-import hashlib
 import math
-import numbers
 from collections.abc import Callable
-from dataclasses import dataclass
 from typing import Any
 
 from .errors import UsageError
@@ -21,6 +18,8 @@ def stable_seed(*parts: object) -> int:
     >>> stable_seed(0, "shards", 3)
     14844141190811795105
     """
+    import hashlib  # here, not at the top: OpenSSL's start-up is the tools' to skip
+
     text = "\x1f".join(str(part) for part in parts).encode()
     return int.from_bytes(hashlib.blake2b(text, digest_size=8).digest(), "big")
 
@@ -51,6 +50,8 @@ def split_test(fraction: float, seed: int = 0, invert: bool = False) -> Callable
     """
     # For an integer draw, draw < fraction × 2**64 exactly when draw < ceil(fraction × 2**64)
     # (a float times a power of two is exact).
+    import hashlib
+
     bound = math.ceil(fraction * 2.0**64)
     copy = hashlib.blake2b(f"{seed}:".encode(), digest_size=8).copy
 
@@ -62,7 +63,6 @@ def split_test(fraction: float, seed: int = 0, invert: bool = False) -> Callable
     return test
 
 
-@dataclass(frozen=True)
 class KeySplit:
     """One side of a split by key: the samples :func:`in_split` keeps (``fraction`` of
     them, seeded ``seed``), or with ``invert`` exactly the others.
@@ -75,12 +75,16 @@ class KeySplit:
     ([True, False, False, True], [False, True, True, False])
     """
 
+    # A plain class, not a dataclass: the shell tools import this module, and dataclasses
+    # (with inspect and ast) costs them more start-up than all their own code.
+    __slots__ = ("fraction", "seed", "invert")
     fraction: float
-    seed: int = 0
-    invert: bool = False
+    seed: int
+    invert: bool
 
-    def __post_init__(self) -> None:
-        fraction, seed = self.fraction, self.seed
+    def __init__(self, fraction: float, seed: int = 0, invert: bool = False) -> None:
+        import numbers
+
         if not isinstance(fraction, numbers.Real) or not 0 <= fraction <= 1:
             raise UsageError(f"a split's fraction must be between 0 and 1 (got {fraction!r})")
         if not isinstance(seed, numbers.Integral) or isinstance(seed, bool):
@@ -88,7 +92,27 @@ class KeySplit:
         # Plain numbers (numpy's too), as a loader state records them in JSON.
         object.__setattr__(self, "fraction", float(fraction))
         object.__setattr__(self, "seed", int(seed))
-        object.__setattr__(self, "invert", bool(self.invert))
+        object.__setattr__(self, "invert", bool(invert))
+
+    def __setattr__(self, name: str, value: object) -> None:
+        raise AttributeError(f"cannot assign to field {name!r}: a KeySplit is frozen")
+
+    def __repr__(self) -> str:
+        return f"KeySplit(fraction={self.fraction!r}, seed={self.seed!r}, invert={self.invert!r})"
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, KeySplit):
+            return NotImplemented
+        return self._fields() == other._fields()
+
+    def __hash__(self) -> int:
+        return hash(self._fields())
+
+    def __reduce__(self) -> tuple[type[KeySplit], tuple[float, int, bool]]:
+        return KeySplit, self._fields()
+
+    def _fields(self) -> tuple[float, int, bool]:
+        return self.fraction, self.seed, self.invert
 
     def keeps(self, key: str) -> bool:
         """Whether the sample ``key`` is on this side of the split."""

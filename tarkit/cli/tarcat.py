@@ -133,7 +133,6 @@ def tarcat(
 
         from ..errors import UsageError
         from ..format.samples import parse_field_spec, select_fields
-        from ..stream.filters import filter_samples, sample_filter
         from ..stream.mixing import combine_inputs
         from ..stream.picking import whole_archive_options
         from ..stream.stages import shuffle_samples, slice_samples, take, write_samples
@@ -147,6 +146,8 @@ def tarcat(
         ))  # fmt: skip
         keep = None
         if where is not None or keys is not None or fraction is not None or invert:
+            from ..stream.filters import sample_filter
+
             keep = sample_filter(expression=where, keys=None if picking else keys,
                                  fraction=fraction, seed=seed, invert=invert,
                                  inputs=inputs or [])  # fmt: skip
@@ -164,6 +165,8 @@ def tarcat(
                 ignore_zeros=ignore_zeros, allow_empty=allow_empty,
             )  # fmt: skip
         if keep is not None:
+            from ..stream.filters import filter_samples
+
             samples = filter_samples(samples, keep)
         if skip:
             samples = slice_samples(samples, slice(skip, None))

@@ -37,7 +37,8 @@ and refuses the whole journal otherwise. A manifest elsewhere (in another direct
 removed and published by the commit itself, not through the journal: a commit finished
 by the next run leaves none there (the next run that writes one writes it).
 
-Readers of local files refuse a set that a journal names (:func:`unfinished_files`,
+Readers of local files refuse a set that a journal names
+(:func:`~tarkit.storage.unfinished.unfinished_files`,
 looking in each file's directory and the few above it, where the journal of a pattern
 with the shard number in a directory lies): they would read a mix. A reader by manifest
 finds none while a commit is unfinished.
@@ -48,7 +49,6 @@ from __future__ import annotations
 import base64
 import binascii
 import contextlib
-import glob
 import json
 import os
 import signal
@@ -66,12 +66,8 @@ from .locations import location, relative_url, resolve_url
 from .outputs import publish
 from .sources import JOURNAL_LIMIT, read_bytes
 
-JOURNAL_ENDING = ".commit.json"
 JOURNAL_FORMAT, JOURNAL_VERSION = "tarkit-commit", 2  # 2: the manifest's files, base64
 HELD = (signal.SIGINT, signal.SIGTERM)
-# How many directories above a file the journal naming it may lie: that of a pattern
-# with the shard number in up to this many directory levels (out/{shard:03d}/x.tar: 1).
-JOURNAL_DEPTH = 3
 
 ManifestBytes = tuple[str, bytes]  # where a file of the manifest goes, and its bytes
 
@@ -221,54 +217,6 @@ def journal_above(urls: Sequence[str], name: str) -> str | None:
     if len(common) < 3 or not common[0].endswith(":") or common[1]:  # scheme://store
         return None
     return "/".join([*common, name])
-
-
-def unfinished_files(urls: Sequence[str]) -> dict[str, str]:
-    """The local files among ``urls`` that the journal of an unfinished commit names,
-    each with that journal: a mix of two sets until a writer finishes it. Journals are
-    looked for in each file's directory and the :data:`JOURNAL_DEPTH` directories above
-    it (one listing per directory)."""
-    by_directory: dict[str, list[tuple[str, str]]] = {}  # directory: (url, absolute path)
-    for url in urls:
-        where = location(url)
-        if where.is_file:
-            path = os.path.abspath(where.path)
-            by_directory.setdefault(os.path.dirname(path), []).append((url, path))
-    listed: dict[str, list[str]] = {}  # directory: the journals in it
-    named: dict[str, set[str]] = {}  # journal: the absolute paths it changes
-    found: dict[str, str] = {}
-    for directory, files in by_directory.items():
-        journals: list[str] = []
-        for _ in range(JOURNAL_DEPTH + 1):
-            if directory not in listed:
-                pattern = os.path.join(glob.escape(directory), f".*{JOURNAL_ENDING}")
-                listed[directory] = glob.glob(pattern)
-            journals += listed[directory]
-            directory, child = os.path.dirname(directory), directory
-            if directory == child:
-                break
-        for journal in journals:
-            if journal not in named:
-                named[journal] = _changed_files(journal)
-            for url, path in files:
-                if path in named[journal]:
-                    found.setdefault(url, journal)
-    return found
-
-
-def _changed_files(journal: str) -> set[str]:
-    """The absolute paths of the files the local journal ``journal`` changes (its moves'
-    targets, its removals); none when it is gone (the commit ended) or is not one."""
-    try:
-        with open(journal, "rb") as stream:
-            data = stream.read(JOURNAL_LIMIT + 1)
-        if len(data) > JOURNAL_LIMIT:
-            return set()  # larger than any tarkit writes: not a journal
-        entries = Journal.parse(data, journal)
-    except (OSError, OutputError):
-        return set()
-    changed = [move.target for move in entries.moves] + entries.removals
-    return {os.path.abspath(location(url).path) for url in changed}
 
 
 def _named(journal: str, url: str) -> str:

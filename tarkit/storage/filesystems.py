@@ -18,11 +18,9 @@ caller are left as they are. Other fsspec back ends keep their own timeouts.
 
 from __future__ import annotations
 
-import json
 import os
 from collections.abc import Mapping
-from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 from ..errors import OutputError, SourceError, TarkitError, _ConnectionFailed
 from .retrying import changed
@@ -57,8 +55,7 @@ def filesystem(
         raise error(f"{spec}: cannot open: {exc}") from None
 
 
-@dataclass(frozen=True)
-class ObjectInfo:
+class ObjectInfo(NamedTuple):
     """What a store says of an object: its size and, when it gives one, its ETag."""
 
     size: int
@@ -120,6 +117,8 @@ def reading_filesystem(
     protocol = spec.split("://", 1)[0].lower()
     if protocol not in _S3:
         return filesystem(spec, storage_options)
+    import json  # (here: the tools read local files without it)
+
     import fsspec.config
 
     options = dict(storage_options or {})

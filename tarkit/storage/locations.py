@@ -28,15 +28,14 @@ from __future__ import annotations
 import os
 import posixpath
 from collections.abc import Sequence
-from dataclasses import dataclass
+from typing import NamedTuple
 
 from ..errors import InputError, UsageError
 
 STDIO, FILE, PIPE, HTTP, FSSPEC = "stdio", "file", "pipe", "http", "fsspec"
 
 
-@dataclass(frozen=True)
-class Location:
+class Location(NamedTuple):
     """A parsed location: ``spec`` as written, its ``kind`` and its ``path``.
 
     ``path`` is the local path of a file (without ``file:``), the command of a pipe, the
@@ -135,13 +134,13 @@ def expand_inputs(specs: Sequence[str]) -> list[str]:
     >>> expand_inputs([])
     ['-']
     """
-    from braceexpand import braceexpand
-
     expanded: list[str] = []
     for spec in specs:
-        if location(spec).kind == PIPE:
-            expanded.append(spec)
+        if location(spec).kind == PIPE or not any(c in spec for c in "{}\\"):
+            expanded.append(spec)  # (nothing to expand: braceexpand is not even imported)
             continue
+        from braceexpand import braceexpand
+
         try:
             expanded.extend(braceexpand(spec))
         except ValueError:  # braceexpand's UnbalancedBracesError

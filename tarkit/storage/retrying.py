@@ -44,8 +44,7 @@ import io
 import os
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, replace
-from typing import Protocol
+from typing import NamedTuple, Protocol
 
 from ..errors import SourceError, UsageError, _ConnectionFailed
 
@@ -57,8 +56,7 @@ CHUNK = 1 << 20
 PACE = 64 << 10  # the bytes of a body each timeout's worth of waiting must bring
 
 
-@dataclass(frozen=True)
-class Reconnection:
+class Reconnection(NamedTuple):
     """One reconnection of a remote read: where it was, why, and how long it waits first.
 
     >>> str(Reconnection("http://h/x.tar", 1024, "connection reset", 1, 5, 0.0))
@@ -92,8 +90,7 @@ def report_reconnections(report: ReconnectReport | None) -> ReconnectReport | No
     return previous
 
 
-@dataclass(frozen=True)
-class RetryPolicy:
+class RetryPolicy(NamedTuple):
     """How a remote read reconnects and how long it waits (see the module docstring).
 
     ``retries``: reconnections in a row without a byte received; ``timeout``: seconds to
@@ -143,8 +140,7 @@ def retry_policy(
             retries=int(_from_env(RETRIES_ENV, DEFAULT_RETRIES, int)),
             timeout=_from_env(TIMEOUT_ENV, DEFAULT_TIMEOUT, float),
         )
-    policy = replace(
-        base,
+    policy = base._replace(
         retries=base.retries if retries is None else retries,
         timeout=base.timeout if timeout is None else timeout,
         on_reconnect=on_reconnect or base.on_reconnect,

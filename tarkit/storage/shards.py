@@ -27,16 +27,15 @@ import os
 import re
 import stat
 from collections.abc import Sequence
-from dataclasses import dataclass
-from typing import Literal
+from typing import TYPE_CHECKING, Literal, NamedTuple
 
 from ..errors import InputError, SourceError, UsageError
-from ..format.manifest import Manifest, ShardInfo
-from .commit import unfinished_files
-from .filesystems import StorageOptions
 from .listing import list_files, what_directory_holds
 from .locations import expand_inputs, location
-from .manifests import load_manifest, manifest_urls
+
+if TYPE_CHECKING:
+    from ..format.manifest import Manifest, ShardInfo
+    from .filesystems import StorageOptions
 
 BUILD_INDEX = "tarindex SHARDS… -o DIR/manifest.json"  # what makes shards random-access
 
@@ -61,6 +60,8 @@ def resolve_shards(
     names (``pipe:`` ones too) are read with a manifest's counts, but a manifest's own
     entries never run a command, and a remote one's never name a local file.
     """
+    from .manifests import load_manifest, manifest_urls  # (not at every tool's start)
+
     beside = manifest is None
     if manifest is False:
         manifest = None
@@ -171,7 +172,7 @@ def check_local_files(
     among ``specs`` (``what`` they are) cannot be read as a shard: it does not exist
     (naming the first, and how many do not), it is a directory, or it is part of a set
     whose commit was stopped midway (reason ``UNFINISHED``:
-    :func:`~tarkit.storage.commit.unfinished_files`). Before any work starts, not once
+    :func:`~tarkit.storage.unfinished.unfinished_files`). Before any work starts, not once
     per attempt in a worker; a typo or a brace range past the last shard fails here.
     Other locations are not asked here. :func:`local_problems` says it shard by shard.
     For shards resolved from ``written`` (the specs as the user wrote them), a missing
@@ -202,8 +203,7 @@ def check_local_files(
     )
 
 
-@dataclass(frozen=True)
-class LocalProblem:
+class LocalProblem(NamedTuple):
     """Why a local file cannot be read as a shard: ``what`` is ``missing``,
     ``directory`` or ``unfinished`` (``journal``: the journal of the commit that was
     stopped); :meth:`error` is the error that says so."""
@@ -234,8 +234,12 @@ def local_problems(specs: Sequence[str]) -> dict[str, LocalProblem]:
     each with its problem (see :func:`check_local_files`): one ``stat`` per file, one
     listing per directory (and the few above it) for the journals."""
     problems: dict[str, LocalProblem] = {}
-    for spec, journal in unfinished_files(specs).items():
-        problems[spec] = LocalProblem(spec, "unfinished", journal)
+    files = [spec for spec in specs if location(spec).is_file]
+    if files:  # (commits are imported here: a tool reading stdin starts without them)
+        from .unfinished import unfinished_files
+
+        for spec, journal in unfinished_files(files).items():
+            problems[spec] = LocalProblem(spec, "unfinished", journal)
     for spec in specs:
         where = location(spec)
         if not where.is_file or spec in problems:
@@ -325,6 +329,8 @@ def _manifest_beside(urls: Sequence[str]) -> Manifest | None:
     beside = os.path.join(directories.pop(), "manifest.json")
     if not os.path.isfile(beside):
         return None
+    from .manifests import load_manifest, manifest_urls
+
     try:
         manifest = load_manifest(beside)
     except (InputError, SourceError):

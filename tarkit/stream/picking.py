@@ -25,8 +25,7 @@ Damage outside the samples read is not seen (``tarkit verify`` reads shards whol
 from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, NamedTuple
 
 from ..errors import NotFound, UsageError
 from ..format.samples import Sample, SkipLog
@@ -37,8 +36,7 @@ if TYPE_CHECKING:  # imported when inputs are indexed: a start-up cost of every 
     from ..storage.indexed_shards import IndexedShards
 
 
-@dataclass(frozen=True)
-class Picking:
+class Picking(NamedTuple):
     """Inputs read by their indexes: the shards, how messages name them, and whether they
     were named as a dataset (then a shard without an index, or a key listed in vain, is
     an error) or as archives (then the stream's behaviour is kept)."""
