@@ -7,8 +7,8 @@ supervisor forgets it once its group is killed (:func:`forget_command`); and
 :func:`sweep_ledgers` (the local engine's driver, each Ray task) kills the commands, and
 what they left in sessions of their own (by their mark: :mod:`.leftovers`), and removes
 the directories of workers that are gone. See :class:`_Ledger` for the layout.
-The ledger's own files are made with :func:`write_file` and removed with
-:func:`remove_tree`, which the command workspaces use too.
+A ledger, and a worker's private directory in it, is removed with
+:func:`~tarkit.storage.scratch.remove_tree`, as the command workspaces are.
 """
 
 from __future__ import annotations
@@ -16,14 +16,12 @@ from __future__ import annotations
 import contextlib
 import os
 import shlex
-import shutil
 import signal
 import stat
 import tempfile
 
+from ..storage.scratch import remove_tree
 from .leftovers import identity, kill_marked_anywhere, pid_namespace, start_time
-
-_FILE_FLAGS = os.O_CREAT | os.O_EXCL | os.O_WRONLY | os.O_NOFOLLOW | os.O_CLOEXEC
 
 
 class _Ledger:
@@ -268,40 +266,3 @@ def _private_directory(path: str, create: bool = True) -> None:
     info = os.lstat(path)
     if not stat.S_ISDIR(info.st_mode) or info.st_uid != os.getuid() or info.st_mode & 0o077:
         raise PermissionError(f"{path} is not a private directory of this user")
-
-
-def write_file(path: str, data: bytes | memoryview) -> None:
-    """Create the file ``path`` (mode 0600; not if it exists or is a link) holding ``data``."""
-    fd = os.open(path, _FILE_FLAGS, 0o600)
-    try:
-        view = memoryview(data)
-        while view:
-            view = view[os.write(fd, view) :]
-    finally:
-        os.close(fd)
-
-
-def remove_tree(directory: str) -> None:
-    """Remove a directory and everything in it, even what a command made unwritable."""
-    try:
-        with os.scandir(directory) as entries:
-            names = [entry.name for entry in entries]
-        for name in names:
-            os.unlink(os.path.join(directory, name))
-        os.rmdir(directory)
-        return
-    except FileNotFoundError:
-        return
-    except OSError:
-        pass  # a subdirectory, or permissions the command changed
-
-    # Make every directory below writable again (links are not followed), then remove.
-    with contextlib.suppress(OSError):
-        os.chmod(directory, 0o700)
-    for path, subdirectories, _ in os.walk(directory):
-        for name in subdirectories:
-            subdirectory = os.path.join(path, name)
-            if not os.path.islink(subdirectory):
-                with contextlib.suppress(OSError):
-                    os.chmod(subdirectory, 0o700)
-    shutil.rmtree(directory, ignore_errors=True)

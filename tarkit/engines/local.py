@@ -122,7 +122,8 @@ def _watch_driver(
     worker as SIGTERM does; if it has not ended after :data:`DRIVER_GONE_GRACE` seconds
     (a task that ignores SystemExit), kill its commands and exit."""
     # Signals for the worker go to its main thread alone, which holds them back while it
-    # starts a command (see tarkit.processing.jobs), and raises SystemExit there.
+    # starts a command (see tarkit.processing.jobs), and raises SystemExit there. Not a
+    # hold (neither jobs' mask nor a commit's handlers): blocked for this thread's life.
     signal.pthread_sigmask(signal.SIG_BLOCK, (signal.SIGINT, signal.SIGTERM))
     try:
         lifeline.poll(None)  # nothing is ever sent: readable means the end was closed

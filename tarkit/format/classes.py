@@ -1,5 +1,7 @@
 """``classes.json``: a dataset's class names, saved beside its shards by the writers
-(``tarkit shard``, :func:`~tarkit.shard_dataset`) and read by ``tarkit stats``.
+(``tarkit shard``, :func:`~tarkit.shard_dataset`) and read, by
+:func:`tarkit.storage.classes.load_class_names` alone, for ``tarkit stats``, ``tarkit
+view`` and ``tarshow --caption``.
 
 It holds a list of names, name ``i`` being that of the class whose ``cls`` field is
 ``i``; or, for a dataset with several class fields (``<column>.cls``, as Hugging Face

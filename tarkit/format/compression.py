@@ -96,10 +96,20 @@ def sniff(stream: BinaryIO) -> tuple[str | None, BinaryIO]:
                 break
             head += chunk
         stream = _Prefixed(head, stream)  # type: ignore[assignment]
+    return compression_of(head), stream
+
+
+def compression_of(head: bytes) -> str | None:
+    """The compression (``"gzip"``, ``"bzip2"``, ``"xz"``, ``"zstd"``) whose magic bytes
+    ``head`` starts with, or None.
+
+    >>> compression_of(b"\\x1f\\x8b\\x08"), compression_of(b"name,label")
+    ('gzip', None)
+    """
     for magic, name in _MAGICS:
         if head.startswith(magic):
-            return name, stream
-    return None, stream
+            return name
+    return None
 
 
 class _Decompressed(io.RawIOBase):

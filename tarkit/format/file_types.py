@@ -40,12 +40,17 @@ class FileType(NamedTuple):
     decompress: str = ""
 
 
+# The signatures of the images whose sizes :mod:`.images` reads, named once for both.
+JPEG_SIGNATURE = b"\xff\xd8\xff"
+PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
+GIF_SIGNATURES = (b"GIF87a", b"GIF89a")
+RIFF_SIGNATURE, WEBP_FORM = b"RIFF", b"WEBP"  # a RIFF file's form type, at byte 8
+
 # (offset, signature, type): the first whose bytes are at that offset names the file.
 _SIGNATURES: tuple[tuple[int, bytes, FileType], ...] = (
-    (0, b"\xff\xd8\xff", FileType("a JPEG image", IMAGE)),
-    (0, b"\x89PNG\r\n\x1a\n", FileType("a PNG image", IMAGE)),
-    (0, b"GIF87a", FileType("a GIF image", IMAGE)),
-    (0, b"GIF89a", FileType("a GIF image", IMAGE)),
+    (0, JPEG_SIGNATURE, FileType("a JPEG image", IMAGE)),
+    (0, PNG_SIGNATURE, FileType("a PNG image", IMAGE)),
+    *((0, gif, FileType("a GIF image", IMAGE)) for gif in GIF_SIGNATURES),
     (0, b"II*\x00", FileType("a TIFF image", IMAGE)),
     (0, b"MM\x00*", FileType("a TIFF image", IMAGE)),
     (0, b"\x00\x00\x00\x0cjP  \r\n\x87\n", FileType("a JPEG 2000 image", IMAGE)),
@@ -70,7 +75,7 @@ _SIGNATURES: tuple[tuple[int, bytes, FileType], ...] = (
     (4, b"ftyp", FileType("an MP4/QuickTime video (or HEIF/AVIF image)", VIDEO)),
 )
 _RIFF = {
-    b"WEBP": FileType("a WebP image", IMAGE),
+    WEBP_FORM: FileType("a WebP image", IMAGE),
     b"WAVE": FileType("a WAV audio file", AUDIO),
     b"AVI ": FileType("an AVI video", VIDEO),
 }
@@ -98,7 +103,7 @@ def identify(head: bytes) -> FileType | None:
     for offset, signature, kind in _SIGNATURES:
         if head.startswith(signature, offset):
             return kind
-    if head.startswith(b"RIFF") and head[8:12] in _RIFF:
+    if head.startswith(RIFF_SIGNATURE) and head[8:12] in _RIFF:
         return _RIFF[head[8:12]]
     text = _text(head)
     if text is None:
@@ -109,6 +114,19 @@ def identify(head: bytes) -> FileType | None:
     if start[:14].lower() == "<!doctype html" or start[:5].lower() == "<html":
         return FileType("an HTML page", HTML)
     return FileType("a text file", TEXT)
+
+
+def binary_kind(head: bytes) -> FileType | None:
+    """What a file that is not text is, when a signature of :func:`identify`'s names it;
+    None for a text head (a signature in ASCII, ``ID3`` or ``PAR1``, may also begin a
+    line of text) and for anything not named.
+
+    >>> binary_kind(b"PK\\x03\\x04" + bytes(26)).name, binary_kind(b"ID3,label\\n")
+    ('a zip archive', None)
+    """
+    if _text(head) is not None:
+        return None
+    return identify(head)
 
 
 def _text(head: bytes) -> str | None:

@@ -1,8 +1,8 @@
 """An image's width and height, read from its header without decoding it.
 
 JPEG (the frame header, SOF), PNG (IHDR), GIF (the logical screen), WebP (VP8, VP8L and
-VP8X) and BMP are read; the format is told by the image's first bytes, not by the field's
-name. Only the header is looked at: a few dozen bytes for PNG, GIF, WebP and BMP, and the
+VP8X) and BMP are read; the format is told by the image's first bytes (the signatures of
+:mod:`.file_types`), not by the field's name. Only the header is looked at: a few dozen bytes for PNG, GIF, WebP and BMP, and the
 segments before the frame header for JPEG (markers and lengths, skipping their contents).
 This is the one place that reads image sizes; it is about thirty times faster than
 Pillow's ``Image.open(…).size`` (which reads the same header, but makes an image object and
@@ -23,7 +23,8 @@ True
 
 from __future__ import annotations
 
-_PNG = b"\x89PNG\r\n\x1a\n"
+from .file_types import GIF_SIGNATURES, JPEG_SIGNATURE, PNG_SIGNATURE, RIFF_SIGNATURE, WEBP_FORM
+
 # What a JPEG marker (the byte after 0xFF) says to do, looked up by its value: a segment
 # with a length to skip; a frame header (SOF0–SOF15 but DHT C4, JPG C8 and DAC CC, which
 # share their range), which holds the size; a marker without a length (TEM, RST0–RST7,
@@ -70,7 +71,7 @@ def image_size(data: bytes, start: int = 0, stop: int | None = None) -> tuple[in
 
 
 def _jpeg(data: bytes, start: int, end: int) -> tuple[int, int] | None:
-    if data[start + 1] != 0xD8:
+    if data[start : start + 3] != JPEG_SIGNATURE:
         return None
     pos = start + 2
     markers = _MARKERS
@@ -94,7 +95,7 @@ def _jpeg(data: bytes, start: int, end: int) -> tuple[int, int] | None:
 def _png(data: bytes, start: int, end: int) -> tuple[int, int] | None:
     if (
         end - start < 24
-        or data[start : start + 8] != _PNG
+        or data[start : start + 8] != PNG_SIGNATURE
         or data[start + 12 : start + 16] != b"IHDR"
     ):
         return None
@@ -102,7 +103,7 @@ def _png(data: bytes, start: int, end: int) -> tuple[int, int] | None:
 
 
 def _gif(data: bytes, start: int, end: int) -> tuple[int, int] | None:
-    if data[start : start + 6] not in (b"GIF87a", b"GIF89a"):
+    if data[start : start + 6] not in GIF_SIGNATURES:
         return None
     return (_little(data, start + 6, 2), _little(data, start + 8, 2))
 
@@ -110,8 +111,8 @@ def _gif(data: bytes, start: int, end: int) -> tuple[int, int] | None:
 def _webp(data: bytes, start: int, end: int) -> tuple[int, int] | None:
     if (
         end - start < 30
-        or data[start : start + 4] != b"RIFF"
-        or data[start + 8 : start + 12] != b"WEBP"
+        or data[start : start + 4] != RIFF_SIGNATURE
+        or data[start + 8 : start + 12] != WEBP_FORM
     ):
         return None
     chunk = data[start + 12 : start + 16]

@@ -47,13 +47,13 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any, Union
 
-from ..engines.ledger import remove_tree, write_file
 from ..errors import InputError, UsageError
 from ..format.samples import Sample
 from ..format.tar import FILE, Member, encode_member
 from ..sizes import ON_ERROR as ON_ERROR  # the policy check every layer shares
 from ..sizes import check_on_error as check_on_error
 from ..storage import write_failure
+from ..storage.scratch import create_private_file, remove_tree
 from .keys import BAD_KEY
 
 STDERR_TAIL_BYTES = 4096
@@ -239,7 +239,7 @@ def write_fields(directory: str, fields: Iterable[tuple[str, FieldData]], sample
     """
     try:
         for field_name, data in fields:
-            write_file(os.path.join(directory, "sample." + field_name), data)
+            create_private_file(os.path.join(directory, "sample." + field_name), data)
     except OSError as exc:
         raise write_failure(
             sample, exc, directory, "cannot write its files for the command"

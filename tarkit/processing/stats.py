@@ -14,11 +14,12 @@ from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
-from ..errors import SourceError, TarkitError, UsageError
-from ..format.classes import CLASSES_FILE, ClassNames, parse_class_names
+from ..errors import TarkitError, UsageError
+from ..format.classes import CLASSES_FILE, ClassNames
 from ..format.samples import SkipLog
 from ..sizes import check_parallel
-from ..storage import RECORD_LIMIT, StorageOptions, location, read_bytes, resolve_shards
+from ..storage import StorageOptions, location, resolve_shards
+from ..storage.classes import load_class_names
 from ..stream.summary import DatasetStats, Tally, tally_shard
 
 _TICK = 0.5  # seconds between looks at the workers
@@ -105,13 +106,12 @@ def _class_names(
 ) -> ClassNames | None:
     """The class names of the file ``named`` (which must exist), else of the first of
     ``beside`` that exists; None when there is none."""
-    for place in [named] if named is not None else beside:
-        data = read_bytes(place, storage_options, limit=RECORD_LIMIT)
-        if data is None:
-            if named is not None:
-                raise SourceError(f"{named}: no such file", reason=SourceError.MISSING)
-            continue
-        return parse_class_names(data.decode("utf-8", "replace"), place)
+    if named is not None:
+        return load_class_names(named, storage_options, required=True)
+    for place in beside:
+        names = load_class_names(place, storage_options)
+        if names is not None:
+            return names
     return None
 
 

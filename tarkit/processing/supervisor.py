@@ -22,12 +22,13 @@ import itertools
 import os
 from collections.abc import Callable, Iterable, Iterator, Sequence
 
-from ..engines.ledger import ledger_directory, remove_tree
+from ..engines.ledger import ledger_directory
 from ..engines.leftovers import adopting, command_mark, run_mark
 from ..errors import CommandFailed, TarkitError
 from ..format.samples import Sample
 from ..format.tar import default_mtime
 from ..sizes import check_parallel
+from ..storage.scratch import remove_tree
 from .commands import (
     Command,
     FieldData,

@@ -18,8 +18,9 @@ caller are left as they are. Other fsspec back ends keep their own timeouts.
 
 from __future__ import annotations
 
+import contextlib
 import os
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from typing import Any, NamedTuple
 
 from ..errors import OutputError, SourceError, TarkitError, _ConnectionFailed
@@ -138,6 +139,24 @@ def reading_filesystem(
     return fs, path
 
 
+@contextlib.contextmanager
+def _store_errors(name: str, known: bool, doing: str) -> Iterator[None]:
+    """What a store's error on the object ``name`` raises, for opening it and asking its
+    details alike: gone when it was ``known`` to be there, :func:`~.retrying.changed`;
+    never there, a :class:`SourceError` (``MISSING``); refused, a :class:`SourceError`;
+    anything else, a :class:`_ConnectionFailed` saying what it was ``doing`` (retried)."""
+    try:
+        yield
+    except FileNotFoundError:
+        if known:
+            raise changed(name, "it no longer exists") from None
+        raise SourceError(f"{name}: no such object", reason=SourceError.MISSING) from None
+    except (PermissionError, IsADirectoryError, NotADirectoryError, ValueError) as exc:
+        raise SourceError(f"{name}: cannot open: {exc}") from None
+    except Exception as exc:  # fsspec back ends raise many kinds
+        raise _ConnectionFailed(f"{doing}: {exc}") from None
+
+
 class FsspecObject:
     """One fsspec object: opened at byte offsets, checked to stay the same object (size, ETag)."""
 
@@ -154,18 +173,10 @@ class FsspecObject:
         from fsspec.spec import AbstractBufferedFile
 
         fs = self.fs
-        try:
+        with _store_errors(self.name, self._known, "cannot open"):
             if self._known:
                 fs.invalidate_cache(self.path)  # ask the store, not a listing made earlier
             file = fs.open(self.path, "rb")
-        except FileNotFoundError:
-            if self._known:
-                raise changed(self.name, "it no longer exists") from None
-            raise SourceError(f"{self.name}: no such object", reason=SourceError.MISSING) from None
-        except (PermissionError, IsADirectoryError, NotADirectoryError, ValueError) as exc:
-            raise SourceError(f"{self.name}: cannot open: {exc}") from None
-        except Exception as exc:  # fsspec back ends raise many kinds
-            raise _ConnectionFailed(f"cannot open: {exc}") from None
         try:
             if isinstance(file, AbstractBufferedFile):
                 details = file.details
@@ -242,18 +253,10 @@ class FsspecRange:
 
     def _details(self, again: bool) -> tuple[int, str | None]:
         fs, path = self._filesystem()
-        try:
+        with _store_errors(self.name, again, "cannot read its details"):
             if again:
                 fs.invalidate_cache(path)
             details = fs.info(path)
-        except FileNotFoundError:
-            if again:
-                raise changed(self.name, "it no longer exists") from None
-            raise SourceError(f"{self.name}: no such object", reason=SourceError.MISSING) from None
-        except (PermissionError, IsADirectoryError, NotADirectoryError, ValueError) as exc:
-            raise SourceError(f"{self.name}: cannot open: {exc}") from None
-        except Exception as exc:  # fsspec back ends raise many kinds
-            raise _ConnectionFailed(f"cannot read its details: {exc}") from None
         etag = details.get("ETag") or details.get("etag")
         return int(details.get("size") or 0), str(etag) if etag else None
 

@@ -22,7 +22,7 @@ from collections.abc import Iterable, Sequence
 from typing import TYPE_CHECKING, cast
 
 from ..errors import OutputError
-from ..format.classes import CLASSES_FILE, ClassNames, names_for, parse_class_names
+from ..format.classes import CLASSES_FILE, ClassNames, names_for
 from ..format.samples import Sample, select_fields
 from .tsv import as_text, escape
 
@@ -339,8 +339,8 @@ def caption_classes(
     one (the writers put it beside the shards). Raises
     :class:`~tarkit.errors.SourceError` for a ``named`` file that does not exist and
     :class:`~tarkit.errors.InputError` for one that is not a list of names."""
-    from ..errors import SourceError
-    from ..storage import expand_inputs, location, read_bytes
+    from ..storage import expand_inputs, location
+    from ..storage.classes import load_class_names
 
     if named is None:
         first = location(expand_inputs(inputs)[0])
@@ -349,12 +349,7 @@ def caption_classes(
         place = first.sibling(CLASSES_FILE)
     else:
         place = named
-    data = read_bytes(place, storage_options)
-    if data is None:
-        if named is not None:
-            raise SourceError(f"{named}: no such file", reason=SourceError.MISSING)
-        return None
-    return parse_class_names(data.decode("utf-8", "replace"), place)
+    return load_class_names(place, storage_options, required=named is not None)
 
 
 def _fit(

@@ -35,7 +35,9 @@ from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 
 from ..errors import InputError, SampleError, SourceError, UsageError
+from ..format.compression import compression_of
 from ..format.encoding import ImageTransform, check_key
+from ..format.file_types import ARCHIVE, binary_kind
 from ..storage import MANIFEST_LIMIT, StorageOptions, location, read_bytes, resolve_url
 from .files import read_file
 
@@ -152,9 +154,15 @@ def check_plan_file(path: str, head: bytes | None = None) -> None:
                 head = f.read(4096)
         except OSError:
             return
-    for magic, what in _NOT_PLANS:
-        if head.startswith(magic):
-            raise InputError(f"{what}, not a CSV/TSV plan{_HINTS.get(what, '')}", source=path)
+    kind = binary_kind(head)  # an image, an archive…: format/file_types.py's one table
+    if kind is not None:
+        hint = _DIRECTORY_HINT if kind.category == ARCHIVE else ""
+        raise InputError(f"{kind.name}, not a CSV/TSV plan{hint}", source=path)
+    compression = compression_of(head)
+    if compression is not None:
+        raise InputError(f"{_COMPRESSED[compression]}, not a CSV/TSV plan", source=path)
+    if head.startswith((b"\xff\xfe", b"\xfe\xff")):
+        raise InputError(f"UTF-16 text, not a CSV/TSV plan{_HINTS['UTF-16 text']}", source=path)
     if len(head) >= 512 and head[257:262] == b"ustar":
         raise InputError(f"a tar archive, not a CSV/TSV plan{_HINTS['a tar archive']}",
                          source=path)  # fmt: skip
@@ -163,26 +171,15 @@ def check_plan_file(path: str, head: bytes | None = None) -> None:
                          source=path)  # fmt: skip
 
 
-_NOT_PLANS = (
-    (b"PK\x03\x04", "a zip archive"),
-    (b"PK\x05\x06", "a zip archive"),
-    (b"\x1f\x8b", "a gzip file"),
-    (b"BZh", "a bzip2 file"),
-    (b"\xfd7zXZ\x00", "an xz file"),
-    (b"\x28\xb5\x2f\xfd", "a zstd file"),
-    (b"7z\xbc\xaf\x27\x1c", "a 7-Zip archive"),
-    (b"\xff\xd8\xff", "a JPEG image"),
-    (b"\x89PNG", "a PNG image"),
-    (b"\xff\xfe", "UTF-16 text"),
-    (b"\xfe\xff", "UTF-16 text"),
-)
+_COMPRESSED = {"gzip": "a gzip file", "bzip2": "a bzip2 file", "xz": "an xz file",
+               "zstd": "a zstd file"}  # fmt: skip
+
+
 _DIRECTORY_HINT = (
     ": unpack it and give the directory (tarkit shard DIR), or list its files in a .csv "
     "plan with an @ column"
 )
 _HINTS = {
-    "a zip archive": _DIRECTORY_HINT,
-    "a 7-Zip archive": _DIRECTORY_HINT,
     "a tar archive": ": it may already be a shard (tarcat, tarsplit -c N re-cut it)",
     "UTF-16 text": ": save the plan as UTF-8",
 }

@@ -8,7 +8,7 @@ import pytest
 from conftest import make_tar
 from PIL import Image
 
-from tarkit.format.file_types import describe_directory, identify, not_tar
+from tarkit.format.file_types import binary_kind, describe_directory, identify, not_tar
 
 
 def image(fmt: str) -> bytes:
@@ -76,3 +76,9 @@ def test_describe_directory_goes_by_the_most_common_kind_of_file() -> None:
     assert describe_directory(["part-0.parquet"], "t").startswith(
         "; it holds table files (parquet): make shards of its rows with tarkit.shard_dataset"
     )
+
+
+def test_binary_kind_names_only_heads_that_are_not_text() -> None:
+    assert binary_kind(b"ID3\x04\x00\x00\x00\x00\x00#TSSE").name == "an MP3 audio file"
+    assert binary_kind(b"ID3,label\nk,1\n") is None  # a signature in ASCII, read as text
+    assert binary_kind(b"\x00\x01\x02\x03") is None  # binary, but none of the table's

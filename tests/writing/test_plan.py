@@ -104,3 +104,34 @@ def test_plan_dataset_loads_rows(tmp_path: Path) -> None:
     (tmp_path / "p.csv").write_text("@bin,txt\nf.bin,hi\n")
     plan = PlanDataset(str(tmp_path / "p.csv"))
     assert len(plan) == 1 and plan[0] == {"__key__": "000000000", "txt": "hi", "bin": b"F"}
+
+
+@pytest.mark.parametrize(
+    "head,message",
+    [
+        (b"\xff\xd8\xff\xe0\x00\x10JFIF", "a JPEG image, not a CSV/TSV plan"),
+        (b"PK\x03\x04\x14\x00", "a zip archive, not a CSV/TSV plan: unpack it and give"),
+        (b"Rar!\x1a\x07\x00", "a RAR archive, not a CSV/TSV plan: unpack it and give"),
+        (b"PAR1\x15\x04\x15\x00", "a Parquet file, not a CSV/TSV plan"),
+        (b"\xfd7zXZ\x00\x00", "an xz file, not a CSV/TSV plan"),
+        (b"\xff\xfep\x00a\x00", "UTF-16 text, not a CSV/TSV plan: save the plan as UTF-8"),
+    ],
+)
+def test_a_binary_file_given_as_a_plan_is_named_by_the_one_signature_table(
+    tmp_path: Path, head: bytes, message: str
+) -> None:
+    plan = tmp_path / "plan.csv"
+    plan.write_bytes(head + bytes(64))
+    with pytest.raises(InputError) as caught:
+        read_plan(str(plan))
+    assert str(caught.value).startswith(f"{plan}: {message}")
+
+
+def test_a_text_plan_whose_first_column_spells_a_signature_is_read_as_a_plan(
+    tmp_path: Path,
+) -> None:
+    (tmp_path / "a.txt").write_text("x")
+    plan = tmp_path / "plan.csv"
+    plan.write_text("ID3,@txt\nk1,a.txt\n")  # ID3 also begins an MP3 file
+    (row,) = read_plan(str(plan))
+    assert row.texts == (("ID3", "k1"),) and row.files == (("txt", str(tmp_path / "a.txt")),)
