@@ -126,7 +126,7 @@ def tarsplit(
             checksums=manifest is not None, mode=mode,
         )  # fmt: skip
         if writer.finished_commit:
-            warn(tool, finished_earlier(output))
+            warn(tool, finished_earlier(writer.pattern))
         skips = skip_log(tool)
         samples = shown.count(read_samples(
             inputs or [], strict=strict, skips=skips,

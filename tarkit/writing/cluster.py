@@ -42,12 +42,12 @@ from ..engines import start_engine
 from ..engines.base import Handle
 from ..engines.running import DONE, FAILED, RETRY, Outcome, TaskRunner
 from ..errors import EngineError, OutputError
-from ..format.compression import MEASURED, compression_for
+from ..format.compression import MEASURED
 from ..format.manifest import Manifest, ShardInfo
-from ..storage import Move, location, manifest_at, manifest_files, remove_file, save_manifest
+from ..storage import Move, manifest_at, manifest_files, remove_file, save_manifest
 from .cluster_pieces import Piece, Pieces
 from .cluster_tasks import Encoded, EncodeTask, WriteTask, Written
-from .cluster_walk import Cut, Walk
+from .cluster_walk import ChainWalk, Cut, CutWalk
 from .cuts import ShardCut
 from .finishing import put_in_place, run_post
 from .indexes import SetIndexes
@@ -56,6 +56,7 @@ from .patterns import (
     CREATE,
     OVERWRITE,
     RESUME,
+    ShardPattern,
     existing_shards,
     finished_earlier,
     pending_name,
@@ -64,7 +65,6 @@ from .patterns import (
     remove_pending,
     replaced_files,
     settle_earlier_run,
-    shard_name,
 )
 from .rejects import Rejected, save_rejects
 from .shard_records import completed_ranges, first_uncounted, plan_digest, remove_records
@@ -74,7 +74,7 @@ PIECE_SECONDS = 1.0  # the work an encode task aims at
 MAX_PIECE, PIECE_BYTES = 4096, 64 << 20  # the most items, and encoded bytes, of one
 
 
-@dataclass
+@dataclass(kw_only=True)
 class Tally:
     """How far a run is, on either engine (:mod:`tarkit.writing.local_run` reports one
     too), for :class:`~tarkit.writing.from_dataset.ShardProgress`."""
@@ -92,14 +92,14 @@ class ClusterRun:
     """One run of :func:`shard_on_engine` (see the module docstring); :meth:`run` it."""
 
     def __init__(
-        self, encoder: ItemEncoder, order: list[int], pattern: str, *, maxcount: int,
-        maxsize: int, mode: str, start: int, storage_options: Mapping[str, Any] | None,
-        manifest: str | None,
-        skipping: bool, rejects: str | None, on_reject: Callable[[Rejected], object] | None,
+        self, encoder: ItemEncoder, order: list[int], pattern: str | ShardPattern, *,
+        maxcount: int, maxsize: int, mode: str, start: int,
+        storage_options: Mapping[str, Any] | None, manifest: str | None, skipping: bool, rejects: str | None, on_reject: Callable[[Rejected], object] | None,
         post: str | Callable[[str], object] | None,
         on_shard: Callable[[ShardInfo], object] | None, report: Callable[[Tally], object],
     ) -> None:  # fmt: skip
-        self.encoder, self.order, self.pattern = encoder, order, pattern
+        pattern = self.pattern = ShardPattern.parse(pattern)
+        self.encoder, self.order = encoder, order
         self.maxcount, self.maxsize, self.mode, self.start = maxcount, maxsize, mode, start
         self.options = dict(storage_options) if storage_options else None
         self.skipping, self.rejects_file, self.on_reject = skipping, rejects, on_reject
@@ -107,9 +107,8 @@ class ClusterRun:
         self.manifest = manifest
         self.total = len(order)
         # Workers write shards where the driver means: not relative to their own cwd.
-        self.target = location(pattern).identity()
-        self.compression = compression_for(pattern)
-        self.chain = self.compression in MEASURED
+        self.target = pattern.target
+        self.compression = pattern.compression
         self.plan = plan_digest(order, maxcount, maxsize, self.compression)
         if settle_earlier_run(pattern, self.options):
             report(Tally(message=finished_earlier(pattern)))
@@ -146,8 +145,9 @@ class ClusterRun:
         # Encode tasks: generated in order over the positions not covered.
         self.pieces = Pieces(encoder, order, skips)
         cut = ShardCut(maxcount, maxsize, self.compression)
-        self.walk = Walk(self.pieces, self.total, covered, pattern, start, cut, self.chain,
-                         self._reject, self._write)  # fmt: skip
+        walk = ChainWalk if self.compression in MEASURED else CutWalk  # (the module docstring)
+        self.walk = walk(self.pieces, self.total, covered, pattern, start, cut, self._reject,
+                         self._write)  # fmt: skip
         self.next_piece = 0
         self.piece_size = 0
         self.item_seconds: float | None = None
@@ -175,7 +175,7 @@ class ClusterRun:
             if self._finished():
                 break
             if not runner.busy():
-                raise OutputError(f"{self.pattern}: nothing left to run at item position "
+                raise OutputError(f"{self.pattern.text}: nothing left to run at item position "
                                   f"{self.walk.pos} of {self.total}: a bug in tarkit, please "
                                   "report it")  # fmt: skip
             for outcome in runner.poll(TICK):
@@ -207,7 +207,9 @@ class ClusterRun:
             later = min((low for low in skips if low > first), default=self.total)
             end = min(first + self._next_size(), later)
             self.pieces.add(first, end)
-            runner.add(EncodeTask(next(self.ids), first, tuple(self.order[first:end])))
+            runner.add(
+                EncodeTask(index=next(self.ids), first=first, indices=tuple(self.order[first:end]))
+            )
             self.next_piece = end
             waiting += 1
 
@@ -265,15 +267,14 @@ class ClusterRun:
             self.walk.written(task.number, None, task.stop)
             return
         assert result.info is not None and result.record is not None
-        self.shards[task.number] = replace(result.info, url=shard_name(self.pattern, task.number))
+        self.shards[task.number] = replace(result.info, url=self.pattern.name(task.number))
         self.indexes.written(self.shards[task.number].url, result.index_size)
         self.ends[task.number] = result.record.end
         self.uneven[task.number] = result.record.uneven
         if self.mode == OVERWRITE:
             self.records[task.number] = result.record_size
         self.tally.shards += 1
-        if self.chain:
-            self.walk.written(task.number, result.record.end, task.stop)
+        self.walk.written(task.number, result.record.end, task.stop)
 
     def _reject(self, position: int, piece: Piece) -> Rejected:
         """The item at ``position`` is left out (once, however often the walk meets it)."""
@@ -287,13 +288,15 @@ class ClusterRun:
 
     def _write(self, cut: Cut) -> None:
         """Queue the write task of the shard ``cut``."""
-        name = shard_name(self.target, cut.number)
+        name = self.target.name(cut.number)
         task = WriteTask(
-            next(self.ids), cut.number, name,
-            pending_name(name) if self.mode == OVERWRITE else name, cut.first,
-            tuple(tuple(slots) for _, slots in cut.groups), tuple(cut.rejects), cut.stop,
-            cut.known, cut.last, cut.sentinel, self.maxcount, self.maxsize, self.plan,
-            self.options, cut.uneven_from,
+            index=next(self.ids), number=cut.number, name=name,
+            path=pending_name(name) if self.mode == OVERWRITE else name,
+            first=cut.first, slots=tuple(tuple(slots) for _, slots in cut.groups),
+            rejects=tuple(cut.rejects), stop=cut.stop, known=cut.known, last=cut.last,
+            sentinel=cut.sentinel, uneven_from=cut.uneven_from,
+            maxcount=self.maxcount, maxsize=self.maxsize, plan=self.plan,
+            storage_options=self.options,
             index_place=self.indexes.place(name) if self.indexes.on else None,
         )  # fmt: skip
         self.runner.add(task, [piece.payload for piece, _ in cut.groups], first=True)
@@ -335,20 +338,18 @@ class ClusterRun:
         if self.mode == OVERWRITE:
             records = []
             for n in numbers:
-                name = shard_name(pattern, n)
+                name = pattern.name(n)
                 if n in kept:
                     records.append(Move(pending_name(record_path(name)), record_path(name),
                                         self.records[n]))  # fmt: skip
                 else:  # a record the set does not need
                     remove_file(pending_name(record_path(name)), options)
-            pending = [pending_name(shard_name(pattern, n)) for n in numbers]
+            pending = [pending_name(pattern.name(n)) for n in numbers]
             self.committing = True
             put_in_place(pattern, pending, infos, self.replaced, manifest, self.post, options,
                          self.indexes.sizes_of(infos), records)  # fmt: skip
         else:
-            remove_records(
-                pattern, self.start, [shard_name(pattern, n) for n in sorted(kept)], options
-            )
+            remove_records(pattern, self.start, [pattern.name(n) for n in sorted(kept)], options)
         if manifest is not None and self.mode != OVERWRITE:
             save_manifest(manifest_files(manifest, infos, self.indexes.on), options)
         return manifest_at(manifest, infos)
@@ -367,9 +368,9 @@ class ClusterRun:
 
 
 def shard_on_engine(
-    encoder: ItemEncoder, order: list[int], pattern: str, *, engine: str, workers: int | None,
-    address: str | None, num_cpus: float, retries: int, manifest: str | None,
-    **options: Any,
+    encoder: ItemEncoder, order: list[int], pattern: str | ShardPattern, *, engine: str,
+    workers: int | None, address: str | None, num_cpus: float, retries: int,
+    manifest: str | None, **options: Any,
 ) -> tuple[Manifest, list[Rejected]]:  # fmt: skip
     """Write the items of ``encoder``'s dataset, in ``order``, into the shards ``pattern``
     names, on ``engine``; return the manifest and the items left out (see the module

@@ -67,7 +67,7 @@ class Encoded:
         return None  # items that fail are the driver's to raise or leave out
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class EncodeTask:
     """Encode the items ``indices`` (the dataset indices at positions ``first``… of the
     item order); the payload is their encoded samples, one after another."""
@@ -103,7 +103,7 @@ class EncodeTask:
         pass  # it leaves nothing outside the engine
 
 
-@dataclass
+@dataclass(kw_only=True)
 class Written:
     """What a :class:`WriteTask` reports: the shard's entry and the positions it covers,
     or ``short`` (it needs more candidates), or its ``failure``."""
@@ -129,7 +129,7 @@ class Written:
         return self.failure.raised(lambda text: OutputError(f"{self.name}: {text}"))
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class WriteTask:
     """Write shard ``number`` to ``path`` (its name, or its pending name under
     ``mode="overwrite"``, and so its record: :attr:`record_at`) from the samples
@@ -170,7 +170,7 @@ class WriteTask:
         try:
             return self._write(inputs), None
         except Exception as exc:
-            return Written(self.number, failure=CarriedError(exc), name=self.name), None
+            return Written(number=self.number, failure=CarriedError(exc), name=self.name), None
 
     def _write(self, inputs: Sequence[bytes]) -> Written:
         options = self.storage_options
@@ -197,7 +197,7 @@ class WriteTask:
             if end is None:
                 fits = self.sentinel is not None and cut.takes(self.sentinel, staged.measure)
                 if not (self.known or self.last or self.sentinel is not None):
-                    return Written(self.number, short=True, name=self.name)
+                    return Written(number=self.number, short=True, name=self.name)
                 if fits:
                     return self._refused(
                         "the shard after it, written by an earlier run, does not begin where "
@@ -220,18 +220,20 @@ class WriteTask:
                 data = index.finish()
                 publish(self.index_place, data, options)  # type: ignore[arg-type]
                 index_size, digest = len(data), index_digest(data)
-            record = ShardRecord(self.plan or "", self.first, end, len(first[1]), rejects, held,
-                                 uneven, digest)  # fmt: skip
+            record = ShardRecord(plan=self.plan or "", first=self.first, end=end,
+                                 first_size=len(first[1]), rejects=rejects, held=held,
+                                 uneven=uneven, index=digest)  # fmt: skip
             written = 0
             if self.plan is not None:
                 written = write_record(self.name, record, info, options, self.record_at)
             staged.publish()
-        return Written(self.number, info, record, written, name=self.name, index_size=index_size)
+        return Written(number=self.number, info=info, record=record, record_size=written,
+                       name=self.name, index_size=index_size)  # fmt: skip
 
     def _refused(self, why: str) -> Written:
         """A failure another attempt would meet again."""
         failure = CarriedError(OutputError(f"{self.name}: {why}"))
-        return Written(self.number, failure=failure, final=True, name=self.name)
+        return Written(number=self.number, failure=failure, final=True, name=self.name)
 
     def retried(self) -> WriteTask:
         return replace(self, attempt=self.attempt + 1)

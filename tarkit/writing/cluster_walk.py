@@ -11,10 +11,11 @@ tasks' payloads. Items that failed are left out (the run says which are: ``rejec
 the ranges an interrupted run completed (:class:`~tarkit.writing.shard_records.Covered`)
 are stepped over, and the cut before one must fall where it begins.
 
-gzip and zstd shards are cut by measuring the compressor, which only the writer can: the
-walk then hands a write task its candidates (samples enough for more than a shard) and
-the task finds the end itself; the next shard's walk waits for it (:meth:`Walk.written`).
-Uncompressed, bzip2 and xz shards are cut here.
+Two walks share these steps: uncompressed, bzip2 and xz shards are cut here
+(:class:`CutWalk`); gzip and zstd shards are cut by measuring the compressor, which only
+the writer can: :class:`ChainWalk` hands a write task its candidates (samples enough for
+more than a shard) and the task finds the end itself; the next shard's walk waits for it
+(:meth:`ChainWalk.written`).
 """
 
 from __future__ import annotations
@@ -27,14 +28,14 @@ from .cluster_pieces import Piece, Pieces
 from .cluster_tasks import Slot
 from .cuts import ShardCut
 from .items import Point
-from .patterns import shard_name
+from .patterns import ShardPattern
 from .rejects import Rejected
 from .shard_records import Covered, PositionedReject
 
 CHAIN_BYTES = 4  # gzip/zstd: a write task gets this many times maxsize of tar bytes
 
 
-@dataclass
+@dataclass(kw_only=True)
 class Cut:
     """A shard whose samples are known: its ``number``, the point where it begins, its
     samples grouped by the piece that holds them, the items left out among them, the
@@ -56,17 +57,17 @@ class Cut:
 class Walk:
     """The walk of one run: from shard ``number`` on, over the items of ``pieces`` (of
     ``total`` positions), stepping over ``covered`` (by their first point), cutting by
-    ``cut`` (``chain``: gzip/zstd, the write tasks cut). ``reject(position, piece)`` is
+    ``cut`` (here: :class:`CutWalk`; in the write tasks: :class:`ChainWalk`).
+    ``reject(position, piece)`` is
     called for an item that failed (it gives its :class:`~tarkit.writing.rejects.Rejected`),
     ``queue(cut)`` for a shard to write; the run sets
     :attr:`failed` to the position of the first item that fails (the walk stops there)."""
 
     def __init__(
-        self, pieces: Pieces, total: int, covered: list[Covered], pattern: str, number: int,
-        cut: ShardCut, chain: bool, reject: Callable[[int, Piece], Rejected],
-        queue: Callable[[Cut], object],
+        self, pieces: Pieces, total: int, covered: list[Covered], pattern: ShardPattern, number: int,
+        cut: ShardCut, reject: Callable[[int, Piece], Rejected], queue: Callable[[Cut], object],
     ) -> None:  # fmt: skip
-        self.pieces, self.pattern, self.cut, self.chain = pieces, pattern, cut, chain
+        self.pieces, self.pattern, self.cut = pieces, pattern, cut
         self.reject, self.queue = reject, queue
         self.covered = {c.first: c for c in covered}
         self.last: Point = (total, 0)  # where the items end
@@ -79,7 +80,6 @@ class Walk:
         # A shard after an item that gave other than one sample is uneven (see
         # shard_records); a covered one was, from somewhere in it on.
         self.uneven_from = min((c.first[0] for c in covered if c.uneven), default=None)
-        self.chain_factor, self.chain_busy = CHAIN_BYTES, False
 
     def stopped(self, point: Point) -> bool:
         """Whether the walk ends before ``point``: the items end, or one failed there."""
@@ -98,42 +98,16 @@ class Walk:
         return piece, sizes
 
     def advance(self) -> None:
-        """Cut what the sizes known in order allow, and queue the shards' writes."""
-        if self.chain:
-            self._advance_chain()
-            return
-        while True:
-            covered = self.covered.get(self.pos)
-            if covered is not None:
-                if self.cut.count:
-                    # The shard being cut must end where the covered one begins.
-                    size = covered.first_size
-                    if size is None or self.cut.takes(size, _unmeasured):
-                        raise OutputError(self._misfit(covered))
-                    self._write(self.pos, known=True)
-                self._enter(covered)
-                continue
-            if self.pos >= self.last:
-                if self.cut.count:
-                    self._write(self.last, known=True, last=True)
-                return
-            found = self._sample(self.pos)
-            if found is None or self.stopped(self.pos):
-                return
-            piece, sizes = found
-            position, number = self.pos
-            if sizes is None:
-                self._reject(position, piece)
-            elif number < len(sizes):
-                if not self.cut.takes(sizes[number], _unmeasured):
-                    self._write(self.pos, known=True)
-                self._take(piece, position, number)
-                self.cut.add(sizes[number])
-            self.pos = _after(self.pos, sizes)
+        """Walk as far as the sizes known in order allow, and queue the shards' writes."""
+        raise NotImplementedError
+
+    def written(self, number: int, end: Point | None, stop: Point) -> None:
+        """The write of shard ``number`` (its samples, or candidates, ending before
+        ``stop``) ended at ``end``, or needs more candidates (None)."""
 
     def _misfit(self, covered: Covered) -> str:
         return (
-            f"{shard_name(self.pattern, covered.number)}: this run's cut before it does not "
+            f"{self.pattern.name(covered.number)}: this run's cut before it does not "
             "fall where it begins: the shards come from runs of other plans. Pass "
             "--overwrite (mode='overwrite') to write the whole set anew"
         )
@@ -166,14 +140,62 @@ class Walk:
                 groups.append((piece, []))
                 piece.users.add(self.number)
             groups[-1][1].append(slot)
-        self.queue(Cut(self.number, self.shard_first, groups, list(self.shard_rejects), stop,
-                       known, last, sentinel, self.uneven_from))  # fmt: skip
-        if not self.chain:
-            self.number += 1
-            self.shard_first, self.slots, self.shard_rejects = stop, [], []
-            self.cut.begin()
+        self.queue(Cut(number=self.number, first=self.shard_first, groups=groups,
+                       rejects=list(self.shard_rejects), stop=stop, known=known, last=last,
+                       sentinel=sentinel, uneven_from=self.uneven_from))  # fmt: skip
 
-    def _advance_chain(self) -> None:
+
+class CutWalk(Walk):
+    """Uncompressed, bzip2 and xz shards: the walk cuts each shard here, and goes on at
+    once."""
+
+    def advance(self) -> None:
+        """Cut what the sizes known in order allow, and queue the shards' writes."""
+        while True:
+            covered = self.covered.get(self.pos)
+            if covered is not None:
+                if self.cut.count:
+                    # The shard being cut must end where the covered one begins.
+                    size = covered.first_size
+                    if size is None or self.cut.takes(size, _unmeasured):
+                        raise OutputError(self._misfit(covered))
+                    self._cut_at(self.pos)
+                self._enter(covered)
+                continue
+            if self.pos >= self.last:
+                if self.cut.count:
+                    self._cut_at(self.last, last=True)
+                return
+            found = self._sample(self.pos)
+            if found is None or self.stopped(self.pos):
+                return
+            piece, sizes = found
+            position, number = self.pos
+            if sizes is None:
+                self._reject(position, piece)
+            elif number < len(sizes):
+                if not self.cut.takes(sizes[number], _unmeasured):
+                    self._cut_at(self.pos)
+                self._take(piece, position, number)
+                self.cut.add(sizes[number])
+            self.pos = _after(self.pos, sizes)
+
+    def _cut_at(self, stop: Point, *, last: bool = False) -> None:
+        """Queue the write of the shard being cut, which ends before ``stop``; begin the next."""
+        self._write(stop, known=True, last=last)
+        self.number += 1
+        self.shard_first, self.slots, self.shard_rejects = stop, [], []
+        self.cut.begin()
+
+
+class ChainWalk(Walk):
+    """gzip/zstd shards: the write tasks cut (by measuring the compressor); the walk
+    gives each its candidates, one shard after the other."""
+
+    chain_factor = CHAIN_BYTES  # the candidates' tar bytes, in maxsize (doubled while short)
+    chain_busy = False  # a write task has the candidates: the walk waits for it
+
+    def advance(self) -> None:
         """gzip/zstd: give the next shard's write its candidates once they are encoded."""
         limit = self.chain_factor * self.cut.maxsize
         maxcount = self.cut.maxcount
@@ -220,8 +242,7 @@ class Walk:
             self.chain_busy = True
 
     def written(self, number: int, end: Point | None, stop: Point) -> None:
-        """gzip/zstd: the write of shard ``number`` (its candidates ending before
-        ``stop``) ended at ``end``, or needs more candidates (None): the walk goes on."""
+        """The walk goes on where the write ended (or gives it more candidates)."""
         self.chain_busy = False
         if end is not None:
             self.chain_factor = CHAIN_BYTES
@@ -249,4 +270,4 @@ def _after(point: Point, sizes: list[int] | None) -> Point:
     return (position, number + 1)
 
 
-__all__ = ["Cut", "Walk"]
+__all__ = ["ChainWalk", "Cut", "CutWalk", "Walk"]

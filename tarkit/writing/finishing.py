@@ -22,7 +22,7 @@ from ..storage import (
     manifest_files,
 )
 from .indexes import index_name
-from .patterns import journal_name, pattern_glob, pending_name
+from .patterns import ShardPattern, pending_name
 
 
 def run_post(post: str | Callable[[str], object], path: str) -> None:
@@ -48,7 +48,7 @@ def run_post(post: str | Callable[[str], object], path: str) -> None:
 
 
 def put_in_place(
-    pattern: str, pending: list[str], shards: list[ShardInfo], replaced: list[str],
+    pattern: ShardPattern, pending: list[str], shards: list[ShardInfo], replaced: list[str],
     manifest: str | None, post: str | Callable[[str], object] | None,
     storage_options: StorageOptions | None, indexes: list[int] | None = None,
     beside: Sequence[Move] = (),
@@ -72,12 +72,12 @@ def put_in_place(
             Move(pending_name(index_name(shard.url)), index_name(shard.url), size)
             for shard, size in zip(shards, indexes, strict=True)
         ]
-    shard_file = pattern_glob(location(pattern).identity())[1]
+    shard_file = pattern.target.regex
     removals = list(replaced) + [
         index_name(url) for url in replaced if shard_file.fullmatch(location(url).identity())
     ]
     files = [] if manifest is None else manifest_files(manifest, shards, indexes is not None)
-    commit_files(journal_name(pattern), moves, removals, files, storage_options)
+    commit_files(pattern.journal, moves, removals, files, storage_options)
     if post is not None:
         for shard in shards:
             run_post(post, shard.url)

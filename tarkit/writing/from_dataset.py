@@ -35,7 +35,7 @@ from .cluster import Tally, shard_on_engine
 from .huggingface import FieldNames, hf_rows, hf_samples, is_hf_dataset, refuse_splits
 from .items import DatasetFactory, ItemEncoder, ToSample, default_sample
 from .local_run import write_here
-from .patterns import CREATE
+from .patterns import CREATE, ShardPattern
 from .rejects import ON_ERROR, Rejected, default_rejects, save_rejects
 from .shard_writer import DEFAULT_MAXCOUNT, DEFAULT_MAXSIZE, DEFAULT_PATTERN
 
@@ -205,8 +205,9 @@ def shard_dataset(
         raise UsageError(f"engine={engine!r} needs a map-style dataset (with __len__ and "
                          "__getitem__): each task reads its own items by index")  # fmt: skip
     transform = ImageTransform(resize, image_format, quality, verify=verify)
+    shard_pattern = ShardPattern.parse(pattern)  # (parsed once: every writer below takes it)
     skipping = on_error == "skip"
-    rejects = rejects or (default_rejects(pattern) if skipping else None)
+    rejects = rejects or (default_rejects(shard_pattern) if skipping else None)
     started = time.monotonic()
     total = len(made) if map_style else None
     last = [ShardProgress(0, total, 0, 0, 0.0)]
@@ -232,13 +233,13 @@ def shard_dataset(
         if retries < 0:
             raise UsageError(f"retries must not be negative (got {retries})")
         written = shard_on_engine(
-            encoder, order or [], pattern, engine=engine, workers=num_workers or None,
+            encoder, order or [], shard_pattern, engine=engine, workers=num_workers or None,
             address=address, num_cpus=num_cpus, retries=retries, manifest=manifest,
             maxcount=maxcount, maxsize=parse_size(maxsize, "maxsize"), skipping=skipping,
             rejects=rejects, report=tally, **common,
         )  # fmt: skip
     else:
-        written = write_here(encoder, order, num_workers, pattern, maxcount, maxsize,
+        written = write_here(encoder, order, num_workers, shard_pattern, maxcount, maxsize,
                              manifest, skipping, rejects, tally, **common)  # fmt: skip
     result, rejected = written
     if rejects is not None:

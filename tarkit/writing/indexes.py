@@ -24,13 +24,12 @@ from __future__ import annotations
 
 import re
 
-from ..format.compression import compression_for
 from ..format.index import SUFFIX, IndexBuilder, span_crc
 from ..format.manifest import ShardInfo
 from ..format.samples import raw_key
 from ..format.tar import END_OF_ARCHIVE
 from ..storage import StorageOptions, publish, read_bytes, remove_file
-from .patterns import pending_name
+from .patterns import ShardPattern, pending_name
 
 # A shard pattern whose number a manifest's names pattern writes the same way: one %d or
 # %0Nd (or %i, %u), or {shard}, {shard:d}, {shard:0Nd}; nothing else converted.
@@ -68,7 +67,7 @@ class SetIndexes:
     the set's commit, which moves them by their bytes (:meth:`sizes_of`)."""
 
     def __init__(
-        self, pattern: str, manifest: str | None, overwrite: bool,
+        self, pattern: ShardPattern, manifest: str | None, overwrite: bool,
         storage_options: StorageOptions | None,
     ) -> None:  # fmt: skip
         self.on = indexed_pattern(pattern, manifest)
@@ -115,7 +114,7 @@ def index_name(shard: str) -> str:
     return shard + SUFFIX
 
 
-def indexed_pattern(pattern: str, manifest: str | None) -> bool:
+def indexed_pattern(pattern: str | ShardPattern, manifest: str | None) -> bool:
     """Whether a writer of the shards ``pattern`` names, with the manifest ``manifest``,
     writes their indexes: with a manifest, for uncompressed shards numbered in decimal
     (a pattern a manifest's names take: one ``%06d`` or ``{shard:06d}``; a pattern of
@@ -128,9 +127,10 @@ def indexed_pattern(pattern: str, manifest: str | None) -> bool:
     >>> indexed_pattern("s-%06d.tar", None)
     False
     """
-    if manifest is None or compression_for(pattern) is not None:
+    pattern = ShardPattern.of(pattern)
+    if manifest is None or pattern.compression is not None:
         return False
-    plain = pattern.replace("%%", "").replace("{{", "")
+    plain = pattern.text.replace("%%", "").replace("{{", "")
     return len(_DECIMAL.findall(plain)) == 1 and len(_CONVERSION.findall(plain)) == 1
 
 

@@ -30,7 +30,7 @@ from ..format.manifest import ShardInfo
 from ..format.samples import Sample
 from ..storage import StorageOptions
 from .items import Point
-from .patterns import shard_name
+from .patterns import ShardPattern
 from .sample_encoder import key_of
 
 S = TypeVar("S", bound="Sample | Mapping[str, Any]")
@@ -58,7 +58,7 @@ def keys_digest(keys: Iterable[str]) -> str:
 
 
 def kept_shards(
-    pattern: str, start: int = 0, storage_options: StorageOptions | None = None,
+    pattern: str | ShardPattern, start: int = 0, storage_options: StorageOptions | None = None,
     indexes: bool = False,
 ) -> list[KeptShard]:  # fmt: skip
     """The complete shards present from number ``start`` on, up to the first missing one.
@@ -70,11 +70,12 @@ def kept_shards(
     raises :class:`~tarkit.errors.InputError` (shards appear only when complete, so that
     means something else wrote it).
     """
+    names = ShardPattern.of(pattern)
     found: list[KeptShard] = []
     number = start
     while True:
         try:
-            found.append(read_kept(shard_name(pattern, number), storage_options, indexes))
+            found.append(read_kept(names.name(number), storage_options, indexes))
         except SourceError as exc:
             if exc.reason == SourceError.MISSING:
                 break

@@ -22,7 +22,6 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..errors import OutputError
-from ..format.compression import compression_for
 from ..format.manifest import Manifest, ShardInfo
 from ..format.samples import raw_key
 from ..sizes import parse_size
@@ -34,6 +33,7 @@ from .kept import check_kept_items, counted_spans
 from .patterns import (
     OVERWRITE,
     RESUME,
+    ShardPattern,
     finished_earlier,
     pending_name,
     record_path,
@@ -84,7 +84,7 @@ class _Walk:
 
 
 def write_here(
-    encoder: ItemEncoder, order: list[int] | None, num_workers: int, pattern: str,
+    encoder: ItemEncoder, order: list[int] | None, num_workers: int, pattern: ShardPattern,
     maxcount: int, maxsize: int | str, manifest: str | None, skipping: bool,
     rejects: str | None, report: Callable[[Tally], object], *, mode: str, start: int,
     storage_options: Mapping[str, Any] | None,
@@ -96,7 +96,7 @@ def write_here(
     return the manifest and the items left out. ``report`` is called after each item."""
     options = storage_options
     plan = plan_digest(order or [], maxcount, parse_size(maxsize, "maxsize"),
-                       compression_for(pattern))  # fmt: skip
+                       pattern.compression)  # fmt: skip
     if settle_earlier_run(pattern, options):  # (before a resume looks at the shards)
         report(Tally(message=finished_earlier(pattern)))
     covered = _resumable(pattern, start, plan, rejects if skipping else None, options, mode,
@@ -119,8 +119,10 @@ def write_here(
         beside = None
         if walk.recording:
             assert walk.first_sample is not None
-            record = ShardRecord(plan, walk.first, walk.point, len(walk.first_sample[1]),
-                                 tuple(walk.rejects), walk.held(), uneven)  # fmt: skip
+            record = ShardRecord(plan=plan, first=walk.first, end=walk.point,
+                                 first_size=len(walk.first_sample[1]),
+                                 rejects=tuple(walk.rejects), held=walk.held(),
+                                 uneven=uneven)  # fmt: skip
             if mode == OVERWRITE:  # committed with the shards
                 pending = pending_name(record_path(info.url))
                 size = write_record(info.url, record, info, options, pending)
@@ -180,7 +182,7 @@ def write_here(
                     if on_reject is not None:
                         on_reject(reject)
                 position, skip = position + 1, 0
-                report(Tally(writer.samples, len(writer.shards), resumed,
+                report(Tally(samples=writer.samples, shards=len(writer.shards), resumed=resumed,
                              rejected=len(rejected), empty=walk.empty))  # fmt: skip
             walk.point = (position, 0)  # the last shard ends where the items do
         finally:
@@ -268,7 +270,7 @@ def _check_kept(
 
 
 def _resumable(
-    pattern: str, start: int, plan: str, rejects: str | None,
+    pattern: ShardPattern, start: int, plan: str, rejects: str | None,
     options: Mapping[str, Any] | None, mode: str, indexes: bool,
 ) -> list[Covered]:  # fmt: skip
     """The complete shards a resumed run keeps, from ``start`` on without a gap (a

@@ -1,8 +1,11 @@
 """Shard patterns: the name of each shard, the files that already match, and what a
 writer does with the files an earlier run left under its pattern.
 
-A pattern names numbered shards with ``%06d`` or ``{shard:06d}`` (:func:`shard_name`,
-checked by :func:`check_pattern`).
+A pattern names numbered shards with ``%06d`` or ``{shard:06d}``. It is parsed once,
+where the user's string enters (a writer, ``shard_dataset``, the cluster run), into a
+:class:`ShardPattern`: the names of its shards, the files that match it and the names
+beside them, checked by :meth:`ShardPattern.parse`; nothing downstream parses the text
+again.
 
 A second run into the same pattern must not leave a mix of two runs' shards behind (20
 new shards and 80 old ones read as one dataset with every sample twice), so every writer
@@ -41,9 +44,11 @@ import glob as globbing
 import os
 import re
 import string
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from functools import cached_property
 
 from ..errors import OutputError, UsageError
+from ..format.compression import compression_for
 from ..format.index import SUFFIX as INDEX_SUFFIX
 from ..storage import (
     JOURNAL_ENDING,
@@ -63,40 +68,166 @@ _PRINTF = re.compile(r"%(%|[-+ 0#]*\d*(?:\.\d+)?([diouxXs]))")
 _DIGITS = {"x": ("[0-9a-f]+", 16), "X": ("[0-9A-F]+", 16), "o": ("[0-7]+", 8)}
 
 
+@dataclass(frozen=True)
+class ShardPattern:
+    """A shard pattern, parsed once where the user's string enters (:meth:`parse`, which
+    checks it): the name of each shard (:meth:`name`), the glob and regex of the files
+    that match it and the shard number of each (:meth:`number`), and the names beside
+    its shards (:attr:`journal`; the patterns :attr:`records`, :attr:`indexes`,
+    :attr:`pending`). ``ShardPattern(text)`` parses without the check: for patterns made
+    from a checked one, and for functions that also take the text.
+
+    >>> pattern = ShardPattern.parse("out/s-%03d.tar")
+    >>> pattern.name(7), pattern.glob, pattern.number("out/s-1200.tar")
+    ('out/s-007.tar', 'out/s-*.tar', 1200)
+    >>> pattern.records.text, pattern.pending.text
+    ('out/.s-%03d.tar.shard.json', 'out/.s-%03d.tar.pending')
+    """
+
+    text: str
+    # (literal text, conversion of the shard number after it, or None at the end)
+    pieces: tuple[tuple[str, str | None], ...] = field(init=False, repr=False, compare=False)
+    glob: str = field(init=False, repr=False, compare=False)
+    regex: re.Pattern[str] = field(init=False, repr=False, compare=False)  # a group per number
+    bases: tuple[int, ...] = field(init=False, repr=False, compare=False)  # of each group
+
+    def __post_init__(self) -> None:
+        pieces = _pieces(self.text)
+        glob_parts, regex_parts, bases = [], [], []
+        for literal, conversion in pieces:
+            glob_parts.append(globbing.escape(literal))
+            regex_parts.append(re.escape(literal))
+            if conversion is not None:
+                digits, base = _DIGITS.get(conversion, (r"[0-9]+", 10))
+                glob_parts.append("*")
+                regex_parts.append(f"({digits})")
+                bases.append(base)
+        # (frozen: set once, here)
+        object.__setattr__(self, "pieces", tuple(pieces))
+        object.__setattr__(self, "glob", "".join(glob_parts))
+        object.__setattr__(self, "regex", re.compile("".join(regex_parts)))
+        object.__setattr__(self, "bases", tuple(bases))
+
+    @classmethod
+    def parse(cls, pattern: str | ShardPattern) -> ShardPattern:
+        """The user's ``pattern``, parsed; raise :class:`UsageError` unless it names a
+        different file per shard (a :class:`ShardPattern` is returned as it is).
+
+        >>> ShardPattern.parse("out.tar")
+        Traceback (most recent call last):
+        ...
+        tarkit.errors.UsageError: shard pattern 'out.tar' has no shard number: use one %06d or {shard:06d}, as in shard-%06d.tar
+        """
+        if isinstance(pattern, ShardPattern):
+            return pattern
+        parsed = cls(pattern)
+        first: str | None
+        second: str | None
+        try:
+            first, second = parsed.name(0), parsed.name(1)
+        except (ValueError, TypeError, KeyError, IndexError, AttributeError):
+            first = second = None
+        if first is None or first == second:
+            what = "is malformed" if "%" in pattern or "{" in pattern else "has no shard number"
+            raise UsageError(
+                f"shard pattern {pattern!r} {what}: use one %06d or {{shard:06d}}, as in "
+                "shard-%06d.tar"
+            )
+        if first.endswith(("/", os.sep)):
+            raise UsageError(f"shard pattern {pattern!r} names a directory, not a file")
+        return parsed
+
+    @classmethod
+    def of(cls, pattern: str | ShardPattern) -> ShardPattern:
+        """``pattern`` as a :class:`ShardPattern`, unchecked (for functions that take the
+        text too)."""
+        return pattern if isinstance(pattern, ShardPattern) else cls(pattern)
+
+    def __str__(self) -> str:
+        return self.text
+
+    def name(self, number: int) -> str:
+        """The name of shard ``number``: the pattern takes ``%06d`` or ``{shard:06d}``.
+
+        >>> ShardPattern("s3://b/train-{shard:04d}.tar.gz").name(12)
+        's3://b/train-0012.tar.gz'
+        """
+        if "{shard" in self.text:
+            return self.text.format(shard=number)
+        return self.text % number
+
+    def number(self, url: str) -> int | None:
+        """The shard number of the file ``url`` when it matches the pattern (with the same
+        number wherever the pattern has one); else None."""
+        match = self.regex.fullmatch(url)
+        if match is None:
+            return None
+        numbers = {int(text, base) for text, base in zip(match.groups(), self.bases, strict=True)}
+        return numbers.pop() if len(numbers) == 1 else None
+
+    @cached_property
+    def prefix(self) -> str:
+        """The file name of the pattern up to the shard number.
+
+        >>> ShardPattern("out/train-%06d.tar").prefix, ShardPattern("s3://b/{shard:04d}.tar").prefix
+        ('train-', '')
+        """
+        return _pieces(location(self.text).basename)[0][0]
+
+    @cached_property
+    def journal(self) -> str:
+        """Where the commit of an overwrite into the pattern keeps its journal: a hidden
+        name in the shards' directory (for a pattern with the shard number in a directory,
+        the deepest directory above every shard), so that it names them all from there.
+
+        >>> ShardPattern("out/s-%06d.tar").journal, ShardPattern("s3://b/{shard:03d}/x.tar").journal
+        ('out/.s-%06d.tar.commit.json', 's3://b/.{shard:03d}_x.tar.commit.json')
+        """
+        head, slash, _ = self.pieces[0][0].rpartition("/")
+        rest = self.text[len(head) + len(slash) :]
+        return f"{head}{slash}.{rest.replace('/', '_')}{JOURNAL_ENDING}"
+
+    @cached_property
+    def records(self) -> ShardPattern:
+        """The pattern of the shards' records (:func:`record_path`)."""
+        return ShardPattern(record_path(self.text))
+
+    @cached_property
+    def indexes(self) -> ShardPattern:
+        """The pattern of the shards' indexes (``NAME.idx``)."""
+        return ShardPattern(self.text + INDEX_SUFFIX)
+
+    @cached_property
+    def pending(self) -> ShardPattern:
+        """The pattern of the names the files wait under until a commit (:func:`pending_name`)."""
+        return ShardPattern(pending_name(self.text))
+
+    @cached_property
+    def target(self) -> ShardPattern:
+        """The pattern where its shards are, whoever writes them: a local one made absolute
+        (:meth:`~tarkit.storage.Location.identity`), so that workers on other nodes or in
+        another directory write where the driver means and two specs of one place agree."""
+        return ShardPattern(location(self.text).identity())
+
+    @cached_property
+    def compression(self) -> str | None:
+        """The compression its shards get (:func:`~tarkit.format.compression.compression_for`)."""
+        return compression_for(self.text)
+
+
 def shard_name(pattern: str, number: int) -> str:
-    """The name of shard ``number``: ``pattern`` takes ``%06d`` or ``{shard:06d}``.
+    """The name of shard ``number`` of ``pattern`` (:meth:`ShardPattern.name`).
 
     >>> shard_name("shard-%06d.tar", 3)
     'shard-000003.tar'
-    >>> shard_name("s3://b/train-{shard:04d}.tar.gz", 12)
-    's3://b/train-0012.tar.gz'
     """
-    if "{shard" in pattern:
-        return pattern.format(shard=number)
-    return pattern % number
+    return ShardPattern(pattern).name(number)
 
 
 def check_pattern(pattern: str) -> None:
-    """Raise :class:`UsageError` unless ``pattern`` names a different file per shard.
-
-    >>> check_pattern("out.tar")
-    Traceback (most recent call last):
-    ...
-    tarkit.errors.UsageError: shard pattern 'out.tar' has no shard number: use one %06d or {shard:06d}, as in shard-%06d.tar
-    """
-    first: str | None
-    second: str | None
-    try:
-        first, second = shard_name(pattern, 0), shard_name(pattern, 1)
-    except (ValueError, TypeError, KeyError, IndexError, AttributeError):
-        first = second = None
-    if first is None or first == second:
-        what = "is malformed" if "%" in pattern or "{" in pattern else "has no shard number"
-        raise UsageError(
-            f"shard pattern {pattern!r} {what}: use one %06d or {{shard:06d}}, as in shard-%06d.tar"
-        )
-    if first.endswith(("/", os.sep)):
-        raise UsageError(f"shard pattern {pattern!r} names a directory, not a file")
+    """Raise :class:`UsageError` unless ``pattern`` names a different file per shard
+    (:meth:`ShardPattern.parse`)."""
+    ShardPattern.parse(pattern)
 
 
 def check_mode(mode: str) -> str:
@@ -147,50 +278,31 @@ def _pieces(pattern: str) -> list[tuple[str, str | None]]:
 
 def pattern_glob(pattern: str) -> tuple[str, re.Pattern[str]]:
     """The glob that finds the files of a shard pattern, and the regex that checks one
-    (a group per shard number in it)."""
-    glob_parts, regex_parts = [], []
-    for literal, conversion in _pieces(pattern):
-        glob_parts.append(globbing.escape(literal))
-        regex_parts.append(re.escape(literal))
-        if conversion is not None:
-            glob_parts.append("*")
-            regex_parts.append(f"({_DIGITS.get(conversion, (r'[0-9]+', 10))[0]})")
-    return "".join(glob_parts), re.compile("".join(regex_parts))
+    (a group per shard number in it): :attr:`ShardPattern.glob` and ``regex``."""
+    parsed = ShardPattern(pattern)
+    return parsed.glob, parsed.regex
 
 
 def existing_shards(
-    pattern: str, start: int = 0, storage_options: StorageOptions | None = None
+    pattern: str | ShardPattern, start: int = 0, storage_options: StorageOptions | None = None
 ) -> list[ExistingShard]:
     """The files that match the shard ``pattern`` with a number from ``start`` on, in
     number order. Raises :class:`~tarkit.errors.SourceError` when the store cannot be
     listed."""
-    glob, regex = pattern_glob(pattern)
-    bases = [_DIGITS.get(c, ("", 10))[1] for _, c in _pieces(pattern) if c is not None]
+    pattern = ShardPattern.of(pattern)
     found = []
-    for url in list_files(glob, storage_options):
-        match = regex.fullmatch(url)
-        if match is None:
-            continue
-        numbers = {int(text, base) for text, base in zip(match.groups(), bases, strict=True)}
-        if len(numbers) == 1 and (number := numbers.pop()) >= start:
+    for url in list_files(pattern.glob, storage_options):
+        number = pattern.number(url)
+        if number is not None and number >= start:
             found.append(ExistingShard(number, url))
     return sorted(found, key=lambda shard: (shard.number, shard.url))
 
 
-def pattern_prefix(pattern: str) -> str:
-    """The file name of a shard pattern up to the shard number.
-
-    >>> pattern_prefix("out/train-%06d.tar"), pattern_prefix("s3://b/{shard:04d}.tar")
-    ('train-', '')
-    """
-    return _pieces(location(pattern).basename)[0][0]
-
-
 def record_path(shard: str) -> str:
     """Where the record of ``shard`` lives (:mod:`tarkit.writing.shard_records`):
-    ``.NAME.shard.json`` beside it (of a shard pattern: the pattern of the records).
-    Under ``overwrite`` a new shard's record waits under its :func:`pending_name`, as the
-    shard does, and takes its name in the same commit.
+    ``.NAME.shard.json`` beside it (of a shard pattern: the pattern of the records,
+    :attr:`ShardPattern.records`). Under ``overwrite`` a new shard's record waits under
+    its :func:`pending_name`, as the shard does, and takes its name in the same commit.
 
     >>> record_path("out/train-000003.tar"), record_path("s3://b/train-%06d.tar")
     ('out/.train-000003.tar.shard.json', 's3://b/.train-%06d.tar.shard.json')
@@ -200,7 +312,7 @@ def record_path(shard: str) -> str:
 
 
 def replaced_files(
-    pattern: str, existing: list[ExistingShard], start: int,
+    pattern: ShardPattern, existing: list[ExistingShard], start: int,
     storage_options: StorageOptions | None = None,
 ) -> list[str]:  # fmt: skip
     """What an overwrite into ``pattern`` replaces: the ``existing`` shards (from number
@@ -208,30 +320,22 @@ def replaced_files(
     (:func:`record_path`), and the manifests beside the set that list its files alone
     (:func:`~tarkit.storage.set_manifests`: one the new set's does not replace would
     describe files that are gone)."""
-    records = existing_shards(record_path(pattern), start, storage_options)
-    stale = set_manifests(journal_name(pattern), PatternFiles(pattern), storage_options)
+    records = existing_shards(pattern.records, start, storage_options)
+    stale = set_manifests(pattern.journal, PatternFiles(pattern), storage_options)
     return [shard.url for shard in existing] + [record.url for record in records] + stale
 
 
 def journal_name(pattern: str) -> str:
-    """Where the commit of an overwrite into ``pattern`` keeps its journal: a hidden name
-    in the shards' directory (for a pattern with the shard number in a directory, the
-    deepest directory above every shard), so that it names them all from there.
-
-    >>> journal_name("out/s-%06d.tar"), journal_name("s3://b/{shard:03d}/x.tar")
-    ('out/.s-%06d.tar.commit.json', 's3://b/.{shard:03d}_x.tar.commit.json')
-    """
-    head, slash, _ = _pieces(pattern)[0][0].rpartition("/")
-    rest = pattern[len(head) + len(slash) :]
-    return f"{head}{slash}.{rest.replace('/', '_')}{JOURNAL_ENDING}"
+    """Where the commit of an overwrite into ``pattern`` keeps its journal
+    (:attr:`ShardPattern.journal`)."""
+    return ShardPattern(pattern).journal
 
 
-def remove_pending(pattern: str, storage_options: StorageOptions | None = None) -> None:
+def remove_pending(pattern: ShardPattern, storage_options: StorageOptions | None = None) -> None:
     """Remove the pending shards (and their pending records and indexes) an overwrite
     killed before its commit left behind."""
-    staged = (pattern, record_path(pattern), pattern + INDEX_SUFFIX)
-    for pending in map(pending_name, staged):
-        for found in existing_shards(pending, 0, storage_options):
+    for staged in (pattern, pattern.records, pattern.indexes):
+        for found in existing_shards(staged.pending, 0, storage_options):
             remove_file(found.url, storage_options)
 
 
@@ -246,17 +350,18 @@ class PatternFiles:
     [True, True, True, False, False]
     """
 
-    def __init__(self, pattern: str) -> None:
-        where = location(pattern).identity()
-        self.regexes = [pattern_glob(kind)[1]
-                        for kind in (where, record_path(where), where + INDEX_SUFFIX)]  # fmt: skip
+    def __init__(self, pattern: str | ShardPattern) -> None:
+        where = ShardPattern.of(pattern).target
+        self.regexes = [kind.regex for kind in (where, where.records, where.indexes)]
 
     def holds(self, url: str) -> bool:
         identity = location(url).identity()
         return any(regex.fullmatch(identity) for regex in self.regexes)
 
 
-def settle_earlier_run(pattern: str, storage_options: StorageOptions | None = None) -> bool:
+def settle_earlier_run(
+    pattern: ShardPattern, storage_options: StorageOptions | None = None
+) -> bool:
     """Before a writer looks at what lies under ``pattern``: finish the commit of an
     overwrite that was stopped after its journal was written (its new set takes its
     place, :func:`~tarkit.storage.finish_commit`, as far as the journal stays within
@@ -264,17 +369,17 @@ def settle_earlier_run(pattern: str, storage_options: StorageOptions | None = No
     set stays). Whether a commit was finished (:func:`finished_earlier` says it in words:
     the caller tells the user). Every writer of numbered shards calls it first, whatever
     its mode."""
-    finished = finish_commit(journal_name(pattern), PatternFiles(pattern), storage_options)
+    finished = finish_commit(pattern.journal, PatternFiles(pattern), storage_options)
     remove_pending(pattern, storage_options)
     return finished
 
 
-def finished_earlier(pattern: str) -> str:
+def finished_earlier(pattern: ShardPattern) -> str:
     """What a writer tells the user when it finished the commit of an earlier run
     (:func:`settle_earlier_run`)."""
     return (
-        f"finished the commit of an earlier overwrite into {pattern} that was stopped "
-        f"midway ({journal_name(pattern)}): its new set is in place"
+        f"finished the commit of an earlier overwrite into {pattern.text} that was stopped "
+        f"midway ({pattern.journal}): its new set is in place"
     )
 
 
@@ -283,11 +388,13 @@ def _files(found: list[ExistingShard], plural: str, singular: str) -> str:
     return f"{len(found)} files {plural}" if len(found) != 1 else f"1 file {singular}"
 
 
-def refuse_existing(pattern: str, found: list[ExistingShard], start: int = 0) -> OutputError:
+def refuse_existing(
+    pattern: ShardPattern, found: list[ExistingShard], start: int = 0
+) -> OutputError:
     """The error of a ``create`` writer that found files matching its pattern."""
     numbers = f" (shard numbers from {start} on)" if start else ""
     return OutputError(
-        f"{pattern}: {_files(found, 'already match', 'already matches')} the output "
+        f"{pattern.text}: {_files(found, 'already match', 'already matches')} the output "
         f"pattern{numbers}, first "
         f"{found[0].url}: writing now would mix two runs' shards. Pass --overwrite "
         "(mode='overwrite') to replace them once the new shards are complete, or --resume "
@@ -295,10 +402,10 @@ def refuse_existing(pattern: str, found: list[ExistingShard], start: int = 0) ->
     )
 
 
-def refuse_strangers(pattern: str, found: list[ExistingShard]) -> OutputError:
+def refuse_strangers(pattern: ShardPattern, found: list[ExistingShard]) -> OutputError:
     """The error of a ``resume`` writer that found files that are not its run's shards."""
     return OutputError(
-        f"{pattern}: {_files(found, 'match', 'matches')} the output pattern but "
+        f"{pattern.text}: {_files(found, 'match', 'matches')} the output pattern but "
         f"{'are' if len(found) != 1 else 'is'} not a complete shard of the run being resumed "
         "(shards follow each other from the first number), first "
         f"{found[0].url}: they come from another run. Remove them, or pass --overwrite "

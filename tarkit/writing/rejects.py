@@ -21,19 +21,20 @@ from dataclasses import dataclass
 
 from ..errors import InputError
 from ..storage import RECORD_LIMIT, StorageOptions, location, publish, read_bytes
-from .patterns import pattern_prefix
+from .patterns import ShardPattern
 
 ON_ERROR = ("fail", "skip")
 
 
-def default_rejects(pattern: str) -> str:
+def default_rejects(pattern: str | ShardPattern) -> str:
     """Where the rejects of the shards ``pattern`` names go by default: beside them, named
     after them, so that two sets in one folder keep two lists.
 
     >>> default_rejects("shards/train-%06d.tar"), default_rejects("%04d.tar")
     ('shards/train-rejects.tsv', 'rejects.tsv')
     """
-    return location(pattern).sibling(f"{pattern_prefix(pattern)}rejects.tsv")
+    pattern = ShardPattern.of(pattern)
+    return location(pattern.text).sibling(f"{pattern.prefix}rejects.tsv")
 
 
 @dataclass(frozen=True)

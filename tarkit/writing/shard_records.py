@@ -57,7 +57,7 @@ from ..storage import (
 from .indexes import index_name, settle_index
 from .items import Point
 from .kept import KeptShard, Span, read_kept
-from .patterns import existing_shards, record_path, refuse_strangers, shard_name
+from .patterns import ShardPattern, existing_shards, record_path, refuse_strangers
 from .rejects import Rejected, load_rejects
 
 RECORD_FORMAT = "tarkit-shard"
@@ -120,7 +120,7 @@ class Held:
         return self.first, self.last
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class ShardRecord:
     """What a shard covers: points ``first`` to ``end`` (exclusive) of the item order
     of the run whose plan digest is ``plan``; ``first_size``: the tar bytes of its first
@@ -218,10 +218,10 @@ def _usable(
             (p, k, first_key), (q, j, last_key) = data["held"]
             held = Held((int(p), int(k)), (int(q), int(j)), str(first_key), str(last_key))
         index = data.get("index")
-        record = ShardRecord(str(data["plan"]), (first, first_sample), (end, end_sample),
-                             int(data["first_size"]), rejects, held,
-                             data["version"] == 2,
-                             index if isinstance(index, str) else None)  # fmt: skip
+        record = ShardRecord(plan=str(data["plan"]), first=(first, first_sample),
+                             end=(end, end_sample), first_size=int(data["first_size"]),
+                             rejects=rejects, held=held, uneven=data["version"] == 2,
+                             index=index if isinstance(index, str) else None)  # fmt: skip
     except (ValueError, KeyError, TypeError):
         return None
     if record.plan != plan or not stored_matches(shard, info.bytes, info.sha256, None,
@@ -230,7 +230,7 @@ def _usable(
     return record, info
 
 
-@dataclass
+@dataclass(kw_only=True)
 class Covered:
     """Complete shards ``number``… of a run being resumed, covering points ``first``
     to ``end`` of its item order: one shard with a record (``held``, ``uneven``: the
@@ -260,7 +260,7 @@ class Covered:
 
 
 def completed_ranges(
-    pattern: str,
+    pattern: ShardPattern,
     start: int,
     plan: str,
     rejects: str | None,
@@ -288,8 +288,8 @@ def completed_ranges(
     number = start
     prefix: list[KeptShard] = []
     first_recorded = None  # the record that ends the shards without records, read once
-    while shard_name(pattern, number) in names:
-        name = shard_name(pattern, number)
+    while pattern.name(number) in names:
+        name = pattern.name(number)
         text = read_bytes(record_path(name), storage_options, limit=RECORD_LIMIT)
         if text is not None:  # a record of another plan makes it a stranger, not counted
             first_recorded = _usable(name, text, plan, storage_options)
@@ -298,7 +298,7 @@ def completed_ranges(
         number += 1
     strangers = []
     for shard in existing:
-        canonical = shard.url == shard_name(pattern, shard.number)
+        canonical = shard.url == pattern.name(shard.number)
         if canonical and shard.number < number:
             continue  # one of the shards without records
         if not canonical:
@@ -316,9 +316,10 @@ def completed_ranges(
         held = record.held
         first_key, last_key = (held.first_key, held.last_key) if held else (None, None)
         kept = KeptShard(info, first_key, last_key, None)
-        found.append(Covered(shard.number, [kept], record.first, record.end,
-                             list(record.rejects), record.first_size, None, held,
-                             record.uneven))  # fmt: skip
+        found.append(Covered(number=shard.number, kept=[kept], first=record.first,
+                             end=record.end, rejects=list(record.rejects),
+                             first_size=record.first_size, held=held,
+                             uneven=record.uneven))  # fmt: skip
     if strangers:
         raise refuse_strangers(pattern, strangers)
     if prefix:
@@ -328,11 +329,12 @@ def completed_ranges(
         listed = load_rejects(rejects, storage_options) if rejects is not None else []
         unplaced = [reject for reject in listed if reject.index not in placed]
         end = counted_end(sum(s.info.samples for s in prefix), len(unplaced))
-        found.insert(0, Covered(start, prefix, (0, 0), end, [], None, unplaced))
+        found.insert(0, Covered(number=start, kept=prefix, first=(0, 0), end=end, rejects=[],
+                                unplaced=unplaced))  # fmt: skip
     for before, after in itertools.pairwise(found):
         if after.number < before.after or after.first < before.end:
             raise OutputError(
-                f"{pattern}: shard {after.number} does not follow shard {before.after - 1} "
+                f"{pattern.text}: shard {after.number} does not follow shard {before.after - 1} "
                 "in the item order: the shards come from runs of other plans. Pass "
                 "--overwrite (mode='overwrite') to write the whole set anew"
             )
@@ -340,11 +342,12 @@ def completed_ranges(
 
 
 def remove_records(
-    pattern: str, start: int, keep: Collection[str], storage_options: StorageOptions | None
-) -> None:
+    pattern: ShardPattern, start: int, keep: Collection[str],
+    storage_options: StorageOptions | None,
+) -> None:  # fmt: skip
     """Remove the records of the shards ``pattern`` names from ``start`` on, but those of
     the shards ``keep`` names."""
     kept = {record_path(shard) for shard in keep}
-    for record in existing_shards(record_path(pattern), start, storage_options):
+    for record in existing_shards(pattern.records, start, storage_options):
         if record.url not in kept:
             remove_file(record.url, storage_options)

@@ -43,7 +43,6 @@ from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import Any, TypeVar
 
 from ..errors import OutputError, UsageError
-from ..format.compression import compression_for
 from ..format.manifest import Manifest, ShardInfo
 from ..format.samples import Sample
 from ..format.tar import END_OF_ARCHIVE, default_mtime
@@ -66,15 +65,14 @@ from .patterns import (
     CREATE,
     OVERWRITE,
     RESUME,
+    ShardPattern,
     check_mode,
-    check_pattern,
     existing_shards,
     pending_name,
     refuse_existing,
     refuse_strangers,
     replaced_files,
     settle_earlier_run,
-    shard_name,
 )
 from .sample_encoder import SampleEncoder, key_of
 
@@ -87,7 +85,8 @@ DEFAULT_MAXSIZE = 1 << 30  # 1G
 class ShardWriter:
     """Write samples into numbered shards, within count and size limits.
 
-    ``pattern`` names the shards (``%06d`` or ``{shard:06d}``; a ``.gz``/``.zst``/…
+    ``pattern`` names the shards (``%06d`` or ``{shard:06d}``, a string or a
+    :class:`~tarkit.writing.patterns.ShardPattern` parsed already; a ``.gz``/``.zst``/…
     ending compresses them; ``s3://…`` and other fsspec URLs are uploaded when complete,
     with ``storage_options`` passed to fsspec). Shards are numbered from ``start``.
     ``maxcount`` and ``maxsize`` limit each shard (see the module docstring);
@@ -137,7 +136,7 @@ class ShardWriter:
 
     def __init__(
         self,
-        pattern: str = DEFAULT_PATTERN,
+        pattern: str | ShardPattern = DEFAULT_PATTERN,
         *,
         maxcount: int = DEFAULT_MAXCOUNT,
         maxsize: int | str = DEFAULT_MAXSIZE,
@@ -156,14 +155,13 @@ class ShardWriter:
     ) -> None:
         from ..sizes import parse_size
 
-        check_pattern(pattern)
+        self.pattern = ShardPattern.parse(pattern)
         if maxcount < 1:
             raise UsageError(f"maxcount must be at least 1 (got {maxcount})")
         if maxshards is not None and maxshards < 1:
             raise UsageError(f"maxshards must be at least 1 (got {maxshards})")
         if start < 0:
             raise UsageError(f"the first shard number must not be negative (got {start})")
-        self.pattern = pattern
         self.maxshards = maxshards
         self.start = start
         self.post = post
@@ -179,13 +177,13 @@ class ShardWriter:
         self._file: StagedFile | None = None
         self._publishing: tuple[Publishing, ShardInfo] | None = None  # the shard before
         self._name = ""  # the final name of the shard being written
-        self._cut = ShardCut(maxcount, parse_size(maxsize, "maxsize"), compression_for(pattern))
+        self._cut = ShardCut(maxcount, parse_size(maxsize, "maxsize"), self.pattern.compression)
         self._first_key: str | None = None
         self._encoder = SampleEncoder(self.mtime)
         self._closed = False
         self.discarded: Discarded | None = None
         self.mode = check_mode(mode)
-        self.indexes = SetIndexes(pattern, manifest, mode == OVERWRITE, storage_options)
+        self.indexes = SetIndexes(self.pattern, manifest, mode == OVERWRITE, storage_options)
         self.indexed = self.indexes.on
         self._index: WrittenIndex | None = None  # of the shard being written
         # overwrite: the files the new set replaces, and its shards under pending names
@@ -218,7 +216,7 @@ class ShardWriter:
             if strangers:
                 raise refuse_strangers(pattern, strangers)
             for number in range(2):  # the shard being published and the one being written
-                name = shard_name(pattern, start + len(self.shards) + number)
+                name = pattern.name(start + len(self.shards) + number)
                 remove_stale_temp(name, storage_options)
 
     def skip_kept(self, samples: Iterable[S]) -> Iterator[S]:
@@ -352,7 +350,7 @@ class ShardWriter:
                 f"the samples need more than {n} {shards} (maxshards {n}): the first {n} "
                 f"{shards} are complete, the rest of the samples was not written"
             )
-        name = shard_name(self.pattern, self.start + len(self.shards))
+        name = self.pattern.name(self.start + len(self.shards))
         self._file = StagedFile(
             pending_name(name) if self.mode == OVERWRITE else name,
             self.storage_options,

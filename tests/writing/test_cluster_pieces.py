@@ -8,19 +8,23 @@ and hidden records included, with the local engine's files of the same dataset a
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 from typing import Any
 
 import pytest
 from shard_datasets import Chunks, Words
 
-from tarkit.errors import InputError
+from tarkit.errors import InputError, UsageError
 from tarkit.format.encoding import DEFAULT_QUALITY, ImageTransform
 from tarkit.format.tar import default_mtime
 from tarkit.writing.cluster import shard_on_engine
+from tarkit.writing.cluster_tasks import EncodeTask, WriteTask, Written
+from tarkit.writing.cluster_walk import Cut
 from tarkit.writing.from_dataset import sample_order, shard_dataset
 from tarkit.writing.items import ItemEncoder
 from tarkit.writing.rejects import default_rejects
+from tarkit.writing.shard_records import Covered, ShardRecord
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -119,3 +123,19 @@ def test_a_cluster_overwrite_commits_its_records_with_its_shards_or_leaves_the_o
     shard_dataset(Words(40), str(tmp_path / "local" / "s-%02d.tar"), to_sample=Chunks(),
                   maxcount=4)  # fmt: skip
     assert files(tmp_path / "cluster") == files(tmp_path / "local")
+
+
+@pytest.mark.parametrize("pattern", ["out.tar", "d/%06d/", "s-%q.tar"])
+def test_a_cluster_refuses_a_pattern_without_one_file_per_shard_before_any_work(
+    tmp_path: Path, pattern: str
+) -> None:
+    # (it gave a TypeError traceback from the driver's first write task)
+    with pytest.raises(UsageError, match="^shard pattern .* (no shard number|names a dir|malf)"):
+        on_cluster(Words(4), f"{tmp_path}/{pattern}")  # (a Path would drop the last /)
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_the_cluster_runs_payloads_are_built_by_keyword_only() -> None:
+    for payload in (EncodeTask, WriteTask, Written, Cut, ShardRecord, Covered):
+        with pytest.raises(TypeError, match="positional"):  # one value for each field
+            payload(*range(len(dataclasses.fields(payload))))

@@ -8,7 +8,7 @@ import pytest
 from conftest import samples_of
 
 from tarkit.errors import InputError, OutputError, UsageError
-from tarkit.writing.patterns import existing_shards, pattern_glob
+from tarkit.writing.patterns import ShardPattern, existing_shards, pattern_glob
 from tarkit.writing.shard_writer import ShardWriter
 
 
@@ -167,3 +167,22 @@ def test_on_s3_create_refuses_and_overwrite_replaces_the_whole_set(
     fs.invalidate_cache()
     assert sorted(p.rsplit("/", 1)[-1] for p in fs.ls("modes/d")) == ["s-00.tar", "s-01.tar"]
     assert [key for key, _ in samples_of(fs.cat("modes/d/s-01.tar"))] == ["k003", "k004", "k005"]
+
+
+def test_a_shard_pattern_is_parsed_once_with_the_names_beside_its_shards() -> None:
+    pattern = ShardPattern.parse("out/{shard:03d}/s.tar")
+    assert pattern.name(7) == "out/007/s.tar" and pattern.number("out/1200/s.tar") == 1200
+    assert pattern.number("out/007/t.tar") is None
+    assert pattern.journal == "out/.{shard:03d}_s.tar.commit.json"
+    assert pattern.records.name(2) == "out/002/.s.tar.shard.json"
+    assert pattern.indexes.pending.name(2) == "out/002/.s.tar.idx.pending"
+    assert pattern.target.name(2) == str(Path.cwd() / "out/002/s.tar")
+    assert ShardPattern.parse(pattern) is pattern  # (a parsed pattern passes as it is)
+    assert ShardPattern.parse("s-%d.tar.gz").compression == "gzip"
+
+
+def test_a_writer_takes_a_parsed_pattern_as_it_is(tmp_path: Path) -> None:
+    pattern = ShardPattern.parse(str(tmp_path / "s-%d.tar"))
+    writer = write_set(pattern, 3, 2)
+    assert writer.pattern is pattern and str(writer.pattern) == pattern.text
+    assert [s.url for s in writer.shards] == [pattern.name(0), pattern.name(1)]
