@@ -10,7 +10,7 @@ import pytest
 from numbered_samples import as_dicts, numbered, run_map, samples_from, tmp_fixture  # noqa: F401
 
 from tarkit.errors import CommandFailed, InputError, UsageError
-from tarkit.format.tar import TarWriter
+from tarkit.format.tar_writer import TarWriter
 from tarkit.processing.commands import Command, ProcReport, Rejection, unsafe_field_reason
 from tarkit.processing.mappers import ShellCommand
 from tarkit.processing.supervisor import map_command

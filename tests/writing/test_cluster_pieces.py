@@ -16,7 +16,7 @@ from shard_datasets import Chunks, Words
 
 from tarkit.errors import InputError
 from tarkit.format.encoding import DEFAULT_QUALITY, ImageTransform
-from tarkit.format.tar import default_mtime
+from tarkit.format.tar_writer import default_mtime
 from tarkit.writing.cluster import shard_on_engine
 from tarkit.writing.from_dataset import sample_order, shard_dataset
 from tarkit.writing.items import ItemEncoder
