@@ -75,7 +75,8 @@ def run(workdir: Path, quick: bool) -> str:
 def _interleaved(source: Path, path: Path) -> tuple[Path, int, int]:
     """Rewrite ``source`` with its members grouped by field; (path, members, samples)."""
     from tarkit.format.samples import split_name
-    from tarkit.format.tar import TarWriter, read_members
+    from tarkit.format.tar import read_members
+    from tarkit.format.tar_writer import TarWriter
 
     by_field: dict[str, list[bytes]] = {}
     keys = set()

@@ -95,7 +95,8 @@ def scaling(urls: list[str], repeat: int) -> dict[str, float]:
 def big_shard(workdir: Path, size: int) -> Path:
     """A shard of at least ``size`` bytes: the large set's samples repeated under new keys."""
     from tarkit.format.samples import group_samples
-    from tarkit.format.tar import TarWriter, read_members
+    from tarkit.format.tar import read_members
+    from tarkit.format.tar_writer import TarWriter
 
     with open(large_shard(workdir), "rb") as stream:
         samples = [s.data() for s in group_samples(read_members(stream))]

@@ -79,7 +79,7 @@ def _local_throughput(workdir: Path, quick: bool) -> tuple[list[str], float | No
 
 
 def _tiny_inputs(workdir: Path) -> list[str]:
-    from tarkit.format.tar import TarWriter
+    from tarkit.format.tar_writer import TarWriter
 
     directory = workdir / "tiny"
     directory.mkdir(exist_ok=True)

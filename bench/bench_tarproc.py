@@ -46,7 +46,7 @@ def run(workdir: Path, quick: bool) -> str:
 
 
 def _archive(path: Path, count: int) -> Path:
-    from tarkit.format.tar import TarWriter
+    from tarkit.format.tar_writer import TarWriter
 
     rng = random.Random(SEED)
     with open(path, "wb") as stream, TarWriter(stream, mtime=MTIME) as writer:

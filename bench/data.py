@@ -274,7 +274,7 @@ def _cached(name: str, make: Callable[[], Iterator[Sample]]) -> Path:
 
 def _write_shard(path: Path, samples: Iterator[Sample]) -> None:
     """Write samples with tarkit's TarWriter under a temporary name, then rename."""
-    from tarkit.format.tar import TarWriter
+    from tarkit.format.tar_writer import TarWriter
 
     temp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
     try:

@@ -26,7 +26,8 @@ from .errors import (
 
 if TYPE_CHECKING:
     from .format.samples import Sample, SkipLog, group_samples, split_name
-    from .format.tar import Member, TarWriter, read_members
+    from .format.tar import Member, read_members
+    from .format.tar_writer import TarWriter
     from .stream.stages import read_samples, shuffle_samples, slice_samples, take, write_samples
 
 __version__ = "0.1.0"
@@ -35,7 +36,8 @@ __version__ = "0.1.0"
 # (a tool imports the modules it uses, and nothing else, when it imports ``tarkit.cli``).
 _LAZY = {
     **dict.fromkeys(("Sample", "SkipLog", "group_samples", "split_name"), "format.samples"),
-    **dict.fromkeys(("Member", "TarWriter", "read_members"), "format.tar"),
+    **dict.fromkeys(("Member", "read_members"), "format.tar"),
+    "TarWriter": "format.tar_writer",
     **dict.fromkeys(
         ("read_samples", "shuffle_samples", "slice_samples", "take", "write_samples"),
         "stream.stages",

@@ -14,7 +14,7 @@ import pytest
 from fault_proxy import FaultProxy
 from shard_server import ShardServer
 
-from tarkit.format.tar import TarWriter
+from tarkit.format.tar_writer import TarWriter
 
 BIN = Path(sys.executable).parent
 ROOT = Path(__file__).resolve().parent.parent

@@ -17,7 +17,7 @@ from pathlib import Path
 from PIL import Image
 
 from tarkit import ShardWriter
-from tarkit.format.tar import TarWriter
+from tarkit.format.tar_writer import TarWriter
 from tarkit.writing.sample_encoder import SampleEncoder
 
 COLORS = [(200, 30, 30), (30, 200, 30), (30, 30, 200), (200, 200, 30), (30, 200, 200)]

@@ -13,16 +13,8 @@ import pytest
 
 from tarkit.errors import InputError, SampleError
 from tarkit.format.samples import Sample, group_samples, split_name
-from tarkit.format.tar import (
-    DEFAULT_MTIME,
-    DIRECTORY,
-    FIFO,
-    FILE,
-    HARDLINK,
-    SYMLINK,
-    Member,
-    read_members,
-)
+from tarkit.format.tar import BLOCK, DIRECTORY, FIFO, FILE, HARDLINK, SYMLINK, Member, read_members
+from tarkit.format.tar_writer import DEFAULT_MTIME, make_header
 
 END = bytes(1024)
 LONG_DIR = "d" * 60 + "/" + "e" * 60  # 121 bytes: fits ustar only through the prefix field
@@ -262,3 +254,9 @@ def counted_sample(fields: int) -> Sample:
     names = [CountedName(f"F{i:05d}") for i in range(fields)]
     members = [Member(f"k.{name}", FILE, 1, 0, b"%d" % (i % 10), 0) for i, name in enumerate(names)]
     return Sample("k", list(names), members, "-")
+
+
+def member_size_on_disk(name: str, size: int) -> int:
+    """Bytes a new member of ``size`` bytes named ``name`` takes in an archive tarkit
+    writes (headers, data and padding)."""
+    return len(make_header(name, size, mtime=0)) + size + (-size % BLOCK)

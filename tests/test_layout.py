@@ -100,6 +100,24 @@ def test_the_cli_imports_only_public_names_of_the_library() -> None:
     assert not wrong, "\n".join(wrong)
 
 
+def test_no_module_of_tarkit_is_imported_under_another_librarys_name() -> None:
+    """``from . import declare as typer`` would make a reader believe they read typer."""
+    import importlib.util
+
+    wrong = []
+    for path in modules():
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if not isinstance(node, ast.ImportFrom) or not (
+                node.level or (node.module or "").startswith("tarkit")
+            ):
+                continue
+            for alias in node.names:
+                if alias.asname and alias.asname != alias.name:
+                    if importlib.util.find_spec(alias.asname) is not None:
+                        wrong.append(f"{path.relative_to(ROOT)}:{node.lineno} as {alias.asname}")
+    assert not wrong, "\n".join(wrong)
+
+
 def string_tests(path: Path) -> list[int]:
     """Lines where code compares text with a location prefix ("://", "pipe:", "http://")."""
     tree = ast.parse(path.read_text(encoding="utf-8"))

@@ -27,7 +27,7 @@ from PIL import Image
 from tarkit.format.classes import class_names_json
 from tarkit.format.index import SUFFIX, index_stream
 from tarkit.format.manifest import Manifest
-from tarkit.format.tar import TarWriter
+from tarkit.format.tar_writer import TarWriter
 from tarkit.storage import publish
 from tarkit.viewing import ViewServer, open_view
 from tarkit.writing.index import index_shard

@@ -1,13 +1,17 @@
-"""Commands declared in typer's terms, without importing typer until it is needed.
+"""The quick parser: commands declared in typer's terms, with typer behind it.
 
 Importing typer (and click under it) takes longer than everything else a shell tool does
 to start, so the command modules declare their options with this module's stand-ins
-(``from . import declare as typer``; the declarations read exactly as typer's). A plain
-command line (known options with their values, flags, input names) is parsed here from
-those declarations and the command function is called directly; anything else (``--help``,
-a mistake, an option this parser does not take) goes to the real typer app, built from the
-same declarations, which prints the help or the error. The options are declared once;
-tests/cli/test_declare.py holds the two parsers to the same arguments.
+(``from . import declare``, then ``declare.Typer``, ``declare.Option``,
+``declare.Argument``, ``declare.Context``: each records its settings and reads as typer's
+own). :meth:`Typer.quick_call` parses a plain command line (known options with their
+values, flags, input names) from those declarations and calls the command function
+directly, without importing typer. Anything else (``--help``, a mistake, an option given
+twice, a ``--flag/--no-flag`` or a type this parser does not convert, shell completion) is
+left to the real typer app that :meth:`Typer.real` builds from the same declarations, which
+runs the command or prints the help or the error (``cli/runner.py`` ``typer_main``). The
+options are declared once; tests/cli/test_declare.py holds the two parsers to the same
+arguments.
 """
 
 from __future__ import annotations
@@ -21,7 +25,8 @@ _TYPES: dict[Any, Callable[[str], Any]] = {int: int, float: float, str: str}
 
 
 class _Parameter:
-    """``typer.Option(...)`` or ``typer.Argument(...)``: the declaration, recorded."""
+    """The stand-in for ``typer.Option(...)`` or ``typer.Argument(...)``: the declaration,
+    recorded."""
 
     real_name = ""
 
@@ -238,7 +243,7 @@ def _real(hint: Any) -> Any:
 
 
 class Typer:
-    """``typer.Typer(...)``: the app's settings and its commands, recorded."""
+    """The stand-in for ``typer.Typer(...)``: the app's settings and its commands, recorded."""
 
     def __init__(self, **settings: Any) -> None:
         self.settings = settings

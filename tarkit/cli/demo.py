@@ -13,10 +13,10 @@ from pathlib import Path
 from typing import Annotated, TextIO
 
 from ..errors import StepFailed
-from . import declare as typer  # typer itself only when needed: declare.py
+from . import declare  # the quick parser; typer itself only when needed
 from .runner import run, typer_main
 
-app = typer.Typer(add_completion=False, rich_markup_mode=None)
+app = declare.Typer(add_completion=False, rich_markup_mode=None)
 
 MIN_ACCURACY = 0.9
 
@@ -141,12 +141,12 @@ def run_demo(out: Path, epochs: int, workers: int) -> int:
     "Example: tarkit demo --out demo-out"
 )
 def demo(
-    ctx: typer.Context,
-    out: Annotated[str, typer.Option("--out", help="Folder for everything the demo writes.")] = (
+    ctx: declare.Context,
+    out: Annotated[str, declare.Option("--out", help="Folder for everything the demo writes.")] = (
         "demo-out"
     ),
-    epochs: Annotated[int, typer.Option("--epochs", help="Training epochs.")] = 6,
-    workers: Annotated[int, typer.Option("--workers", help="DataLoader worker processes.")] = 2,
+    epochs: Annotated[int, declare.Option("--epochs", help="Training epochs.")] = 6,
+    workers: Annotated[int, declare.Option("--workers", help="DataLoader worker processes.")] = 2,
 ) -> None:
     run(ctx.command_path, lambda: run_demo(Path(out), epochs, workers))
 

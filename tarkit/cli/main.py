@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import importlib
 
-from . import declare as typer  # typer itself only when needed: declare.py
+from . import declare  # the quick parser; typer itself only when needed
 
 # (subcommand, module under tarkit.cli, function in it, one-line help)
 COMMANDS = [
@@ -31,9 +31,9 @@ COMMANDS = [
 ]
 
 
-def build_app() -> typer.Typer:
+def build_app() -> declare.Typer:
     """The umbrella app: each command module's command under its subcommand name."""
-    app = typer.Typer(
+    app = declare.Typer(
         add_completion=False,
         rich_markup_mode=None,
         no_args_is_help=True,

@@ -7,13 +7,13 @@ import sys
 from collections.abc import Callable
 from typing import Annotated, Any, Optional
 
-from . import declare as typer  # typer itself only when needed: declare.py
+from . import declare  # the quick parser; typer itself only when needed
 from . import options as o
 from .imports import load_function
 from .progress import MapProgressLine
 from .runner import run, typer_main, warn
 
-app = typer.Typer(add_completion=False, rich_markup_mode=None)
+app = declare.Typer(add_completion=False, rich_markup_mode=None)
 
 EXAMPLE = (
     "Examples:\n\n"
@@ -34,10 +34,10 @@ EXAMPLE = (
     no_args_is_help=True,
 )
 def map_command(
-    ctx: typer.Context,
+    ctx: declare.Context,
     inputs: Annotated[
         list[str],
-        typer.Argument(
+        declare.Argument(
             help="Input shards: paths, URLs (s3://, http(s)://) or brace patterns like "
             "in-{000..099}.tar.",
             show_default=False,
@@ -45,7 +45,7 @@ def map_command(
     ],
     output: Annotated[
         str,
-        typer.Option(
+        declare.Option(
             "-o",
             "--output",
             help="Output shards: a brace pattern with one name per input "
@@ -56,7 +56,7 @@ def map_command(
     ],  # fmt: skip
     command: Annotated[
         Optional[str],
-        typer.Option(
+        declare.Option(
             "-c",
             "--command",
             help="Bash command run on every sample, in its "
@@ -66,7 +66,7 @@ def map_command(
     ] = None,  # fmt: skip
     fn: Annotated[
         Optional[str],
-        typer.Option(
+        declare.Option(
             "--fn",
             help="Python function package.module:function mapping a sample "
             "dict to a sample, a list, None, or (samples, metadata row dict, or a list of "
@@ -77,7 +77,7 @@ def map_command(
     engine: o.Engine = "local",
     shards_at_once: Annotated[
         Optional[int],
-        typer.Option(
+        declare.Option(
             "-j",
             "--jobs",
             help="Shards at once (local: processes, default one per "
@@ -86,14 +86,14 @@ def map_command(
         ),
     ] = None,  # fmt: skip
     samples_at_once: Annotated[
-        int, typer.Option("-p", "--parallel", help="With -c: samples at once in each shard.")
+        int, declare.Option("-p", "--parallel", help="With -c: samples at once in each shard.")
     ] = 1,
     retries: Annotated[
-        int, typer.Option("--retries", help="Further attempts for a shard that fails.")
+        int, declare.Option("--retries", help="Further attempts for a shard that fails.")
     ] = 2,
     metadata: Annotated[
         Optional[str],
-        typer.Option(
+        declare.Option(
             "--metadata",
             help="Write the metadata rows, in input order, to this file: .jsonl or .tsv. "
             "With -c, a sample's row is the JSON object its command writes to "
@@ -103,7 +103,7 @@ def map_command(
     ] = None,  # fmt: skip
     manifest: Annotated[
         Optional[str],
-        typer.Option(
+        declare.Option(
             "--manifest",
             help="Write the manifest of the output shards here, and the index of each "
             "uncompressed output (beside it, or in index/ beside the manifest).",
@@ -114,7 +114,7 @@ def map_command(
     num_cpus: o.NumCpus = 1.0,
     on_error: Annotated[
         str,
-        typer.Option(
+        declare.Option(
             "--on-error",
             help="With -c, a sample whose command fails: 'fail' the "
             "shard, 'skip' it, or 'keep' it unchanged (both exit 1 at the end).",
@@ -122,7 +122,7 @@ def map_command(
     ] = "fail",  # fmt: skip
     rejects: Annotated[
         Optional[str],
-        typer.Option(
+        declare.Option(
             "--rejects",
             help="With -c: write key<TAB>status<TAB>reason of each skipped or kept sample here.",
             show_default=False,
@@ -130,7 +130,7 @@ def map_command(
     ] = None,  # fmt: skip
     timeout: Annotated[
         Optional[float],
-        typer.Option(
+        declare.Option(
             "--timeout",
             help="With -c: a command running longer fails its sample.",
             show_default=False,
@@ -138,14 +138,14 @@ def map_command(
     ] = None,  # fmt: skip
     multi: Annotated[
         bool,
-        typer.Option(
+        declare.Option(
             "--multi",
             help="With -c: sample-<part>.<field> files become separate samples <key>/<part>.",
         ),
     ] = False,  # fmt: skip
     overwrite: Annotated[
         bool,
-        typer.Option(
+        declare.Option(
             "--overwrite",
             help="Redo every shard, even complete ones, and remove the outputs of an earlier "
             "run that match -o but are not outputs of this one (without it they are an "
@@ -153,7 +153,7 @@ def map_command(
         ),
     ] = False,  # fmt: skip
     quiet: Annotated[
-        bool, typer.Option("-q", "--quiet", help="No progress; with -c, no command output.")
+        bool, declare.Option("-q", "--quiet", help="No progress; with -c, no command output.")
     ] = False,
     progress: o.ShowProgress = None,
 ) -> None:

@@ -4,11 +4,11 @@ from __future__ import annotations
 
 from typing import Annotated, Optional
 
-from . import declare as typer  # typer itself only when needed: declare.py
+from . import declare  # the quick parser; typer itself only when needed
 
 Inputs = Annotated[
     Optional[list[str]],
-    typer.Argument(
+    declare.Argument(
         help="Input files or URLs: paths, '-' for stdin, pipe:CMD, http(s)://, s3://. "
         "Brace patterns like data-{000..009}.tar are expanded. None means stdin.",
         show_default=False,
@@ -16,11 +16,11 @@ Inputs = Annotated[
 ]
 Output = Annotated[
     str,
-    typer.Option("-o", "--output", help="Output file ('-' is stdout). Compressed by its ending."),
+    declare.Option("-o", "--output", help="Output file ('-' is stdout). Compressed by its ending."),
 ]
 Strict = Annotated[
     bool,
-    typer.Option(
+    declare.Option(
         "--strict",
         help="Make members without a field (no dot in the file name) and non-regular "
         "members (links, devices, FIFOs) errors instead of warnings.",
@@ -28,23 +28,23 @@ Strict = Annotated[
 ]
 IgnoreZeros = Annotated[
     bool,
-    typer.Option(
+    declare.Option(
         "--ignore-zeros",
         help="Read past zero blocks, like tar -i: concatenated archives are read whole.",
     ),
 ]
 AllowEmpty = Annotated[
-    bool, typer.Option("--allow-empty", help="Accept an empty input (0 bytes) as no samples.")
+    bool, declare.Option("--allow-empty", help="Accept an empty input (0 bytes) as no samples.")
 ]
 Count = Annotated[
     Optional[int],
-    typer.Option(
+    declare.Option(
         "-c", "--count", help="Stop after N samples (and stop reading).", show_default=False
     ),
 ]
 Fields = Annotated[
     Optional[str],
-    typer.Option(
+    declare.Option(
         "-f",
         "--fields",
         help="Fields to keep, e.g. 'jpg;png cls': spaces separate fields, ';' separates "
@@ -53,11 +53,11 @@ Fields = Annotated[
     ),
 ]
 MaxCount = Annotated[
-    int, typer.Option("-c", "--maxcount", help="At most this many samples per shard.")
+    int, declare.Option("-c", "--maxcount", help="At most this many samples per shard.")
 ]
 MaxSize = Annotated[
     str,
-    typer.Option(
+    declare.Option(
         "-s",
         "--maxsize",
         help="At most this many bytes per shard file on disk, headers, padding and end "
@@ -67,17 +67,17 @@ MaxSize = Annotated[
 ]
 ShardPattern = Annotated[
     str,
-    typer.Option(
+    declare.Option(
         "-o",
         "--output",
         help="Shard name pattern with %06d or {shard:06d}; a .gz/.bz2/.xz/.zst ending "
         "compresses each shard; s3://… and other fsspec URLs are uploaded when complete.",
     ),
 ]
-FirstShard = Annotated[int, typer.Option("--start", help="Number of the first shard.")]
+FirstShard = Annotated[int, declare.Option("--start", help="Number of the first shard.")]
 ManifestOut = Annotated[
     Optional[str],
-    typer.Option(
+    declare.Option(
         "--manifest",
         help="Write the JSON manifest of the shards (name, samples, bytes, sha256), and "
         "each uncompressed shard's index beside it: random access to any sample.",
@@ -85,11 +85,11 @@ ManifestOut = Annotated[
     ),
 ]
 Verbose = Annotated[
-    bool, typer.Option("-v", "--verbose", help="Print each finished shard on stderr.")
+    bool, declare.Option("-v", "--verbose", help="Print each finished shard on stderr.")
 ]
 PlanKey = Annotated[
     Optional[str],
-    typer.Option(
+    declare.Option(
         "--key",
         help="Make keys of plan rows from this format: {row} (from 0) and text columns, "
         "e.g. 'train/{row:06d}' or '{class.txt}/{row:06d}'. Default: {row:09d}.",
@@ -98,7 +98,7 @@ PlanKey = Annotated[
 ]
 Overwrite = Annotated[
     bool,
-    typer.Option(
+    declare.Option(
         "--overwrite",
         help="Replace the files that already match the output pattern (without it they are "
         "an error): the new shards take their names when all are complete, then the other "
@@ -107,7 +107,7 @@ Overwrite = Annotated[
 ]
 Resume = Annotated[
     bool,
-    typer.Option(
+    declare.Option(
         "--resume",
         help="Keep the complete shards of an interrupted run with the same input and "
         "options, and continue after them.",
@@ -126,7 +126,7 @@ def write_mode(overwrite: bool, resume: bool = False) -> str:
 
 ShowProgress = Annotated[
     Optional[bool],
-    typer.Option(
+    declare.Option(
         "--progress/--no-progress",
         help="A progress line on stderr: the rate, and the time left when the total is "
         "known (default: when stderr is a terminal that the output does not go to).",
@@ -135,7 +135,7 @@ ShowProgress = Annotated[
 ]
 Engine = Annotated[
     str,
-    typer.Option(
+    declare.Option(
         "--engine",
         help="Where the work runs: 'local' (processes of this machine) or 'ray' (a Ray "
         "cluster; pip install 'tarkit[ray]').",
@@ -143,11 +143,11 @@ Engine = Annotated[
 ]
 RayAddress = Annotated[
     Optional[str],
-    typer.Option(
+    declare.Option(
         "--address",
         help="Ray cluster address (default: RAY_ADDRESS, else the "
         "cluster started on this machine, else a local Ray).",
         show_default=False,
     ),
 ]
-NumCpus = Annotated[float, typer.Option("--num-cpus", help="Ray: CPUs each task asks for.")]
+NumCpus = Annotated[float, declare.Option("--num-cpus", help="Ray: CPUs each task asks for.")]

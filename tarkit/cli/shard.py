@@ -6,7 +6,7 @@ import sys
 from enum import Enum
 from typing import Annotated, Any, Optional
 
-from . import declare as typer  # typer itself only when needed: declare.py
+from . import declare  # the quick parser; typer itself only when needed
 from . import options as o
 from .imports import load_function
 from .progress import ShardProgressLine
@@ -20,7 +20,7 @@ from .runner import (
     warn,
 )
 
-app = typer.Typer(add_completion=False, rich_markup_mode=None)
+app = declare.Typer(add_completion=False, rich_markup_mode=None)
 
 
 class Layout(str, Enum):
@@ -46,10 +46,10 @@ class Layout(str, Enum):
     no_args_is_help=True,
 )
 def shard(
-    ctx: typer.Context,
+    ctx: declare.Context,
     source: Annotated[
         Optional[str],
-        typer.Argument(
+        declare.Argument(
             help="A directory or a .csv/.tsv plan; with --dataset, passed to the function.",
             show_default=False,
         ),
@@ -57,7 +57,7 @@ def shard(
     output: o.ShardPattern = "shard-%06d.tar",
     dataset: Annotated[
         Optional[str],
-        typer.Option(
+        declare.Option(
             "--dataset",
             help="package.module:function returning a map-style Dataset (or an iterable) "
             "of dicts or (x, label) pairs; called with SOURCE if one is given.",
@@ -66,7 +66,7 @@ def shard(
     ] = None,
     layout: Annotated[
         Layout,
-        typer.Option(
+        declare.Option(
             "--layout",
             help="How to read a directory SOURCE. auto: ImageFolder when every file is an "
             "image in a class directory, a tree when no class directory holds an image or "
@@ -77,7 +77,7 @@ def shard(
     ] = Layout.auto,  # fmt: skip
     delimiter: Annotated[
         Optional[str],
-        typer.Option(
+        declare.Option(
             "-d",
             "--delimiter",
             help="Plan delimiter (default: from .csv/.tsv).",
@@ -89,17 +89,17 @@ def shard(
     maxsize: o.MaxSize = "1G",
     shuffle: Annotated[
         Optional[bool],
-        typer.Option(
+        declare.Option(
             "--shuffle/--no-shuffle",
             help="Write the items in a random order seeded by --seed (the default), or in "
             "the source's order. An iterable --dataset is written in its own order.",
             show_default=False,
         ),
     ] = None,  # fmt: skip
-    seed: Annotated[int, typer.Option("--seed", help="Seed of the shuffle.")] = 0,
+    seed: Annotated[int, declare.Option("--seed", help="Seed of the shuffle.")] = 0,
     workers: Annotated[
         int,
-        typer.Option(
+        declare.Option(
             "-p",
             "--workers",
             help="local: DataLoader worker processes (0: none); ray: tasks at once (0: as "
@@ -111,7 +111,7 @@ def shard(
     num_cpus: o.NumCpus = 1.0,
     retries: Annotated[
         int,
-        typer.Option(
+        declare.Option(
             "--retries",
             help="Ray: further attempts for a task whose worker dies or whose shard "
             "cannot be written.",
@@ -119,7 +119,7 @@ def shard(
     ] = 2,
     resize: Annotated[
         Optional[str],
-        typer.Option(
+        declare.Option(
             "--resize",
             help="Resize images: WxH fits inside and WxH^ covers (both keep the aspect "
             "ratio, so sizes differ), WxH:crop covers and crops the centre to exactly WxH (what "
@@ -130,7 +130,7 @@ def shard(
     ] = None,  # fmt: skip
     image_format: Annotated[
         Optional[str],
-        typer.Option(
+        declare.Option(
             "--format",
             help="Re-encode images as jpg, png or webp; the field takes the new "
             "extension (with --dataset: every image field, and the image of (x, label) "
@@ -139,11 +139,11 @@ def shard(
         ),
     ] = None,  # fmt: skip
     quality: Annotated[
-        int, typer.Option("--quality", help="JPEG/WebP quality for re-encoded images (1-100).")
+        int, declare.Option("--quality", help="JPEG/WebP quality for re-encoded images (1-100).")
     ] = 90,
     verify: Annotated[
         bool,
-        typer.Option(
+        declare.Option(
             "--verify",
             help="Decode every image even when it is not re-encoded, so that one no reader "
             "can decode is an error (or, with --on-error skip, a reject) now.",
@@ -151,7 +151,7 @@ def shard(
     ] = False,  # fmt: skip
     on_error: Annotated[
         str,
-        typer.Option(
+        declare.Option(
             "--on-error",
             help="An item that cannot be read, decoded or encoded: 'fail' (stop; the "
             "complete shards stay and --resume continues) or 'skip' it, list it in the "
@@ -160,7 +160,7 @@ def shard(
     ] = "fail",  # fmt: skip
     rejects: Annotated[
         Optional[str],
-        typer.Option(
+        declare.Option(
             "--rejects",
             help="With --on-error skip: where to list the skipped items (index, source, "
             "cause; default: beside the shards, train-rejects.tsv for -o train-%06d.tar).",
@@ -173,7 +173,7 @@ def shard(
     manifest: o.ManifestOut = None,
     classes: Annotated[
         Optional[str],
-        typer.Option(
+        declare.Option(
             "--classes",
             help="Where to save the ImageFolder class list (JSON; "
             "default: classes.json beside the shards).",
@@ -182,7 +182,7 @@ def shard(
     ] = None,  # fmt: skip
     strict: Annotated[
         bool,
-        typer.Option("--strict", help="Files the layout cannot use are errors, not warnings."),
+        declare.Option("--strict", help="Files the layout cannot use are errors, not warnings."),
     ] = False,
     progress: o.ShowProgress = None,
     verbose: o.Verbose = False,

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Annotated, Optional
 
-from . import declare as typer  # typer itself only when needed: declare.py
+from . import declare  # the quick parser; typer itself only when needed
 from . import options as o
 from .progress import Progress, wanted
 from .runner import report_skips, run, skip_log, typer_main
@@ -13,7 +13,7 @@ if TYPE_CHECKING:
     from tarkit.stream.distribution import Spread
     from tarkit.stream.summary import ClassHistogram, DatasetStats, Tally
 
-app = typer.Typer(add_completion=False, rich_markup_mode=None)
+app = declare.Typer(add_completion=False, rich_markup_mode=None)
 
 
 @app.command(
@@ -28,10 +28,10 @@ app = typer.Typer(add_completion=False, rich_markup_mode=None)
     "Example: tarkit stats 'shards/train-{000000..000099}.tar'",
 )
 def stats(
-    ctx: typer.Context,
+    ctx: declare.Context,
     sources: Annotated[
         Optional[list[str]],
-        typer.Argument(
+        declare.Argument(
             help="Shards (paths, http(s)://, s3://, pipe:CMD; brace patterns are expanded), "
             "a manifest (.json), or a directory (its manifest.json, else its shards). None, "
             "or '-': the stream on stdin.",
@@ -39,11 +39,11 @@ def stats(
         ),
     ] = None,
     as_json: Annotated[
-        bool, typer.Option("--json", help="Write the summary as one JSON object, for scripts.")
+        bool, declare.Option("--json", help="Write the summary as one JSON object, for scripts.")
     ] = False,
     no_read: Annotated[
         bool,
-        typer.Option(
+        declare.Option(
             "--no-read",
             help="Read no shard: only what the manifest says (samples, shards, bytes, and "
             "duplicate keys when it lists keys). An error without a manifest.",
@@ -51,7 +51,7 @@ def stats(
     ] = False,
     parallel: Annotated[
         int,
-        typer.Option(
+        declare.Option(
             "-p",
             "--parallel",
             help="Read N shards at once, in worker processes (worth it when reading takes "
@@ -60,7 +60,7 @@ def stats(
     ] = 1,
     classes: Annotated[
         Optional[str],
-        typer.Option(
+        declare.Option(
             "--classes",
             help="The class names (a JSON list, as tarkit shard writes; default: "
             "classes.json beside the shards, else beside the manifest).",
@@ -69,7 +69,7 @@ def stats(
     ] = None,
     top: Annotated[
         int,
-        typer.Option(
+        declare.Option(
             "--top", help="Show at most N values of each class field, the most common (0: all)."
         ),
     ] = 20,

@@ -4,12 +4,12 @@ from __future__ import annotations
 
 from typing import Annotated, Optional
 
-from . import declare as typer  # typer itself only when needed: declare.py
+from . import declare  # the quick parser; typer itself only when needed
 from . import options as o
 from .progress import Progress, wanted
 from .runner import report_skips, run, skip_log, typer_main
 
-app = typer.Typer(add_completion=False, rich_markup_mode=None)
+app = declare.Typer(add_completion=False, rich_markup_mode=None)
 
 
 @app.command(
@@ -20,11 +20,11 @@ app = typer.Typer(add_completion=False, rich_markup_mode=None)
     "Example: tar2tsv -c 5 -f 'txt;caption cls' data-000.tar",
 )
 def tar2tsv(
-    ctx: typer.Context,
+    ctx: declare.Context,
     inputs: o.Inputs = None,
     fields: Annotated[
         Optional[str],
-        typer.Option(
+        declare.Option(
             "-f",
             "--fields",
             help="Columns, e.g. 'txt;caption cls': spaces separate columns, ';' separates "
@@ -34,9 +34,11 @@ def tar2tsv(
     ] = None,
     count: o.Count = None,
     no_header: Annotated[
-        bool, typer.Option("--no-header", help="Leave out the header line.")
+        bool, declare.Option("--no-header", help="Leave out the header line.")
     ] = False,
-    no_key: Annotated[bool, typer.Option("--no-key", help="Leave out the __key__ column.")] = False,
+    no_key: Annotated[
+        bool, declare.Option("--no-key", help="Leave out the __key__ column.")
+    ] = False,
     strict: o.Strict = False,
     ignore_zeros: o.IgnoreZeros = False,
     allow_empty: o.AllowEmpty = False,

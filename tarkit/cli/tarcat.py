@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Annotated, Optional
 
-from . import declare as typer  # typer itself only when needed: declare.py
+from . import declare  # the quick parser; typer itself only when needed
 from . import options as o
 from .progress import Progress, wanted, writes_stdout
 from .runner import report_skips, run, skip_log, typer_main
@@ -12,7 +12,7 @@ from .runner import report_skips, run, skip_log, typer_main
 if TYPE_CHECKING:
     from ..stream.picking import Picking
 
-app = typer.Typer(add_completion=False, rich_markup_mode=None)
+app = declare.Typer(add_completion=False, rich_markup_mode=None)
 
 
 @app.command(
@@ -21,14 +21,14 @@ app = typer.Typer(add_completion=False, rich_markup_mode=None)
     no_args_is_help=False,
 )
 def tarcat(
-    ctx: typer.Context,
+    ctx: declare.Context,
     inputs: o.Inputs = None,
     output: o.Output = "-",
     count: o.Count = None,
-    skip: Annotated[int, typer.Option("--skip", help="Skip the first N samples.")] = 0,
+    skip: Annotated[int, declare.Option("--skip", help="Skip the first N samples.")] = 0,
     slice_: Annotated[
         Optional[str],
-        typer.Option(
+        declare.Option(
             "--slice",
             help="Python slice START:STOP[:STEP] on the sample index.",
             show_default=False,
@@ -36,14 +36,14 @@ def tarcat(
     ] = None,
     fields: o.Fields = None,
     shuffle: Annotated[
-        int, typer.Option("--shuffle", help="Shuffle with a buffer of this many samples.")
+        int, declare.Option("--shuffle", help="Shuffle with a buffer of this many samples.")
     ] = 0,
     seed: Annotated[
-        int, typer.Option("--seed", help="Seed for --shuffle, --mix and --fraction.")
+        int, declare.Option("--seed", help="Seed for --shuffle, --mix and --fraction.")
     ] = 0,
     where: Annotated[
         Optional[str],
-        typer.Option(
+        declare.Option(
             "--where",
             metavar="EXPR",
             help="Keep the samples for which this expression holds, e.g. "
@@ -55,7 +55,7 @@ def tarcat(
     ] = None,
     keys: Annotated[
         Optional[str],
-        typer.Option(
+        declare.Option(
             "--keys",
             metavar="FILE",
             help="Keep the samples whose key is listed in this file, one per line "
@@ -67,7 +67,7 @@ def tarcat(
     ] = None,
     allow_missing: Annotated[
         bool,
-        typer.Option(
+        declare.Option(
             "--allow-missing",
             help="With --keys over a dataset: leave out listed keys that no sample has "
             "instead of failing (archives always leave them out).",
@@ -75,7 +75,7 @@ def tarcat(
     ] = False,
     fraction: Annotated[
         Optional[float],
-        typer.Option(
+        declare.Option(
             "--fraction",
             metavar="F",
             help="Keep each sample with this probability (0 to 1), drawn from a hash of "
@@ -86,7 +86,7 @@ def tarcat(
     ] = None,
     invert: Annotated[
         bool,
-        typer.Option(
+        declare.Option(
             "--invert",
             help="With --fraction: keep exactly the samples it drops instead (the other "
             "side of a split: --fraction 0.9 --seed 1 for train, add --invert for val).",
@@ -94,7 +94,7 @@ def tarcat(
     ] = False,
     interleave: Annotated[
         bool,
-        typer.Option(
+        declare.Option(
             "--interleave",
             help="Take one sample from each input in turn (round robin) until all are done, "
             "instead of one input after the other.",
@@ -102,7 +102,7 @@ def tarcat(
     ] = False,
     mix: Annotated[
         Optional[str],
-        typer.Option(
+        declare.Option(
             "--mix",
             help="Weights W1,W2,… one per input: draw each sample from an input chosen at "
             "random (seeded by --seed) in proportion to its weight, until one input runs out.",
@@ -110,11 +110,11 @@ def tarcat(
         ),
     ] = None,
     until_all: Annotated[
-        bool, typer.Option("--until-all", help="With --mix: go on until every input runs out.")
+        bool, declare.Option("--until-all", help="With --mix: go on until every input runs out.")
     ] = False,
     parallel: Annotated[
         int,
-        typer.Option(
+        declare.Option(
             "-p",
             "--parallel",
             help="Read N inputs at once (threads reading ahead); the output is the same as "
@@ -133,7 +133,7 @@ def tarcat(
 
         from ..errors import UsageError
         from ..format.samples import parse_field_spec, select_fields
-        from ..stream.mixing import combine_inputs
+        from ..stream.combining import combine_inputs
         from ..stream.picking import whole_archive_options
         from ..stream.stages import shuffle_samples, slice_samples, take, write_samples
 

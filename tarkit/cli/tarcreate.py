@@ -4,12 +4,12 @@ from __future__ import annotations
 
 from typing import Annotated, Optional
 
-from . import declare as typer  # typer itself only when needed: declare.py
+from . import declare  # the quick parser; typer itself only when needed
 from . import options as o
 from .progress import Progress, wanted, writes_stdout
 from .runner import report_skips, run, skip_log, typer_main, warn
 
-app = typer.Typer(add_completion=False, rich_markup_mode=None)
+app = declare.Typer(add_completion=False, rich_markup_mode=None)
 
 
 @app.command(
@@ -23,15 +23,15 @@ app = typer.Typer(add_completion=False, rich_markup_mode=None)
     "Example: tarcreate plan.csv -o shard.tar; tarcreate --dir scans/ -o scans.tar",
 )
 def tarcreate(
-    ctx: typer.Context,
+    ctx: declare.Context,
     plan: Annotated[
         Optional[str],
-        typer.Argument(help="The plan: a .csv or .tsv file (or -d).", show_default=False),
+        declare.Argument(help="The plan: a .csv or .tsv file (or -d).", show_default=False),
     ] = None,
     output: o.Output = "-",
     directory: Annotated[
         Optional[str],
-        typer.Option(
+        declare.Option(
             "--dir",
             help="Pack this directory tree instead: files grouped by key (the path up to "
             "the first dot of the file name), in sorted key order.",
@@ -40,7 +40,7 @@ def tarcreate(
     ] = None,
     delimiter: Annotated[
         Optional[str],
-        typer.Option(
+        declare.Option(
             "-d",
             "--delimiter",
             help="The plan's delimiter ('tab' for a tab); default from its ending: .csv "
@@ -51,7 +51,7 @@ def tarcreate(
     key: o.PlanKey = None,
     dereference: Annotated[
         bool,
-        typer.Option(
+        declare.Option(
             "-L",
             "--dereference",
             help="With --dir: read a symlink to a regular file as that file (else symlinks "
@@ -60,7 +60,7 @@ def tarcreate(
     ] = False,
     strict: Annotated[
         bool,
-        typer.Option(
+        declare.Option(
             "--strict",
             help="With --dir: make files that are skipped with a warning (no dot in the "
             "name, symlinks, FIFOs, devices) errors.",

@@ -4,11 +4,11 @@ from __future__ import annotations
 
 from typing import Annotated, Optional
 
-from . import declare as typer  # typer itself only when needed: declare.py
+from . import declare  # the quick parser; typer itself only when needed
 from . import options as o
 from .runner import report_skips, run, skip_log, typer_main
 
-app = typer.Typer(add_completion=False, rich_markup_mode=None)
+app = declare.Typer(add_completion=False, rich_markup_mode=None)
 
 
 @app.command(
@@ -17,11 +17,11 @@ app = typer.Typer(add_completion=False, rich_markup_mode=None)
     "Example: tarfirst -f jpg shard.tar > x.jpg",
 )
 def tarfirst(
-    ctx: typer.Context,
+    ctx: declare.Context,
     inputs: o.Inputs = None,
     field: Annotated[
         Optional[str],
-        typer.Option(
+        declare.Option(
             "-f",
             "--field",
             help="The field to write, matched case-insensitively; 'jpg;png' takes the first "
@@ -31,7 +31,7 @@ def tarfirst(
     ] = None,
     key: Annotated[
         Optional[str],
-        typer.Option(
+        declare.Option(
             "--key",
             help="Only the sample with this key. Over an indexed dataset (a manifest or its "
             "directory), or archives with indexes beside them, only that sample is read.",

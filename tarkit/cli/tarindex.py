@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Annotated, Optional
 
-from . import declare as typer  # typer itself only when needed: declare.py
+from . import declare  # the quick parser; typer itself only when needed
 from . import options as o
 from .progress import Progress, wanted, writes_stdout
 from .runner import report_skips, run, skip_log, typer_main
@@ -13,7 +13,7 @@ from .runner import report_skips, run, skip_log, typer_main
 if TYPE_CHECKING:
     from tarkit.format.manifest import ShardInfo
 
-app = typer.Typer(add_completion=False, rich_markup_mode=None)
+app = declare.Typer(add_completion=False, rich_markup_mode=None)
 
 
 @app.command(
@@ -26,17 +26,17 @@ app = typer.Typer(add_completion=False, rich_markup_mode=None)
     no_args_is_help=True,
 )
 def tarindex(
-    ctx: typer.Context,
+    ctx: declare.Context,
     shards: Annotated[
         list[str],
-        typer.Argument(
+        declare.Argument(
             help="Shards: paths, pipe:CMD, http(s)://, s3:// (brace patterns are expanded).",
             show_default=False,
         ),
     ],
     output: Annotated[
         Optional[str],
-        typer.Option(
+        declare.Option(
             "-o",
             "--output",
             help="Write the manifest here (atomically; s3:// and other fsspec URLs are "
@@ -48,7 +48,7 @@ def tarindex(
     ] = None,
     offsets: Annotated[
         bool,
-        typer.Option(
+        declare.Option(
             "--offsets",
             help="Record each sample's key and the byte offset of its first header in the "
             "uncompressed tar, so loaders can start reading mid-shard: a version 1 "

@@ -5,12 +5,12 @@ from __future__ import annotations
 import sys
 from typing import Annotated, Optional
 
-from . import declare as typer  # typer itself only when needed: declare.py
+from . import declare  # the quick parser; typer itself only when needed
 from . import options as o
 from .progress import Progress, wanted, writes_stdout
 from .runner import report_skips, run, skip_log, typer_main, warn
 
-app = typer.Typer(add_completion=False, rich_markup_mode=None)
+app = declare.Typer(add_completion=False, rich_markup_mode=None)
 
 EXAMPLE = (
     "Each sample is unpacked into an empty private directory as sample.<field> files "
@@ -26,10 +26,10 @@ EXAMPLE = (
     no_args_is_help=False,
 )
 def tarproc(
-    ctx: typer.Context,
+    ctx: declare.Context,
     command: Annotated[
         str,
-        typer.Option(
+        declare.Option(
             "-c",
             "--command",
             help="Bash command run in each sample's directory.",
@@ -39,11 +39,11 @@ def tarproc(
     inputs: o.Inputs = None,
     output: o.Output = "-",
     parallel: Annotated[
-        int, typer.Option("-p", "--parallel", help="Samples processed at once.")
+        int, declare.Option("-p", "--parallel", help="Samples processed at once.")
     ] = 1,
     on_error: Annotated[
         str,
-        typer.Option(
+        declare.Option(
             "--on-error",
             help="When the command fails on a sample: 'fail' (stop, exit 2), 'skip' "
             "(leave it out) or 'keep' (pass it through unchanged); skip and keep exit 1 "
@@ -52,7 +52,7 @@ def tarproc(
     ] = "fail",
     rejects: Annotated[
         Optional[str],
-        typer.Option(
+        declare.Option(
             "--rejects",
             help="With --on-error skip|keep: write key<TAB>status<TAB>reason of each "
             "failed sample to this file.",
@@ -61,7 +61,7 @@ def tarproc(
     ] = None,
     timeout: Annotated[
         Optional[float],
-        typer.Option(
+        declare.Option(
             "--timeout",
             help="A command running longer (seconds) fails its sample.",
             show_default=False,
@@ -69,21 +69,24 @@ def tarproc(
     ] = None,  # fmt: skip
     multi: Annotated[
         bool,
-        typer.Option(
+        declare.Option(
             "--multi",
             help="Files sample-<part>.<field> become separate samples <key>/<part>, in "
             "sorted part order (sample.* files are then ignored).",
         ),
     ] = False,
     unordered: Annotated[
-        bool, typer.Option("--unordered", help="Write samples as they finish, not in input order.")
+        bool,
+        declare.Option("--unordered", help="Write samples as they finish, not in input order."),
     ] = False,
     keep_dirs: Annotated[
         bool,
-        typer.Option("--keep-dirs", help="Keep the temporary directories and say where they are."),
+        declare.Option(
+            "--keep-dirs", help="Keep the temporary directories and say where they are."
+        ),
     ] = False,
     quiet: Annotated[
-        bool, typer.Option("-q", "--quiet", help="Do not show the command's stdout and stderr.")
+        bool, declare.Option("-q", "--quiet", help="Do not show the command's stdout and stderr.")
     ] = False,
     strict: o.Strict = False,
     ignore_zeros: o.IgnoreZeros = False,

@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Annotated, Optional
 
 from ..stream.show import IMAGE_EXTENSIONS
-from . import declare as typer  # typer itself only when needed: declare.py
+from . import declare  # the quick parser; typer itself only when needed
 from . import options as o
 from .runner import report_skips, run, skip_log, typer_main
 
@@ -14,7 +14,7 @@ if TYPE_CHECKING:
 
     from ..format.samples import Sample, SkipLog
 
-app = typer.Typer(add_completion=False, rich_markup_mode=None)
+app = declare.Typer(add_completion=False, rich_markup_mode=None)
 
 GRID_COUNT = 16
 DRAWING_COLUMNS = 60
@@ -29,11 +29,11 @@ DRAWING_COLUMNS = 60
     "tarshow --grid sheet.png --caption 'cls txt' data-000.tar",
 )
 def tarshow(
-    ctx: typer.Context,
+    ctx: declare.Context,
     inputs: o.Inputs = None,
     count: Annotated[
         Optional[int],
-        typer.Option(
+        declare.Option(
             "-c",
             "--count",
             help=f"Stop after N samples (and stop reading); with --grid, default {GRID_COUNT}.",
@@ -43,7 +43,7 @@ def tarshow(
     fields: o.Fields = None,
     position: Annotated[
         Optional[int],
-        typer.Option(
+        declare.Option(
             "--position",
             metavar="N",
             help="Show only sample N (from 0; negative from the end). Over an indexed "
@@ -54,7 +54,7 @@ def tarshow(
     ] = None,
     key: Annotated[
         Optional[str],
-        typer.Option(
+        declare.Option(
             "--key",
             help="Show only the (first) sample with this key, read alone when indexed as "
             "for --position.",
@@ -63,7 +63,7 @@ def tarshow(
     ] = None,
     grid: Annotated[
         Optional[str],
-        typer.Option(
+        declare.Option(
             "--grid",
             metavar="OUT.png",
             help="Write a contact sheet of the first image of each sample, captioned with "
@@ -73,7 +73,7 @@ def tarshow(
     ] = None,
     caption: Annotated[
         Optional[str],
-        typer.Option(
+        declare.Option(
             "--caption",
             metavar="FIELDS",
             help="With --grid: caption each tile with these fields, a line each, instead of "
@@ -84,7 +84,7 @@ def tarshow(
     ] = None,
     classes: Annotated[
         Optional[str],
-        typer.Option(
+        declare.Option(
             "--classes",
             metavar="FILE",
             help="The class names for --caption (a JSON list; default: classes.json beside "
@@ -94,7 +94,7 @@ def tarshow(
     ] = None,
     images: Annotated[
         bool,
-        typer.Option(
+        declare.Option(
             "--images",
             help="Draw image fields in the terminal (24-bit colour, Unicode half blocks).",
         ),

@@ -4,12 +4,12 @@ from __future__ import annotations
 
 from typing import Annotated, Optional
 
-from . import declare as typer  # typer itself only when needed: declare.py
+from . import declare  # the quick parser; typer itself only when needed
 from . import options as o
 from .progress import Progress, wanted, writes_stdout
 from .runner import report_skips, run, skip_log, typer_main
 
-app = typer.Typer(add_completion=False, rich_markup_mode=None)
+app = declare.Typer(add_completion=False, rich_markup_mode=None)
 
 
 @app.command(
@@ -21,12 +21,12 @@ app = typer.Typer(add_completion=False, rich_markup_mode=None)
     "Example: tarsort --memory 1G unsorted.tar -o sorted.tar",
 )
 def tarsort(
-    ctx: typer.Context,
+    ctx: declare.Context,
     inputs: o.Inputs = None,
     output: o.Output = "-",
     field: Annotated[
         Optional[str],
-        typer.Option(
+        declare.Option(
             "-k",
             "--field",
             help="Sort by this field's text (surrounding whitespace stripped) instead of the "
@@ -35,27 +35,27 @@ def tarsort(
         ),
     ] = None,
     numeric: Annotated[
-        bool, typer.Option("-n", "--numeric", help="Compare the -k field as a number.")
+        bool, declare.Option("-n", "--numeric", help="Compare the -k field as a number.")
     ] = False,
-    reverse: Annotated[bool, typer.Option("-r", "--reverse", help="Reverse the order.")] = False,
+    reverse: Annotated[bool, declare.Option("-r", "--reverse", help="Reverse the order.")] = False,
     shuffle: Annotated[
         bool,
-        typer.Option(
+        declare.Option(
             "--shuffle",
             help="A deterministic global shuffle: order by a keyed hash of (seed, key).",
         ),
     ] = False,
     seed: Annotated[
         Optional[int],
-        typer.Option("--seed", help="Seed for --shuffle (default 0).", show_default=False),
+        declare.Option("--seed", help="Seed for --shuffle (default 0).", show_default=False),
     ] = None,  # fmt: skip
     memory: Annotated[
         str,
-        typer.Option("-m", "--memory", help="Memory for sorting: 256M, 1G, 2e9…"),
+        declare.Option("-m", "--memory", help="Memory for sorting: 256M, 1G, 2e9…"),
     ] = "256M",
     tempdir: Annotated[
         Optional[str],
-        typer.Option(
+        declare.Option(
             "-T",
             "--temporary-directory",
             help="Directory for the sorted runs (default: $TMPDIR, else /tmp).",

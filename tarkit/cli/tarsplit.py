@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Annotated, Optional
 
-from . import declare as typer  # typer itself only when needed: declare.py
+from . import declare  # the quick parser; typer itself only when needed
 from . import options as o
 from .progress import Progress, wanted
 from .runner import report_skips, run, shard_reporter, skip_log, typer_main, warn
@@ -12,7 +12,7 @@ from .runner import report_skips, run, shard_reporter, skip_log, typer_main, war
 if TYPE_CHECKING:
     from tarkit.format.manifest import ShardInfo
 
-app = typer.Typer(add_completion=False, rich_markup_mode=None)
+app = declare.Typer(add_completion=False, rich_markup_mode=None)
 
 
 @app.command(
@@ -29,14 +29,14 @@ app = typer.Typer(add_completion=False, rich_markup_mode=None)
     no_args_is_help=False,
 )
 def tarsplit(
-    ctx: typer.Context,
+    ctx: declare.Context,
     inputs: o.Inputs = None,
     output: o.ShardPattern = "shard-%06d.tar",
     maxcount: o.MaxCount = 100_000,
     maxsize: o.MaxSize = "1G",
     maxshards: Annotated[
         Optional[int],
-        typer.Option(
+        declare.Option(
             "--maxshards",
             help="Fail (exit 2) when the input needs more than N shards; the first N stay.",
             show_default=False,
@@ -44,7 +44,7 @@ def tarsplit(
     ] = None,
     num_shards: Annotated[
         Optional[int],
-        typer.Option(
+        declare.Option(
             "--num-shards",
             help="Cut into exactly N shards of equal sample counts (the first ones one "
             "larger when N does not divide the total); needs --total, and takes the place "
@@ -54,7 +54,7 @@ def tarsplit(
     ] = None,
     total: Annotated[
         Optional[str],
-        typer.Option(
+        declare.Option(
             "--total",
             metavar="N|MANIFEST",
             help="How many samples the inputs hold: a number, or a manifest of the inputs "
@@ -66,7 +66,7 @@ def tarsplit(
     start: o.FirstShard = 0,
     post: Annotated[
         Optional[str],
-        typer.Option(
+        declare.Option(
             "--post",
             help="Bash command run after each shard is complete, {} replaced by its "
             "shell-quoted path, e.g. 'gsutil cp {} gs://b/ && rm {}'. A failure stops "
@@ -105,7 +105,7 @@ def tarsplit(
                     "cut into equal shards before its length is known"
                 )
             given = [name for name, option in (("-c", "maxcount"), ("-s", "maxsize"))
-                     if typer.given(ctx, option)]  # fmt: skip
+                     if declare.given(ctx, option)]  # fmt: skip
             if given:
                 raise UsageError(f"--num-shards sets the shards' counts: leave out {given[0]}")
         reporter = shard_reporter(tool) if verbose else None

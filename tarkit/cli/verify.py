@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Annotated, Optional
 
-from . import declare as typer  # typer itself only when needed: declare.py
+from . import declare  # the quick parser; typer itself only when needed
 from . import options as o
 from .progress import Progress, wanted
 from .runner import one_line, report_skips, run, skip_log, typer_main
@@ -12,7 +12,7 @@ from .runner import one_line, report_skips, run, skip_log, typer_main
 if TYPE_CHECKING:
     from tarkit.writing.verify import ShardCheck, Summary
 
-app = typer.Typer(add_completion=False, rich_markup_mode=None)
+app = declare.Typer(add_completion=False, rich_markup_mode=None)
 
 
 @app.command(
@@ -27,10 +27,10 @@ app = typer.Typer(add_completion=False, rich_markup_mode=None)
     no_args_is_help=True,
 )
 def verify(
-    ctx: typer.Context,
+    ctx: declare.Context,
     sources: Annotated[
         list[str],
-        typer.Argument(
+        declare.Argument(
             help="Shards (paths, http(s)://, s3://, brace patterns), manifests, or "
             "directories holding shards (and their manifest.json).",
             show_default=False,
@@ -38,7 +38,7 @@ def verify(
     ],
     manifest: Annotated[
         Optional[str],
-        typer.Option(
+        declare.Option(
             "--manifest",
             help="Check the shards given against this manifest (each must be listed in "
             "it), e.g. a few shards of a larger set.",
@@ -47,7 +47,7 @@ def verify(
     ] = None,
     parallel: Annotated[
         int,
-        typer.Option(
+        declare.Option(
             "-p",
             "--parallel",
             help="Check N shards at once (threads); the report is the same as with -p 1, "
@@ -56,14 +56,14 @@ def verify(
     ] = 1,
     as_json: Annotated[
         bool,
-        typer.Option(
+        declare.Option(
             "--json",
             help="Write one JSON object per line: one for every shard (good ones too), "
             'then {"summary": …}.',
         ),
     ] = False,
     verbose: Annotated[
-        bool, typer.Option("-v", "--verbose", help="Write a line for good shards too.")
+        bool, declare.Option("-v", "--verbose", help="Write a line for good shards too.")
     ] = False,
     strict: o.Strict = False,
     progress: o.ShowProgress = None,

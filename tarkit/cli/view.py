@@ -6,11 +6,11 @@ import os
 import sys
 from typing import Annotated, Optional
 
-from . import declare as typer  # typer itself only when needed: declare.py
+from . import declare  # the quick parser; typer itself only when needed
 from . import options as o
 from .runner import run, skip_log, typer_main, warn
 
-app = typer.Typer(add_completion=False, rich_markup_mode=None)
+app = declare.Typer(add_completion=False, rich_markup_mode=None)
 
 
 @app.command(
@@ -29,10 +29,10 @@ app = typer.Typer(add_completion=False, rich_markup_mode=None)
     no_args_is_help=True,
 )
 def view(
-    ctx: typer.Context,
+    ctx: declare.Context,
     sources: Annotated[
         list[str],
-        typer.Argument(
+        declare.Argument(
             help="Shards (paths, http(s)://, s3://, pipe:CMD; brace patterns are expanded), "
             "a manifest (.json), or a directory (its manifest.json, else its shards).",
             show_default=False,
@@ -40,21 +40,21 @@ def view(
     ],
     host: Annotated[
         str,
-        typer.Option(
+        declare.Option(
             "--host",
             help="The address to serve on. Another than 127.0.0.1 (0.0.0.0: every "
             "interface) lets anyone who can reach it read the data: a warning says so.",
         ),
     ] = "127.0.0.1",
     port: Annotated[
-        int, typer.Option("--port", help="The port to serve on (0: any free port, printed).")
+        int, declare.Option("--port", help="The port to serve on (0: any free port, printed).")
     ] = 0,
     no_browser: Annotated[
-        bool, typer.Option("--no-browser", help="Do not open the page in a web browser.")
+        bool, declare.Option("--no-browser", help="Do not open the page in a web browser.")
     ] = False,
     where: Annotated[
         Optional[str],
-        typer.Option(
+        declare.Option(
             "--where",
             help="Start with the samples this expression keeps, as tarcat --where (grammar "
             "in docs/tarcat.md); the page's filter box changes it.",
@@ -62,11 +62,11 @@ def view(
         ),
     ] = None,
     per_page: Annotated[
-        int, typer.Option("--per-page", help="Samples on a page (1 to 1000).")
+        int, declare.Option("--per-page", help="Samples on a page (1 to 1000).")
     ] = 48,
     classes: Annotated[
         Optional[str],
-        typer.Option(
+        declare.Option(
             "--classes",
             help="The class names (a JSON list, as tarkit shard writes; default: "
             "classes.json beside the shards, else beside the manifest).",

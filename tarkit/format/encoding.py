@@ -39,7 +39,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from ..errors import SampleError
-from .tar import default_mtime, encode_member
+from .tar_writer import default_mtime, encode_member
 
 INT_EXTENSIONS = frozenset({"cls", "cls2", "class", "count", "index", "inx", "id"})
 JSON_EXTENSIONS = frozenset({"json", "jsn"})

@@ -18,7 +18,7 @@ changed after it was indexed gives an :class:`~tarkit.errors.InputError` with re
 file and the spans.
 
 >>> import io
->>> from tarkit.format.tar import TarWriter
+>>> from tarkit.format.tar_writer import TarWriter
 >>> shard = io.BytesIO()
 >>> with TarWriter(shard) as w:
 ...     w.add("a.txt", b"hello")

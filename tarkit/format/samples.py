@@ -385,7 +385,7 @@ def raw_key(raw: bytes | memoryview, source: str = "sample") -> str:
     read by the strict reader. Raises :class:`~tarkit.errors.InputError` naming
     ``source`` when the bytes are not the members of one sample.
 
-    >>> from tarkit.format.tar import encode_member
+    >>> from tarkit.format.tar_writer import encode_member
     >>> raw_key(encode_member("a/x.jpg", b"jpeg") + encode_member("a/x.cls", b"1"))
     'a/x'
     """

@@ -1,4 +1,4 @@
-"""Block-level streaming tar reader and writer: strict, never seeks, byte-exact.
+"""Block-level streaming tar reader: strict, never seeks, byte-exact.
 
 The reader turns any readable byte stream (a pipe, a socket, a decompressor) into
 :class:`Member` objects. It accepts ustar (with the prefix field), GNU (``L``/``K`` long
@@ -8,9 +8,11 @@ misread or silently drop: bad checksums, malformed numeric fields, odd extension
 and a stream that ends without its end-of-archive marker.
 
 Each member keeps its raw bytes (extension headers, header, data, padding), so copying a
-member writes exactly what was read.
+member writes exactly what was read (:class:`~tarkit.format.tar_writer.TarWriter`, which
+also makes new members).
 
 >>> import io
+>>> from tarkit.format.tar_writer import TarWriter
 >>> archive = io.BytesIO()
 >>> with TarWriter(archive) as w:
 ...     w.add("a/x.txt", b"hello")
@@ -22,7 +24,6 @@ member writes exactly what was read.
 from __future__ import annotations
 
 import io
-import os
 import re
 import zlib
 from collections.abc import Iterator
@@ -40,7 +41,6 @@ MAX_EXTENSION_SIZE = 1 << 20  # pax / GNU long-name data; real names are under 4
 # (10 KiB by default; GNU tar -b N gives N x 512 bytes, bsdtar allows N up to 8192, 4 MiB).
 # 64 MiB admits GNU tar -b 131072; a longer run is no writer's padding (docs/format.md).
 MAX_TRAILING_ZEROS = 64 << 20
-DEFAULT_MTIME = 946684800  # 2000-01-01T00:00:00Z, used unless SOURCE_DATE_EPOCH is set
 
 # Member kinds, from the type flag.
 FILE, DIRECTORY, SYMLINK, HARDLINK, CHARDEV, BLOCKDEV, FIFO = (
@@ -76,7 +76,7 @@ _KIND_OBJECTS = {
 }
 _PAX_CHARSETS = (b"BINARY", b"ISO-IR 10646 2000 UTF-8")
 _NO_DATA_KINDS = (DIRECTORY, SYMLINK, HARDLINK, CHARDEV, BLOCKDEV, FIFO)
-_USTAR_MAGIC = b"ustar\x0000"
+USTAR_MAGIC = b"ustar\x0000"
 _NAME_FIELD = 100  # bytes of the name field, first in a header
 # Numeric fields are validated by their "shape": each byte mapped to 0 (octal digit),
 # z (NUL), space, or x (anything else). Whether a shape is valid, and where its digits
@@ -658,7 +658,7 @@ def _prefixed_name(
     nothing. GNU tar ignores those bytes; ``tarfile`` (so webdataset) joins them to the
     name whatever the magic. Readers would disagree on the name, so that is an error.
     """
-    if header[257:265] == _USTAR_MAGIC or typeflag in _UNSUPPORTED:
+    if header[257:265] == USTAR_MAGIC or typeflag in _UNSUPPORTED:
         return _cstring(header[345:500]) + b"/" + raw_name
     raise HeaderError(
         "bytes in the name prefix field of a header without the ustar magic "
@@ -955,186 +955,3 @@ def _too_many_zeros(source: str, marker_end: int) -> InputError:
         source=source,
         offset=marker_end + MAX_TRAILING_ZEROS,
     )
-
-
-def default_mtime() -> int:
-    """The mtime stamped on members tarkit creates: ``SOURCE_DATE_EPOCH`` or 2000-01-01."""
-    value = os.environ.get("SOURCE_DATE_EPOCH")
-    if value:
-        try:
-            return int(value)
-        except ValueError:
-            pass
-    return DEFAULT_MTIME
-
-
-def _octal(value: int, width: int) -> bytes:
-    return b"%0*o\0" % (width - 1, value)
-
-
-def make_header(name: str, size: int, *, mtime: int | None = None, mode: int = 0o444) -> bytes:
-    """Build the header blocks for a new regular file, deterministically.
-
-    ustar when the name fits (split over prefix and name if needed) and is ASCII; a pax
-    header carrying ``path`` (and ``size`` above 8 GiB) otherwise. uid/gid 0, no user
-    or group names, the given mode, mtime from :func:`default_mtime`.
-
-    >>> len(make_header("a/b.txt", 3))
-    512
-    """
-    if mtime is None:
-        mtime = default_mtime()
-    encoded = name.encode("utf-8", "surrogateescape")
-    if len(encoded) <= 100 and size < _SMALL_SIZE and encoded.isascii():
-        template = _templates.get((mtime, mode))
-        if template is None:
-            template = _templates[(mtime, mode)] = _HeaderTemplate(mtime, mode)
-        return template.header(encoded, size)
-    records: list[tuple[str, bytes]] = []
-    prefix = b""
-    short = encoded
-    if not encoded.isascii() or len(encoded) > 100:
-        split = _split_ustar_name(encoded) if encoded.isascii() else None
-        if split is None:
-            records.append(("path", encoded))
-            short = _pax_fallback_name(encoded)
-        else:
-            prefix, short = split
-    size_field = size
-    if size >= 8**11:
-        records.append(("size", str(size).encode()))
-        size_field = 0
-    blocks = b""
-    if records:
-        payload = b"".join(_pax_record(k, v) for k, v in records)
-        blocks = _ustar_block(b"././@PaxHeader", len(payload), mtime, 0o644, b"x", b"")
-        blocks += payload + bytes(-len(payload) % BLOCK)
-    return blocks + _ustar_block(short, size_field, mtime, mode, b"0", prefix)
-
-
-_SMALL_SIZE = 8**11  # sizes that fit the 12-byte octal field
-
-
-class _HeaderTemplate:
-    """ustar headers for short ASCII names: one block with the name, size and checksum
-    filled in per member. The same bytes as the general builder (a test holds them equal)
-    at a fifth of the cost: tarproc, tarcreate and the shard writers make one per field.
-    """
-
-    def __init__(self, mtime: int, mode: int) -> None:
-        block = bytearray(_ustar_block(b"", 0, mtime, mode, b"0", b""))
-        block[124:136] = bytes(12)
-        block[148:156] = b" " * 8
-        self.after_name = bytes(block[100:124])
-        self.after_size = bytes(block[136:148])
-        self.after_checksum = bytes(block[156:])
-        self.constant = sum(block)
-
-    def header(self, name: bytes, size: int) -> bytes:
-        size_field = b"%011o\0" % size
-        checksum = self.constant + sum(name) + sum(size_field)
-        return b"".join((
-            name, bytes(100 - len(name)), self.after_name, size_field, self.after_size,
-            b"%06o\0 " % checksum, self.after_checksum,
-        ))  # fmt: skip
-
-
-_templates: dict[tuple[int, int], _HeaderTemplate] = {}
-
-
-def _split_ustar_name(name: bytes) -> tuple[bytes, bytes] | None:
-    for i in range(len(name) - 1, 0, -1):
-        if name[i : i + 1] == b"/" and i <= 155 and len(name) - i - 1 <= 100:
-            if len(name) - i - 1 == 0:
-                return None
-            return name[:i], name[i + 1 :]
-    return None
-
-
-def _pax_fallback_name(name: bytes) -> bytes:
-    ascii_name = name.decode("ascii", "replace").encode("ascii", "replace")
-    return ascii_name[-100:]
-
-
-def _pax_record(keyword: str, value: bytes) -> bytes:
-    body = b" " + keyword.encode() + b"=" + value + b"\n"
-    length = len(body) + 1
-    while len(str(length)) + len(body) != length:
-        length = len(str(length)) + len(body)
-    return str(length).encode() + body
-
-
-def _ustar_block(
-    name: bytes, size: int, mtime: int, mode: int, typeflag: bytes, prefix: bytes
-) -> bytes:
-    header = bytearray(BLOCK)
-    header[0 : len(name)] = name
-    header[100:108] = _octal(mode, 8)
-    header[108:116] = _octal(0, 8)
-    header[116:124] = _octal(0, 8)
-    header[124:136] = _octal(size, 12)
-    header[136:148] = _octal(mtime, 12)
-    header[148:156] = b" " * 8
-    header[156:157] = typeflag
-    header[257:265] = _USTAR_MAGIC
-    header[329:337] = _octal(0, 8)
-    header[337:345] = _octal(0, 8)
-    header[345 : 345 + len(prefix)] = prefix
-    header[148:156] = b"%06o\0 " % sum(header)
-    return bytes(header)
-
-
-class TarWriter:
-    """Write tar members to a binary stream.
-
-    :meth:`write` copies a read :class:`Member` byte for byte; :meth:`add` creates a
-    new regular file with deterministic headers. :meth:`close` (or leaving the
-    ``with`` block without an exception) writes the end-of-archive marker; leaving it
-    with an exception does not, so a reader downstream sees the stream as truncated.
-    The stream itself is not closed.
-    """
-
-    def __init__(self, stream: BinaryIO, *, mtime: int | None = None) -> None:
-        self.stream = stream
-        self.mtime = default_mtime() if mtime is None else mtime
-        self.bytes_written = 0
-        self._write = stream.write
-
-    def write(self, member: Member) -> None:
-        """Copy ``member`` unchanged: all its header blocks, data and padding."""
-        self._write(member.raw)
-        self.bytes_written += len(member.raw)
-
-    def write_raw(self, raw: bytes | memoryview) -> None:
-        """Write whole blocks that already form complete members."""
-        self._write(raw)
-        self.bytes_written += len(raw)
-
-    def add(self, name: str, data: bytes, *, mode: int = 0o444) -> None:
-        """Add a regular file ``name`` holding ``data``."""
-        raw = encode_member(name, data, mtime=self.mtime, mode=mode)
-        self._write(raw)
-        self.bytes_written += len(raw)
-
-    def close(self) -> None:
-        """Write the end-of-archive marker (two zero blocks)."""
-        self._write(END_OF_ARCHIVE)
-        self.bytes_written += len(END_OF_ARCHIVE)
-
-    def __enter__(self) -> TarWriter:
-        return self
-
-    def __exit__(self, exc_type: object, exc: object, tb: object) -> None:
-        if exc_type is None:
-            self.close()
-
-
-def encode_member(name: str, data: bytes, *, mtime: int | None = None, mode: int = 0o444) -> bytes:
-    """The complete raw bytes of a new regular-file member: headers, data, padding."""
-    header = make_header(name, len(data), mtime=mtime, mode=mode)
-    return header + data + bytes(-len(data) % BLOCK)
-
-
-def member_size_on_disk(name: str, size: int) -> int:
-    """Bytes a new member of ``size`` bytes named ``name`` takes in an archive."""
-    return len(make_header(name, size, mtime=0)) + size + (-size % BLOCK)

@@ -2,7 +2,7 @@
 
 Each source is split over ranks and DataLoader workers like a dataset of its own, and
 read through its own shuffle buffer; each worker then takes its sources' samples in the
-proportions of the weights by a :class:`~tarkit.stream.mixing.MixSchedule` seeded by
+proportions of the weights by a :class:`~tarkit.stream.combining.MixSchedule` seeded by
 ``(seed, epoch, generation, rank, worker)`` — exact to within one sample in every aligned
 block of 1,000 samples of every worker's stream, in a random order inside each block.
 ``tarcat --mix`` takes its inputs by the same rule.
@@ -30,7 +30,7 @@ from typing import Any
 from ..errors import UsageError
 from ..format.manifest import ShardInfo
 from ..seeds import stable_seed
-from ..stream.mixing import MixSchedule
+from ..stream.combining import MixSchedule
 from . import splitting
 from .plans import (
     EpochPlan,

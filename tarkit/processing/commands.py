@@ -49,7 +49,8 @@ from typing import Any, Union
 
 from ..errors import InputError, UsageError
 from ..format.samples import Sample
-from ..format.tar import FILE, Member, encode_member
+from ..format.tar import FILE, Member
+from ..format.tar_writer import encode_member
 from ..sizes import ON_ERROR as ON_ERROR  # the policy check every layer shares
 from ..sizes import check_on_error as check_on_error
 from ..storage import write_failure

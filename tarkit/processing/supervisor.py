@@ -26,7 +26,7 @@ from ..engines.ledger import ledger_directory
 from ..engines.leftovers import adopting, command_mark, run_mark
 from ..errors import CommandFailed, TarkitError
 from ..format.samples import Sample
-from ..format.tar import default_mtime
+from ..format.tar_writer import default_mtime
 from ..sizes import check_parallel
 from ..storage.scratch import remove_tree
 from .commands import (

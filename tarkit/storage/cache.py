@@ -44,7 +44,7 @@ from .downloads import PART, Download, mark_used
 from .filesystems import StorageOptions
 from .ranges import LocalRanges
 from .retrying import RetryPolicy
-from .sources import PIPE_BUFFER, Source, open_source
+from .sources import STREAM_BUFFER, Source, open_source
 
 _DIRECTORY_LOCK = ".lock"
 _UNSAFE = re.compile(r"[^A-Za-z0-9._-]+")
@@ -259,7 +259,7 @@ def _open_cached(url: str, path: str, size: int | None) -> Source | None:
             raise _CacheNameTaken(path)
         if size is not None and status.st_size != size:
             return None  # another version of the shard: download it again
-        stream = open(path, "rb", buffering=PIPE_BUFFER)  # noqa: SIM115
+        stream = open(path, "rb", buffering=STREAM_BUFFER)  # noqa: SIM115
     except FileNotFoundError:
         return None
     try:

@@ -18,7 +18,7 @@ one place here or below:
 
 >>> import io, os, tempfile
 >>> from tarkit.format.index import index_stream
->>> from tarkit.format.tar import TarWriter
+>>> from tarkit.format.tar_writer import TarWriter
 >>> shard = os.path.join(tempfile.mkdtemp(), "s.tar")
 >>> with open(shard, "wb") as file, TarWriter(file) as writer:
 ...     for key in "abc":

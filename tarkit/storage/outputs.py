@@ -44,7 +44,7 @@ from ..errors import OutputError
 from ..format.compression import compression_for, measure, open_compressor
 from .filesystems import ObjectInfo, StorageOptions, abort_uploads, filesystem, object_info
 from .locations import FILE, FSSPEC, STDIO, location
-from .sources import PIPE_BUFFER, enlarge_pipe
+from .sources import STREAM_BUFFER, enlarge_pipe
 from .write_failures import descriptor_failure, write_failure
 
 BUFFER = 1 << 20
@@ -356,12 +356,12 @@ class Sink:
             stdout_stream()  # fails when stdout is not open
             enlarge_pipe(1)
             self._file: BinaryIO = io.BufferedWriter(  # type: ignore[assignment]
-                io.FileIO(sys.stdout.fileno(), "wb", closefd=False), buffer_size=PIPE_BUFFER
+                io.FileIO(sys.stdout.fileno(), "wb", closefd=False), buffer_size=STREAM_BUFFER
             )
             self.stream: BinaryIO = self._file
         elif where.kind == FILE and _is_special_file(where.path):
             try:
-                self._file = open(where.path, "wb", buffering=PIPE_BUFFER)  # noqa: SIM115
+                self._file = open(where.path, "wb", buffering=STREAM_BUFFER)  # noqa: SIM115
             except OSError as exc:
                 raise OutputError(f"{self.spec}: cannot open: {exc.strerror}") from None
             self.stream = self._file

@@ -44,7 +44,9 @@ from .retrying import Connector, ResumingStream, RetryPolicy, retry_policy
 if TYPE_CHECKING:
     import subprocess
 
-PIPE_BUFFER = 1 << 20
+# The buffer of every stream tarkit opens on a file, stdin or stdout, or a ``pipe:``
+# command, read or written; a pipe's kernel buffer is grown to it too.
+STREAM_BUFFER = 1 << 20
 BUFFER = 1 << 20
 _F_SETPIPE_SZ = 1031
 # The most bytes read of a document (the module docstring); generous: a version 1
@@ -55,13 +57,14 @@ RECORD_LIMIT = 256 << 20  # a shard's record (map's holds its metadata rows), a 
 
 
 def enlarge_pipe(fd: int) -> None:
-    """Grow a pipe's kernel buffer to 1 MiB: one 64 KiB pipe hop limits large members."""
+    """Grow a pipe's kernel buffer to :data:`STREAM_BUFFER` (1 MiB): one 64 KiB pipe hop
+    limits large members."""
     try:
         import fcntl
         import stat
 
         if stat.S_ISFIFO(os.fstat(fd).st_mode):
-            fcntl.fcntl(fd, _F_SETPIPE_SZ, PIPE_BUFFER)
+            fcntl.fcntl(fd, _F_SETPIPE_SZ, STREAM_BUFFER)
     except (OSError, ValueError, ImportError):
         pass
 
@@ -171,7 +174,7 @@ def open_source(
 
         try:
             process = subprocess.Popen(
-                where.path, shell=True, stdout=subprocess.PIPE, bufsize=PIPE_BUFFER
+                where.path, shell=True, stdout=subprocess.PIPE, bufsize=STREAM_BUFFER
             )
         except OSError as exc:
             raise SourceError(f"{spec}: cannot start command: {exc.strerror}") from None
@@ -181,7 +184,7 @@ def open_source(
     if where.remote:
         return _open_remote(spec, storage_options, policy)
     try:
-        stream = open(where.path, "rb", buffering=PIPE_BUFFER)  # noqa: SIM115
+        stream = open(where.path, "rb", buffering=STREAM_BUFFER)  # noqa: SIM115
     except FileNotFoundError:
         raise SourceError(f"{spec}: no such file", reason=SourceError.MISSING) from None
     except IsADirectoryError:

@@ -21,7 +21,8 @@ from typing import BinaryIO, TypeVar
 from ..errors import UsageError
 from ..format.compression import open_decompressed
 from ..format.samples import Sample, SkipLog, group_samples, same_key_error
-from ..format.tar import TarWriter, read_members
+from ..format.tar import read_members
+from ..format.tar_writer import TarWriter
 from ..storage import (
     Sink,
     Source,
@@ -273,7 +274,7 @@ def write_samples(samples: Iterable[Sample], sink: Sink) -> int:
 
 def write_members(members: Iterable[tuple[str, bytes]], sink: Sink) -> int:
     """Write new members, (name, data) pairs, to ``sink`` as one archive with
-    :meth:`~tarkit.format.tar.TarWriter.add`'s deterministic headers, and commit it;
+    :meth:`~tarkit.format.tar_writer.TarWriter.add`'s deterministic headers, and commit it;
     return the count.
 
     On any error the sink is aborted (a file output does not appear) and the
@@ -289,7 +290,7 @@ def write_members(members: Iterable[tuple[str, bytes]], sink: Sink) -> int:
 
 @contextmanager
 def new_archive(sink: Sink) -> Iterator[TarWriter]:
-    """A :class:`~tarkit.format.tar.TarWriter` on ``sink``: leaving the block ends the
+    """A :class:`~tarkit.format.tar_writer.TarWriter` on ``sink``: leaving the block ends the
     archive and commits the sink; an error aborts it (a file output does not appear)
     without the end-of-archive marker. Disk errors become :class:`OutputError`."""
     try:

@@ -2,7 +2,7 @@
 (compressed, without an index, ``pipe:`` commands).
 
 One reader goes forward through the shards, a thread reading ahead of it at most
-:data:`READ_AHEAD` bytes of samples (:func:`~tarkit.stream.mixing.read_ahead`), so that
+:data:`READ_AHEAD` bytes of samples (:func:`~tarkit.stream.combining.read_ahead`), so that
 the next page is ready when it is asked for. A page behind the reader, or past a shard
 whose start is known, starts a new reader at the start of its shard: where each shard
 starts is learnt as the reader passes it, or known at once from a manifest's counts.
@@ -18,7 +18,7 @@ from time import monotonic
 from ..errors import InputError
 from ..format.manifest import ShardInfo
 from ..format.samples import Sample, SkipLog
-from ..stream.mixing import read_ahead
+from ..stream.combining import read_ahead
 from ..stream.stages import close_iterator
 from .samples import Found
 

@@ -28,7 +28,7 @@ from ..errors import UsageError
 from ..format.classes import CLASSES_FILE, class_names_json
 from ..format.encoding import DEFAULT_QUALITY, ImageTransform
 from ..format.manifest import Manifest, ShardInfo
-from ..format.tar import default_mtime
+from ..format.tar_writer import default_mtime
 from ..sizes import check_on_error, parse_size
 from ..storage import location, publish
 from .cluster import Tally, shard_on_engine

@@ -12,7 +12,7 @@ pattern, else ``index/%06d.idx`` beside the manifest. Which writers' shards get 
 (:func:`settle_index`): made again in the read that checks a shard, or checked against
 the digest its record keeps (:func:`index_digest`).
 
->>> from tarkit.format.tar import encode_member
+>>> from tarkit.format.tar_writer import encode_member
 >>> index = WrittenIndex()
 >>> index.add(encode_member("a.txt", b"hello"))
 >>> index.add(encode_member("b.txt", b"world"), "b")

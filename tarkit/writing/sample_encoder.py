@@ -8,7 +8,7 @@ from typing import Any
 
 from ..errors import SampleError
 from ..format.samples import Sample, same_key_error
-from ..format.tar import default_mtime
+from ..format.tar_writer import default_mtime
 
 
 class SampleEncoder:

@@ -45,7 +45,7 @@ from typing import Any, TypeVar
 from ..errors import OutputError, UsageError
 from ..format.manifest import Manifest, ShardInfo
 from ..format.samples import Sample
-from ..format.tar import END_OF_ARCHIVE, default_mtime
+from ..format.tar import END_OF_ARCHIVE
 from ..storage import (
     Move,
     Publishing,
@@ -171,7 +171,7 @@ class ShardWriter:
         self.checksums = checksums
         self.overlap = overlap
         self.sealed = sealed
-        self.mtime = default_mtime() if mtime is None else mtime
+        self._encoder = SampleEncoder(mtime)  # the one place None becomes default_mtime()
         self.shards: list[ShardInfo] = []
         self.samples_done = 0
         self._file: StagedFile | None = None
@@ -179,7 +179,7 @@ class ShardWriter:
         self._name = ""  # the final name of the shard being written
         self._cut = ShardCut(maxcount, parse_size(maxsize, "maxsize"), self.pattern.compression)
         self._first_key: str | None = None
-        self._encoder = SampleEncoder(self.mtime)
+        self.mtime = self._encoder.mtime
         self._closed = False
         self.discarded: Discarded | None = None
         self.mode = check_mode(mode)

@@ -13,7 +13,7 @@ from conftest import make_tar, run, run_shell, tool
 
 from tarkit.format.samples import group_samples
 from tarkit.format.tar import read_members
-from tarkit.stream.mixing import MixSchedule, preview_seed
+from tarkit.stream.combining import MixSchedule, preview_seed
 
 
 def keys_of(data: bytes) -> list[str]:

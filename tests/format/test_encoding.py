@@ -23,7 +23,7 @@ from tarkit.format.encoding import (
     encode_sample,
     parse_resize,
 )
-from tarkit.format.tar import encode_member
+from tarkit.format.tar_writer import encode_member
 
 
 def decode(sample: dict[str, object]) -> dict[str, bytes]:

@@ -15,7 +15,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from tarkit.format.samples import group_samples
-from tarkit.format.tar import TarWriter, read_members
+from tarkit.format.tar import read_members
+from tarkit.format.tar_writer import TarWriter
 from tarkit.stream.stages import write_samples
 
 # Every test here runs with the compiled scanner and with the pure-Python reader.

@@ -12,7 +12,7 @@ from typing import Any
 from PIL import Image
 
 from tarkit.format.manifest import Manifest, ShardInfo
-from tarkit.format.tar import TarWriter
+from tarkit.format.tar_writer import TarWriter
 
 
 def jpeg(seed: int) -> bytes:

@@ -28,7 +28,7 @@ from torch.utils.data import ChainDataset, DataLoader, get_worker_info
 
 import tarkit
 from tarkit.errors import InputError, SourceError, TruncatedError, UsageError
-from tarkit.format.tar import TarWriter
+from tarkit.format.tar_writer import TarWriter
 from tarkit.loading import ShardDataset
 from tarkit.loading.skips import CORRUPT, MISSING, TRUNCATED, UNDECODABLE, UNREADABLE
 

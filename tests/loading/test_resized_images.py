@@ -19,7 +19,7 @@ from tarkit import IndexedDataset, ShardDataset
 from tarkit.errors import InputError, UsageError
 from tarkit.format.encoding import parse_resize, resize_image
 from tarkit.format.index import SUFFIX, index_stream
-from tarkit.format.tar import TarWriter
+from tarkit.format.tar_writer import TarWriter
 from tarkit.loading.resized_images import ResizedImageHandler
 from tarkit.loading.skips import UNDECODABLE
 

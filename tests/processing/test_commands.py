@@ -10,11 +10,11 @@ import pytest
 from numbered_samples import as_dicts, numbered, run_map, samples_from, tmp_fixture  # noqa: F401
 
 from tarkit.errors import CommandFailed, InputError, UsageError
-from tarkit.format.tar import TarWriter
+from tarkit.format.tar_writer import TarWriter
 from tarkit.processing.commands import Command, ProcReport, Rejection, unsafe_field_reason
 from tarkit.processing.mappers import ShellCommand
 from tarkit.processing.supervisor import map_command
-from tarkit.stream.mixing import combine_inputs
+from tarkit.stream.combining import combine_inputs
 
 
 def test_added_changed_and_deleted_fields_form_the_output_sample_in_sorted_order(tmp: Path) -> None:

@@ -31,7 +31,7 @@ from corpus import BASE, SAMPLE, samples
 from outputs import archive_samples, check_stderr, shell
 
 from tarkit.errors import InputError, SourceError
-from tarkit.format.tar import TarWriter
+from tarkit.format.tar_writer import TarWriter
 
 KEY = "k" * 80  # long keys make every output line long, so outputs outgrow any pipe
 
@@ -329,7 +329,7 @@ def test_loader_raises_or_skips_a_dropped_shard(dropping: DroppingServer, mode: 
 
 PRODUCER = """
 import sys
-from tarkit.format.tar import encode_member
+from tarkit.format.tar_writer import encode_member
 out = sys.stdout.buffer
 for i in range({count}):
     out.write(encode_member(f"{{i:06d}}.bin", bytes([i % 251]) * {size}))

@@ -24,7 +24,8 @@ import pytest
 import zstandard
 from conftest import tool
 
-from tarkit.format.tar import END_OF_ARCHIVE, make_header
+from tarkit.format.tar import END_OF_ARCHIVE
+from tarkit.format.tar_writer import make_header
 
 MIB = 1 << 20
 MEMBER = 96 * MIB

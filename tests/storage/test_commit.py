@@ -13,7 +13,7 @@ import pytest
 
 from tarkit.errors import OutputError, SourceError
 from tarkit.format.encoding import ImageTransform
-from tarkit.format.tar import default_mtime
+from tarkit.format.tar_writer import default_mtime
 from tarkit.storage import Move, check_local_files, commit_files, finish_commit
 from tarkit.writing.cluster import ClusterRun
 from tarkit.writing.from_dataset import shard_dataset

@@ -15,7 +15,8 @@ from tarfiles import END, header, member
 
 from tarkit.errors import SampleError, UsageError
 from tarkit.format.samples import DOT_FIRST, NO_FIELD, SkipLog, group_samples
-from tarkit.format.tar import TarWriter, read_members
+from tarkit.format.tar import read_members
+from tarkit.format.tar_writer import TarWriter
 from tarkit.stream.sorting import (
     ITEM_OVERHEAD,
     SortOrder,

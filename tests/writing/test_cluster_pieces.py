@@ -17,7 +17,7 @@ from shard_datasets import Chunks, Words
 
 from tarkit.errors import InputError, UsageError
 from tarkit.format.encoding import DEFAULT_QUALITY, ImageTransform
-from tarkit.format.tar import default_mtime
+from tarkit.format.tar_writer import default_mtime
 from tarkit.writing.cluster import shard_on_engine
 from tarkit.writing.cluster_tasks import EncodeTask, WriteTask, Written
 from tarkit.writing.cluster_walk import Cut

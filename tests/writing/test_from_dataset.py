@@ -17,7 +17,7 @@ from PIL import Image
 from shard_datasets import Chunks, Words
 
 from tarkit.errors import InputError, OutputError, SampleError, UsageError
-from tarkit.format.tar import default_mtime
+from tarkit.format.tar_writer import default_mtime
 from tarkit.storage import temp_place
 from tarkit.writing.from_dataset import ShardProgress, default_sample, sample_order, shard_dataset
 from tarkit.writing.shard_writer import ShardWriter

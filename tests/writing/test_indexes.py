@@ -18,7 +18,7 @@ from tarkit.errors import InputError
 from tarkit.format.encoding import ImageTransform, encode_sample
 from tarkit.format.index import index_stream
 from tarkit.format.samples import raw_key
-from tarkit.format.tar import default_mtime, encode_member
+from tarkit.format.tar_writer import default_mtime, encode_member
 from tarkit.storage import load_table
 from tarkit.writing.cluster import shard_on_engine
 from tarkit.writing.from_dataset import shard_dataset

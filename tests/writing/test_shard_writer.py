@@ -14,13 +14,14 @@ import pytest
 from conftest import make_tar, samples_of
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from tarfiles import member_size_on_disk
 
 from tarkit.errors import InputError, OutputError, SampleError, UsageError
 from tarkit.format.compression import compression_for, open_compressor, open_decompressed
 from tarkit.format.encoding import encode_sample
 from tarkit.format.manifest import ShardInfo
 from tarkit.format.samples import group_samples
-from tarkit.format.tar import member_size_on_disk, read_members
+from tarkit.format.tar import read_members
 from tarkit.storage import StagedFile, load_table
 from tarkit.writing.kept import kept_shards
 from tarkit.writing.patterns import check_pattern, shard_name

@@ -14,7 +14,7 @@ from conftest import make_tar
 from tarkit.errors import InputError, UsageError
 from tarkit.format.samples import Sample, SkipLog
 from tarkit.format.tar import Member
-from tarkit.stream.mixing import (
+from tarkit.stream.combining import (
     MixSchedule,
     combine_inputs,
     interleave,
