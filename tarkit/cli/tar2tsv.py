@@ -49,7 +49,7 @@ def tar2tsv(
     def body() -> int:
         from tarkit.storage import stdout_stream
 
-        from ..format.samples import parse_field_spec
+        from ..format.field_spec import parse_field_spec
         from ..stream.stages import output_errors, read_samples, take
         from ..stream.tsv import tsv_lines, write_lines
 

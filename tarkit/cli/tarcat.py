@@ -132,7 +132,7 @@ def tarcat(
         from tarkit.storage import Sink
 
         from ..errors import UsageError
-        from ..format.samples import parse_field_spec, select_fields
+        from ..format.field_spec import parse_field_spec, select_fields
         from ..stream.combining import combine_inputs
         from ..stream.picking import whole_archive_options
         from ..stream.stages import shuffle_samples, slice_samples, take, write_samples

@@ -48,7 +48,7 @@ def tarfirst(
         from tarkit.storage import stdout_stream
 
         from ..errors import NotFound, UsageError
-        from ..format.samples import parse_field_spec
+        from ..format.field_spec import parse_field_spec
         from ..stream.lookup import first_field
         from ..stream.picking import (
             describe_inputs,

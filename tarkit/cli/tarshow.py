@@ -111,7 +111,7 @@ def tarshow(
         from tarkit.storage import stdout_stream
 
         from ..errors import UsageError
-        from ..format.samples import parse_field_spec, select_fields
+        from ..format.field_spec import parse_field_spec, select_fields
         from ..stream.stages import output_errors, take
 
         if grid is not None and images:

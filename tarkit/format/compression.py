@@ -268,8 +268,12 @@ class _ZstdFrames:
 def open_decompressed(stream: BinaryIO, source: str) -> BinaryIO:
     """Return a stream of the tar bytes inside ``stream``, decompressing if needed."""
     kind, stream = sniff(stream)
-    if kind is None:
-        return stream
+    return stream if kind is None else decompressed(stream, kind, source)
+
+
+def decompressed(stream: BinaryIO, kind: str, source: str) -> BinaryIO:
+    """The bytes of ``stream``, compressed with ``kind`` (as :func:`sniff` named it),
+    decompressed; errors name ``source``."""
     reader: BinaryIO
     if kind == "gzip":
         import gzip

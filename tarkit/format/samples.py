@@ -49,34 +49,6 @@ def split_name(name: str) -> tuple[str, str] | None:
     return name[:dot], name[dot + 1 :]
 
 
-def field_positions(fields: list[str]) -> dict[str, int]:
-    """Each field name in lower case, to its index: how a field is looked up by name,
-    case-insensitively as webdataset lowercases fields (``-f jpg`` finds ``x.JPG``). Made
-    once per sample, so that looking up many names costs one pass over the fields.
-
-    >>> field_positions(["jpg", "CLS", "cls"])  # the first of two that fold alike
-    {'jpg': 0, 'cls': 1}
-    """
-    positions: dict[str, int] = {}
-    for index, field in enumerate(fields):
-        positions.setdefault(field.lower(), index)
-    return positions
-
-
-def find_field(positions: dict[str, int], alternatives: Iterable[str]) -> int | None:
-    """The index of the first of ``alternatives`` (matched in lower case) that
-    ``positions`` (:func:`field_positions`) has, or None.
-
-    >>> find_field(field_positions(["JPG", "cls"]), ["png", "Jpg"])
-    0
-    """
-    for alternative in alternatives:
-        index = positions.get(alternative.lower())
-        if index is not None:
-            return index
-    return None
-
-
 def is_metadata(name: str) -> bool:
     """Whether ``name`` is webdataset metadata: its first part is ``__name__``.
 
@@ -117,14 +89,20 @@ def skip_reason(member: Member) -> str | None:
 class Sample:
     """One sample: its key and its members, in archive order.
 
-    ``fields`` are the field names in the same order as ``members``. A sample the
+    ``fields`` are the field names in the same order as ``members``, as written in the
+    archive. A field is looked up by name in one way only, :meth:`field_index` (and
+    :meth:`get`, its bytes): ignoring case, as webdataset lowercases field names, so
+    that ``jpg`` finds ``x.JPG`` and ``JPG`` finds ``x.jpg`` in every tool and in the
+    library alike. A sample the
     compiled scanner read keeps its members in the read buffer until ``members`` is
     first asked for: ``span`` is then ``(buffer, start, stop, offset)``, its raw bytes
     being ``buffer[start:stop]`` (the buffer's first byte at ``offset`` in the stream),
     else None. Writers copy runs of such samples as one slice of the buffer.
     """
 
-    __slots__ = ("key", "fields", "_members", "source", "span")
+    # _folded: each field name in lower case, to its index; made on the first look-up
+    # in a long sample (the compiled scanner makes samples without it).
+    __slots__ = ("key", "fields", "_members", "source", "span", "_folded")
 
     def __init__(self, key: str, fields: list[str], members: list[Member], source: str) -> None:
         self.key = key
@@ -145,12 +123,48 @@ class Sample:
         """The fields and their bytes, as a dict in archive order."""
         return {f: m.data for f, m in zip(self.fields, self.members, strict=True)}
 
-    def get(self, field: str) -> bytes | None:
-        """The bytes of ``field`` (exact name), or None."""
-        for index, f in enumerate(self.fields):
-            if f == field:
-                return self.data_at(index)
+    def field_index(self, *names: str) -> int | None:
+        """The index of the field named by the first of ``names`` that the sample has, or
+        None: the one look-up of a field by name (``-f``, ``--where``, ``-k``, captions,
+        ``tar2tsv`` columns, :meth:`get`).
+
+        Names match ignoring case, as webdataset lowercases field names: ``jpg`` finds
+        ``x.JPG``. Samples never hold two fields that differ only in case
+        (:func:`group_samples`, ``tarsort`` and ``tarproc`` refuse them), so which field a
+        name finds is never in doubt. A long sample folds its names once, so looking up
+        each of its fields is linear in their number.
+
+        >>> sample = Sample("k", ["JPG", "seg.png", "cls"], [], "-")
+        >>> sample.field_index("png", "jpg"), sample.field_index("Seg.PNG"), sample.field_index("txt")
+        (0, 1, None)
+        """
+        fields = self.fields
+        if len(fields) <= _SHORT:
+            for name in names:
+                if name in fields:  # the usual case, and a scan in C
+                    return fields.index(name)
+                folded = name.lower()
+                for index, field in enumerate(fields):
+                    if field.lower() == folded:
+                        return index
+            return None
+        positions = getattr(self, "_folded", None)
+        if positions is None:
+            positions = {}
+            for index, field in enumerate(fields):
+                positions.setdefault(field.lower(), index)
+            self._folded = positions
+        for name in names:
+            found = positions.get(name.lower())
+            if found is not None:
+                return found
         return None
+
+    def get(self, *names: str) -> bytes | None:
+        """The bytes of the field the first of ``names`` finds (:meth:`field_index`: case does
+        not matter), or None."""
+        index = self.field_index(*names)
+        return None if index is None else self.data_at(index)
 
     def data_at(self, index: int) -> bytes:
         """The bytes of field number ``index`` (``members[index].data``), without making
@@ -239,6 +253,9 @@ class _Grouping:
         self.seen: set[str] = set()
         self.source = source
 
+
+# Up to this many fields, a look-up scans the names rather than folding them into a dict.
+_SHORT = 8
 
 _compiled = scanner.compiled
 if _compiled is not None:
@@ -466,31 +483,4 @@ def strict_refusal(reason: str, source: str, member: str, offset: int | None = N
     """The error of a member skipped for ``reason`` (:func:`skip_reason`) under ``--strict``."""
     return SampleError(
         f"{reason} is not allowed with --strict", source=source, offset=offset, member=member
-    )
-
-
-def parse_field_spec(spec: str) -> list[list[str]]:
-    """Parse a field selection: spaces or commas separate columns, ``;`` alternatives.
-
-    >>> parse_field_spec("jpg;png cls")
-    [['jpg', 'png'], ['cls']]
-    """
-    columns = [c for c in re.split(r"[\s,]+", spec.strip()) if c]
-    return [[a for a in column.split(";") if a] for column in columns]
-
-
-def select_fields(sample: Sample, spec: list[list[str]]) -> Sample:
-    """Keep, for each column of ``spec``, the first alternative the sample has.
-
-    Fields keep their archive order. Names match case-insensitively, as webdataset
-    lowercases fields (``-f jpg`` keeps ``x.JPG``).
-    """
-    positions = field_positions(sample.fields)
-    found = {find_field(positions, alternatives) for alternatives in spec}
-    indices = sorted(index for index in found if index is not None)
-    return Sample(
-        sample.key,
-        [sample.fields[i] for i in indices],
-        [sample.members[i] for i in indices],
-        sample.source,
     )

@@ -3,7 +3,8 @@
 A piece is a shard or a range of its samples (:class:`~tarkit.loading.splitting.Piece`).
 With a manifest the reader checks every sample against it (count, and keys when listed)
 and, given byte offsets, starts mid-shard by seeking (:func:`~tarkit.storage.open_source_at`
-for HTTP, a seek or :func:`~tarkit.storage.skip_bytes` otherwise). Remote shards go
+for HTTP, else :func:`~tarkit.format.archives.tar_stream`: a seek, or reading past the
+bytes). Remote shards go
 through the shard cache when one is given. A bad shard raises, or with
 ``handler="skip"`` is counted (the samples of the piece it could not deliver) and left.
 Remote shards reconnect at the byte reached (:mod:`tarkit.storage.retrying`), with the
@@ -13,15 +14,14 @@ each reconnection told to ``reconnected``.
 
 from __future__ import annotations
 
-import io
 from collections.abc import Callable, Iterator, Sequence
-from typing import Any, BinaryIO
+from typing import Any
 
-from ..errors import InputError, SourceError, TruncatedError
-from ..format.compression import compression_for, open_decompressed, sniff
+from ..errors import InputError, SourceError
+from ..format.archives import archive_members
+from ..format.compression import compression_for
 from ..format.manifest import ShardInfo
 from ..format.samples import Sample, group_samples, split_name
-from ..format.tar import read_members
 from ..seeds import KeySplit
 from ..storage import (
     HTTP,
@@ -31,7 +31,6 @@ from ..storage import (
     open_source,
     open_source_at,
     retry_policy,
-    skip_bytes,
 )
 from ..storage.cache import ShardCache
 from .skips import UNREADABLE, shard_reason
@@ -90,9 +89,11 @@ class PieceReader:
         where = location(url)
         local_path = where.path if where.is_file else None
         try:
-            source, stream = self._open(url, offset, info)
+            source, positioned = self._open(url, offset, info)
             with source:
-                members: Iterator[Any] = read_members(stream, url, data_only=True)
+                members: Iterator[Any] = archive_members(
+                    source.stream, url, offset=offset, positioned=positioned, data_only=True
+                )
                 if expected is None and self.handler == "skip":
                     # Only then is what a bad shard loses counted from the last member
                     # read: watching each member keeps the compiled scanner from grouping.
@@ -147,10 +148,10 @@ class PieceReader:
             keys = info.keys[piece.start + delivered : piece.start + piece_length(piece, info)]
         return len(keys) if self.split is None else sum(map(self.split.test(), keys))
 
-    def _open(self, url: str, offset: int, info: ShardInfo | None) -> tuple[Any, BinaryIO]:
-        """Open a shard; the returned tar stream starts at byte ``offset`` of the tar.
-        Through the cache, a download is kept only if it matches ``info``'s size and
-        sha256."""
+    def _open(self, url: str, offset: int, info: ShardInfo | None) -> tuple[Any, bool]:
+        """Open a shard, and say whether its stream starts at byte ``offset`` of the tar
+        already (a range asked of an HTTP server) rather than at its first byte. Through
+        the cache, a download is kept only if it matches ``info``'s size and sha256."""
         where = location(url)
         options = self.storage_options
         policy = (
@@ -160,30 +161,10 @@ class PieceReader:
             size, sha256 = (info.bytes, info.sha256) if info is not None else (None, None)
             source = self.cache.open(url, options, policy, size, sha256)
         elif offset and where.kind == HTTP and not compression_for(url):
-            source = open_source_at(url, offset, options, policy)
-            return source, source.stream
+            return open_source_at(url, offset, options, policy), True
         else:
             source = open_source(url, options, policy)
-        try:
-            return source, self._tar_stream(source.stream, url, offset)
-        except BaseException as exc:
-            source.__exit__(type(exc), exc, exc.__traceback__)  # close early, or abandon
-            raise
-
-    def _tar_stream(self, stream: Any, url: str, offset: int) -> BinaryIO:
-        """The tar bytes of ``stream`` from byte ``offset`` (seeking when it can)."""
-        if offset and getattr(stream, "seekable", lambda: False)():
-            head = stream.read(6)
-            if sniff(io.BytesIO(head))[0] is None:
-                stream.seek(offset)
-                return stream
-            stream.seek(0)
-        tar = open_decompressed(stream, url)
-        try:
-            skip_bytes(tar, offset)
-        except EOFError:
-            raise TruncatedError(f"the shard ends before byte {offset}", source=url) from None
-        return tar
+        return source, False
 
 
 def sample_dict(sample: Sample, url: str, local_path: str | None) -> dict[str, Any]:

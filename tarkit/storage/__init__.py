@@ -98,7 +98,6 @@ _HOMES = {
         "open_source",
         "open_source_at",
         "read_bytes",
-        "skip_bytes",
         "stored_matches",
     ),
     "write_failures": ("descriptor_failure", "write_failure"),
@@ -188,7 +187,6 @@ if TYPE_CHECKING:
         open_source,
         open_source_at,
         read_bytes,
-        skip_bytes,
         stored_matches,
     )
     from .unfinished import JOURNAL_ENDING, unfinished_files
@@ -264,7 +262,6 @@ __all__ = [
     "retry_policy",
     "save_manifest",
     "set_manifests",
-    "skip_bytes",
     "stdout_stream",
     "stored_matches",
     "temp_place",

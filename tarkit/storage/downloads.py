@@ -20,8 +20,7 @@ import weakref
 from typing import TYPE_CHECKING, BinaryIO
 
 from ..errors import InputError, SourceError
-from ..format.compression import open_decompressed
-from ..format.tar import read_members
+from ..format.archives import archive_members
 from .sources import Source
 from .write_failures import write_failure
 
@@ -154,7 +153,7 @@ class Download:
             )
         if told is None and self.size is None:  # nobody said how long: the archive must end
             with open(self.part, "rb") as file:
-                for _ in read_members(open_decompressed(file, self.name), self.name):
+                for _ in archive_members(file, self.name):
                     pass
 
     def _mismatch(self, what: str) -> InputError:

@@ -36,6 +36,7 @@ import sys
 from typing import TYPE_CHECKING, BinaryIO
 
 from ..errors import InputError, SourceError
+from ..format.archives import skip_bytes
 from .filesystems import FsspecObject, StorageOptions, object_info
 from .http import HttpObject
 from .locations import FILE, HTTP, PIPE, STDIO, location
@@ -224,17 +225,6 @@ def open_source_at(
         source.close(early=True)
         raise SourceError(f"{spec}: input ends before byte {start}") from None
     return source
-
-
-def skip_bytes(stream: BinaryIO, count: int) -> None:
-    """Read and drop ``count`` bytes of ``stream``; EOFError when it ends before."""
-    read = getattr(stream, "read1", None) or stream.read
-    left = count
-    while left:
-        chunk = read(min(left, 1 << 20))
-        if not chunk:
-            raise EOFError(count - left)
-        left -= len(chunk)
 
 
 def _open_remote(

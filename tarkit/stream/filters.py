@@ -158,17 +158,6 @@ def filter_samples(samples: Iterable[Sample], predicate: Predicate) -> Iterator[
 # --- values ---------------------------------------------------------------------------
 
 
-def _field_index(sample: Sample, name: str) -> int | None:
-    """The index of field ``name`` (lower case, matched as ``-f`` does), or None."""
-    fields = sample.fields
-    if name in fields:  # the usual case, and a scan in C
-        return fields.index(name)
-    for index, field in enumerate(fields):
-        if field.lower() == name:
-            return index
-    return None
-
-
 def _text_number(text: str) -> int | float | None:
     """The number a text spells (JSON's syntax, whitespace around it allowed), or None."""
     if text.isdigit() and text.isascii():  # a label: skip the regular expression
@@ -188,7 +177,7 @@ def _is_number(value: Any) -> bool:
 def _load_json(sample: Sample, field: str, shown: str) -> Any:
     import json  # here, not at the top: tarcat starts without it
 
-    index = _field_index(sample, field)
+    index = sample.field_index(field)
     if index is None:
         return _MISSING
     try:
@@ -215,12 +204,12 @@ class _Reference:
 
 def _text_reference(field: str, shown: str) -> _Reference:
     def get(sample: Sample, cache: dict) -> Any:
-        index = _field_index(sample, field)  # its bytes without making member objects
+        index = sample.field_index(field)  # its bytes without making member objects
         if index is None:
             return _MISSING
         return sample.data_at(index).decode("utf-8", "surrogateescape")
 
-    return _Reference("text", get, lambda s, c: _field_index(s, field) is not None, shown)
+    return _Reference("text", get, lambda s, c: s.field_index(field) is not None, shown)
 
 
 def _json_reference(field: str, steps: Sequence[str | int], shown: str) -> _Reference:

@@ -16,7 +16,7 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 
 from ..errors import NotFound
-from ..format.samples import Sample, field_positions, find_field
+from ..format.samples import Sample
 from .stages import close_iterator
 
 
@@ -37,11 +37,11 @@ def first_field(
     """The first sample with ``key`` (any key if None) that has one of ``fields``.
 
     ``fields`` are alternatives, tried in order, matched case-insensitively (webdataset
-    lowercases fields); None takes the sample's first field in archive order. Reading
+    lowercases fields: :meth:`~tarkit.format.samples.Sample.field_index`); None takes
+    the sample's first field in archive order. Reading
     stops at the match (``samples`` is closed). Raises :class:`NotFound` when no sample
     matches, after reading everything, and whatever reading raises.
     """
-    wanted = [f.lower() for f in fields] if fields else None
     count = 0
     key_seen = False
     try:
@@ -50,10 +50,10 @@ def first_field(
             if key is not None and sample.key != key:
                 continue
             key_seen = True
-            if wanted is None:
+            if not fields:
                 index = 0 if sample.fields else None
             else:
-                index = find_field(field_positions(sample.fields), wanted)
+                index = sample.field_index(*fields)
             if index is not None:
                 return Found(sample, sample.fields[index], sample.members[index].data)
     finally:

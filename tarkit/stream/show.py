@@ -23,7 +23,8 @@ from typing import TYPE_CHECKING, cast
 
 from ..errors import OutputError
 from ..format.classes import CLASSES_FILE, ClassNames, names_for
-from ..format.samples import Sample, select_fields
+from ..format.field_spec import select_fields
+from ..format.samples import Sample
 from .tsv import as_text, escape
 
 if TYPE_CHECKING:
@@ -311,13 +312,12 @@ def caption_text(
     >>> [caption_text(sample, c, ["cat", "dog"]) for c in (["cls"], ["caption", "txt"], ["json"])]
     ['dog (1)', 'a cat', '-']
     """
-    folded = [field.lower() for field in sample.fields]
     for alternative in alternatives:
         if alternative == KEY:
             return escape(sample.key)
-        if alternative.lower() not in folded:
+        index = sample.field_index(alternative)
+        if index is None:
             continue
-        index = folded.index(alternative.lower())
         field, data = sample.fields[index], sample.data_at(index)
         if is_image(field):
             return image_preview(open_image(data), data)

@@ -41,9 +41,9 @@ from dataclasses import dataclass
 from typing import BinaryIO, Union
 
 from ..errors import OutputError, SampleError, UsageError
-from ..format.compression import open_decompressed
+from ..format.archives import archive_members
 from ..format.samples import QUIET_SKIPS, Sample, SkipLog, skip_member, skip_reason, split_name
-from ..format.tar import FILE, Member, read_members
+from ..format.tar import FILE, Member
 from ..storage import expand_inputs, open_source, write_failure
 
 DEFAULT_MEMORY = 256 << 20
@@ -171,9 +171,8 @@ def _keyed_members(
         with open_source(spec) as source:
             index = len(sources)
             sources.append(source.name)
-            stream = open_decompressed(source.stream, source.name)
-            for member in read_members(
-                stream, source.name, ignore_zeros=ignore_zeros, allow_empty=allow_empty,
+            for member in archive_members(
+                source.stream, source.name, ignore_zeros=ignore_zeros, allow_empty=allow_empty,
                 chunk_size=chunk_size,
             ):  # fmt: skip
                 reason = skip_reason(member)
@@ -244,18 +243,18 @@ def _field_items(
 ) -> Iterator[Item]:
     """Sample items valued by the field ``order.field`` (stripped bytes, or a number)."""
     assert order.field is not None
-    wanted = order.field.lower()
+    wanted = order.field
     sign = -1 if order.reverse else 1
     for _, _, seq, entries in samples:
         sample = _sample(entries, sources)
-        folded = [f.lower() for f in sample.fields]
-        if wanted not in folded:
+        index = sample.field_index(wanted)
+        if index is None:
             raise SampleError(
                 f"sample {sample.key!r} has no field {order.field!r} to sort by",
                 source=sample.source,
                 offset=sample.members[0].offset,
             )
-        member = sample.members[folded.index(wanted)]
+        member = sample.members[index]
         text = member.data.strip()
         value: Value = text
         if order.numeric:
@@ -265,7 +264,7 @@ def _field_items(
                 shown = text[:40].decode("utf-8", "backslashreplace")
                 raise SampleError(
                     f"field {order.field!r} of sample {sample.key!r} is not a number: {shown!r}",
-                    source=sources[entries[folded.index(wanted)][0]],
+                    source=sources[entries[index][0]],
                     offset=member.offset,
                     member=member.name,
                 ) from None

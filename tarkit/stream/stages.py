@@ -19,9 +19,8 @@ from time import monotonic
 from typing import BinaryIO, TypeVar
 
 from ..errors import UsageError
-from ..format.compression import open_decompressed
+from ..format.archives import archive_members
 from ..format.samples import Sample, SkipLog, group_samples, same_key_error
-from ..format.tar import read_members
 from ..format.tar_writer import TarWriter
 from ..storage import (
     Sink,
@@ -75,8 +74,9 @@ def source_samples(
     allow_empty: bool = False,
 ) -> Iterator[Sample]:
     """The samples of one opened input (decompressed if need be); the caller closes it."""
-    stream = open_decompressed(source.stream, source.name)
-    members = read_members(stream, source.name, ignore_zeros=ignore_zeros, allow_empty=allow_empty)
+    members = archive_members(
+        source.stream, source.name, ignore_zeros=ignore_zeros, allow_empty=allow_empty
+    )
     yield from group_samples(members, source.name, strict=strict, skips=skips)
 
 

@@ -30,13 +30,12 @@ from __future__ import annotations
 from collections.abc import Collection, Iterable, Sequence
 from dataclasses import dataclass, field
 
+from ..format.archives import archive_members
 from ..format.classes import ClassNames, names_for
-from ..format.compression import open_decompressed
 from ..format.encoding import IMAGE_FORMATS, extension
 from ..format.images import image_size
 from ..format.manifest import ShardInfo
 from ..format.samples import Sample, SkipLog, group_samples
-from ..format.tar import read_members
 from ..storage import CountingReader, StorageOptions, open_source
 from .distribution import Distribution, Spread
 
@@ -429,8 +428,7 @@ def tally_shard(
     tally = Tally()
     with open_source(spec, storage_options) as source:
         counted = CountingReader(source.stream)
-        stream = open_decompressed(counted, source.name)  # type: ignore[arg-type]
-        members = read_members(stream, source.name)
+        members = archive_members(counted, source.name)  # type: ignore[arg-type]
         samples = tally.add_samples(group_samples(members, source.name, strict=strict, skips=skips))
         counted.drain()
     tally.count_shard(samples, counted.size)

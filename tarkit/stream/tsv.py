@@ -4,7 +4,7 @@ A cell holds a field's bytes as UTF-8 text with tab, newline, carriage return an
 backslash escaped as ``\t \n \r \\``; bytes that are not text are written as
 ``<N bytes>``; a missing field is an empty cell.
 
->>> from tarkit.format.samples import parse_field_spec
+>>> from tarkit.format.field_spec import parse_field_spec
 >>> from tarkit.format.tar import Member
 >>> def sample(key, **fields):
 ...     members = [Member(f"{key}.{f}", "file", len(d), 0, d, 0) for f, d in fields.items()]
@@ -23,7 +23,7 @@ import re
 from collections.abc import Iterable, Iterator
 from typing import BinaryIO
 
-from ..format.samples import Sample, field_positions, find_field
+from ..format.samples import Sample
 
 # Control characters other than tab, newline and carriage return mark binary data.
 _BINARY = re.compile(r"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f]")
@@ -94,8 +94,7 @@ def pick(sample: Sample, alternatives: list[str]) -> bytes | None:
 
     Names match case-insensitively, as in ``tarcat -f`` (webdataset lowercases fields).
     """
-    index = find_field(field_positions(sample.fields), alternatives)
-    return None if index is None else sample.data_at(index)
+    return sample.get(*alternatives)
 
 
 def tsv_lines(
@@ -107,7 +106,7 @@ def tsv_lines(
 ) -> Iterator[str]:
     """Yield the TSV lines (each ending in a newline) for ``samples``.
 
-    ``columns`` is a parsed field spec (:func:`~tarkit.format.samples.parse_field_spec`): each
+    ``columns`` is a parsed field spec (:func:`~tarkit.format.field_spec.parse_field_spec`): each
     column lists alternatives, the first one present fills the cell. None means the
     fields of the first sample, in archive order. The header names ``__key__`` and each
     column as written in the spec (``jpg;png``). With no column and no key, a sample
@@ -131,7 +130,7 @@ def tsv_lines(
 
 
 def _line(sample: Sample, where: _Columns, key: bool) -> str:
-    picked, present = where.find(sample.fields)
+    picked, present = where.find(sample)
     data = iter(sample.data_of(present))  # one pass over the sample's members
     cells = [cell(next(data)) if index is not None else "" for index in picked]
     if key:
@@ -140,21 +139,20 @@ def _line(sample: Sample, where: _Columns, key: bool) -> str:
 
 
 class _Columns:
-    """Where each column's field is in a sample, found in one pass over its fields (a
-    sample may have many thousands) and remembered for its list of field names, which
-    the samples of a dataset mostly share."""
+    """Where each column's field is in a sample (:meth:`Sample.field_index`, which folds
+    a long sample's names once: a sample may have many thousands), remembered for its
+    list of field names, which the samples of a dataset mostly share."""
 
     def __init__(self, columns: list[list[str]]) -> None:
         self.columns = columns
         self.known: dict[tuple[str, ...], tuple[list[int | None], list[int]]] = {}
 
-    def find(self, fields: list[str]) -> tuple[list[int | None], list[int]]:
+    def find(self, sample: Sample) -> tuple[list[int | None], list[int]]:
         """The field index of each column (None when missing), and those present."""
-        names = tuple(fields)
+        names = tuple(sample.fields)
         found = self.known.get(names)
         if found is None:
-            positions = field_positions(fields)
-            picked = [find_field(positions, alternatives) for alternatives in self.columns]
+            picked = [sample.field_index(*alternatives) for alternatives in self.columns]
             found = (picked, [index for index in picked if index is not None])
             if len(self.known) >= 64:
                 self.known.clear()

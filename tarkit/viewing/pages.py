@@ -146,9 +146,9 @@ class Pages:
                 self._keep(position, sample)
             elif position in self._kept:
                 self._kept.move_to_end(position)
-        for index, field in enumerate(sample.fields):
-            if field == name:
-                return sample.key, field, sample.data_at(index)
+        index = sample.field_index(name)
+        if index is not None:
+            return sample.key, sample.fields[index], sample.data_at(index)
         raise NotFound(f"sample {position} ({sample.key}) has no field {name}")
 
     def close(self) -> None:

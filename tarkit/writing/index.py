@@ -15,7 +15,7 @@ from collections.abc import Callable, Sequence
 from typing import BinaryIO
 
 from ..errors import UsageError
-from ..format.compression import open_decompressed, sniff
+from ..format.archives import tar_stream
 from ..format.index import ShardIndex, index_stream
 from ..format.manifest import Manifest, ShardInfo
 from ..format.samples import Sample, SkipLog, group_samples
@@ -93,9 +93,9 @@ def _read(
     made = None
     with open_source(spec, storage_options) as source:
         hashing = HashingReader(source.stream)
-        kind, stream = sniff(hashing)  # type: ignore[arg-type]
+        kind, tar = tar_stream(hashing, source.name)  # type: ignore[arg-type]
         if index and kind is None:
-            made = index_stream(stream, source.name, strict=strict, skips=skips)
+            made = index_stream(tar, source.name, strict=strict, skips=skips)
             shard = ShardIndex(made, source.name)
             count = len(shard)
             if offsets or keys:
@@ -103,7 +103,6 @@ def _read(
             if offsets:
                 starts = shard.offsets()
         else:
-            tar = stream if kind is None else open_decompressed(stream, source.name)
             count, found, starts = _count(tar, source.name, offsets, keys, strict, skips,
                                           on_sample)  # fmt: skip
         hashing.drain()

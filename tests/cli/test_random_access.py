@@ -16,8 +16,8 @@ from test_tar2tsv import imported_modules
 
 import tarkit
 from tarkit.errors import InputError
+from tarkit.format.field_spec import parse_field_spec, select_fields
 from tarkit.format.index import SUFFIX, ShardIndex, index_stream
-from tarkit.format.samples import parse_field_spec, select_fields
 from tarkit.storage import Sink, publish
 from tarkit.stream.filters import filter_samples, key_in
 from tarkit.stream.show import describe

@@ -19,8 +19,6 @@ from tarkit.format.samples import (
     QUIET_SKIPS,
     SkipLog,
     group_samples,
-    parse_field_spec,
-    select_fields,
     skip_reason,
     split_name,
 )
@@ -88,6 +86,22 @@ def test_sample_gives_fields_bytes_raw_and_size() -> None:
     assert sample.size == 512 + 1024 + 512 + 512
     assert sample.source == "in.tar"
     assert repr(sample) == "Sample('a', ['jpg', 'cls'])"
+
+
+@pytest.mark.parametrize("count", [2, 12])  # a short sample scans, a long one folds once
+def test_a_field_is_found_by_name_whatever_its_case_by_get_and_field_index(count: int) -> None:
+    # Sample.get matched names exactly while every tool ignored case: one rule now.
+    names = ["JPG", "cls", *[f"f{i}.txt" for i in range(count - 2)]]
+    archive = make_tar([(f"a.{name}", name.encode()) for name in names])
+    [sample] = group_samples(read_members(io.BytesIO(archive)), "in.tar")
+    assert sample.get("jpg") == sample.get("JPG") == b"JPG"
+    assert sample.get("CLS") == b"cls"
+    assert sample.get("png") is None
+    assert sample.field_index("png", "Jpg") == 0
+    assert sample.field_index("webp", "png") is None
+    assert sample.get("png", "cls", "jpg") == b"cls"  # the first of the names it has
+    if count > 2:
+        assert sample.field_index(f"F{count - 3}.TXT") == count - 1
 
 
 def test_directories_and_webdataset_meta_members_are_skipped_silently() -> None:
@@ -226,23 +240,6 @@ def test_a_sample_is_yielded_only_when_the_next_member_proves_it_complete() -> N
     # b.x and b.y were read, but b might have more fields: b must not come out.
     with pytest.raises(TruncatedError):
         next(grouped)
-
-
-def test_field_spec_parses_columns_and_alternatives() -> None:
-    assert parse_field_spec("jpg;png cls") == [["jpg", "png"], ["cls"]]
-    assert parse_field_spec(" jpg,cls ;json ") == [["jpg"], ["cls"], ["json"]]
-    assert parse_field_spec("a;;b") == [["a", "b"]]
-    assert parse_field_spec("") == []
-
-
-def test_select_fields_keeps_first_alternative_present_in_archive_order() -> None:
-    archive = make_tar([("a.cls", b"c"), ("a.png", b"p"), ("a.jpg", b"j"), ("a.json", b"{}")])
-    [sample] = group_samples(read_members(io.BytesIO(archive)))
-    chosen = select_fields(sample, parse_field_spec("jpg;png cls"))
-    assert chosen.fields == ["cls", "jpg"]
-    assert [m.data for m in chosen.members] == [b"c", b"j"]
-    assert select_fields(sample, parse_field_spec("webp;png")).fields == ["png"]
-    assert select_fields(sample, parse_field_spec("txt")).fields == []
 
 
 @given(

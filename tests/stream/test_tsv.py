@@ -14,7 +14,8 @@ from hypothesis import strategies as st
 from tarfiles import CountedName, counted_sample
 
 from tarkit.errors import TruncatedError
-from tarkit.format.samples import group_samples, parse_field_spec
+from tarkit.format.field_spec import parse_field_spec
+from tarkit.format.samples import group_samples
 from tarkit.format.tar import read_members
 from tarkit.stream.stages import read_samples
 from tarkit.stream.tsv import as_text, cell, escape, tsv_lines, write_lines
