@@ -74,7 +74,11 @@ class WorkerRun:
                 if isinstance(infos, ShardEntries)
                 else array("q", [info.samples for info in infos])
             )
-            self._ends = array("q", accumulate(map(counts.__getitem__, self.order)))
+            self._ends: Sequence[int]  # where the samples of each shard of the order end
+            if isinstance(self.order, range) and isinstance(infos, ShardEntries):
+                self._ends = memoryview(infos.table.starts)[1:]  # the table's own, shared
+            else:
+                self._ends = array("q", accumulate(map(counts.__getitem__, self.order)))
             self._counts = counts
         else:
             self.stream = None
