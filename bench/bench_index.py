@@ -6,6 +6,12 @@
   slices, next to version 1 read as before (``parse``: the whole text, an object per
   shard). Each in a fresh process: wall and processor time, peak memory above the
   interpreter (VmHWM). Target: well under 2 s and ~150 MB.
+- the loader over it: ``tarkit.ShardDataset`` and ``tarkit.IndexedDataset`` opened (with
+  ``len()``) from each version, each in a process of its own with tarkit and torch
+  imported, over 10⁶ empty shard files (made once: a minute or more); the memory each of
+  2 forked DataLoader workers adds once it has begun reading (its private pages), and the
+  bytes of a state (the dataset's, a BlockSampler's mid-epoch). Targets (issue 23): under
+  2 s and 200 MB to open, 50 MB a worker, 64 KB a state.
 - the shard index of the small set: bytes per sample, the time to index the shard in one
   pass with its SHA-256 (``index_stream`` behind a hashing reader, as ``tarindex`` will)
   next to ``tarindex`` today (``index_shard``, without and with ``--offsets``), and the
@@ -27,7 +33,7 @@ ORDER = 66
 
 
 def run(workdir: Path, quick: bool) -> str:
-    return _manifests(workdir) + "\n" + _index(workdir)
+    return _manifests(workdir) + "\n" + _datasets(workdir) + "\n" + _index(workdir)
 
 
 def _manifests(workdir: Path) -> str:
@@ -55,6 +61,37 @@ def _manifests(workdir: Path) -> str:
         cpu = median([float(r["cpu"]) for r in runs])  # type: ignore[arg-type]
         peak = median([float(r["peak"]) for r in runs])  # type: ignore[arg-type]
         out.append(f"| {what} | {size / 1e6:.0f} | {wall:.2f} | {cpu:.2f} | {peak / 2**20:.0f} |")
+    return "\n".join(out) + "\n"
+
+
+def _datasets(workdir: Path) -> str:
+    sys.path.insert(0, str(ROOT / "tests"))
+    from synthetic_dataset import SHARDS, make_shards, measure_datasets
+
+    shards = workdir / "shards"
+    if not shards.is_dir():
+        make_shards(shards)
+    for version in (1, 2):  # beside the shards, as a manifest is
+        (shards / f"v{version}.json").unlink(missing_ok=True)
+        (workdir / f"v{version}.json").rename(shards / f"v{version}.json")
+    (workdir / "v2.columns").rename(shards / "v2.columns")
+    cases = [(kind, shards / f"v{version}.json") for kind in ("shard", "indexed")
+             for version in (2, 1)]  # fmt: skip
+    runs = [measure_datasets(cases) for _ in range(max(1, SETTINGS.repeat // 2))]
+    out = [
+        f"### The loader over {SHARDS:,} shards × 1,000 samples\n",
+        "| dataset | manifest | open s | peak MB | per worker MB | state bytes |",
+        "| --- | --- | ---: | ---: | ---: | ---: |",
+    ]
+    for case, (kind, path) in enumerate(cases):
+        figures = [run[case] for run in runs]
+        wall = median([float(f["seconds"]) for f in figures])  # type: ignore[arg-type]
+        peak = median([float(f["peak"]) for f in figures])  # type: ignore[arg-type]
+        worker = median([max(float(w["private"]) for w in f["workers"]) for f in figures])  # type: ignore[attr-defined]
+        state = figures[0]["state"]
+        name = "`ShardDataset`" if kind == "shard" else "`IndexedDataset` (`BlockSampler` state)"
+        out.append(f"| {name} | version {path.stem[1]} | {wall:.2f} | {peak / 2**20:.0f} | "
+                   f"{worker / 2**20:.0f} | {state} |")  # fmt: skip
     return "\n".join(out) + "\n"
 
 

@@ -7,7 +7,12 @@ a version 2 manifest with its columns file, and a version 1 manifest of the same
 
 :func:`measure_open` reads one of them in a fresh interpreter and reports the time and
 the peak memory it took above the interpreter with tarkit imported. Used by
-tests/format/test_manifest.py (the memory bound) and bench/bench_billion.py (the figures).
+tests/format/test_manifest.py (the memory bound) and bench/bench_index.py (the figures).
+:func:`make_shards` makes the shards as empty files (``ShardDataset`` checks that local
+shards exist; opening, ``len()`` and states read none), and :func:`measure_datasets`
+opens ``tarkit.ShardDataset`` and ``tarkit.IndexedDataset`` over manifests, each in a
+process of its own, with the memory of its DataLoader workers and the size of its states
+(tests/loading/test_billion.py, bench/bench_index.py).
 """
 
 from __future__ import annotations
@@ -149,3 +154,129 @@ def measure_open(manifest: Path, how: str = "table", timeout: float = 120) -> di
     )  # fmt: skip
     figures: dict[str, object] = json.loads(result.stdout)
     return figures
+
+
+def make_shards(directory: Path, shards: int = SHARDS) -> None:
+    """The synthetic shards in ``directory``, as empty files (one ``mknod`` each: about
+    4 s a hundred thousand on a busy machine)."""
+    import stat
+
+    directory.mkdir(parents=True, exist_ok=True)
+    where = os.open(directory, os.O_RDONLY)
+    try:
+        for i in range(shards):
+            os.mknod(PATTERN % i, 0o644 | stat.S_IFREG, dir_fd=where)
+    finally:
+        os.close(where)
+
+
+_DATASETS = """
+import gc, json, os, sys, time
+import torch
+import tarkit
+from torch.utils.data import DataLoader, Dataset, IterableDataset
+from tarkit.errors import InputError, SourceError, UsageError
+
+def status(field):
+    with open("/proc/self/status") as lines:
+        return 1024 * int(next(l for l in lines if l.startswith(field + ":")).split()[1])
+
+def private():
+    # What this process holds alone (USS): a forked worker's pages copied or its own.
+    with open("/proc/self/smaps_rollup") as lines:
+        return 1024 * sum(int(l.split()[1]) for l in lines if l.startswith("Private_"))
+
+def probe(dataset, touch):
+    # In a worker: what the dataset costs it to start reading (the shards are empty
+    # files, so the first read stops there), then its own memory.
+    try:
+        touch(dataset)
+    except (InputError, SourceError, UsageError):
+        pass
+    return {"private": private(), "rss": status("VmRSS")}
+
+class IterableProbe(IterableDataset):
+    def __init__(self, dataset):
+        self.dataset = dataset
+    def __iter__(self):
+        yield probe(self.dataset, lambda d: next(iter(d)))
+
+class MapProbe(Dataset):
+    def __init__(self, dataset, workers):
+        self.dataset, self.workers = dataset, workers
+    def __len__(self):
+        return self.workers
+    def __getitem__(self, i):
+        return probe(self.dataset, lambda d: d[len(d) // (i + 2)])
+
+def measure(kind, manifest, workers):
+    with open("/proc/self/clear_refs", "w") as clear:
+        clear.write("5")
+    before = status("VmHWM")
+    start = time.perf_counter()
+    dataset = (tarkit.ShardDataset if kind == "shard" else tarkit.IndexedDataset)(manifest)
+    samples = len(dataset)
+    figures = {"dataset": kind, "seconds": time.perf_counter() - start,
+               "peak": status("VmHWM") - before, "samples": samples}
+    if kind == "shard":
+        figures["state"] = len(json.dumps(dataset.state_dict()))
+        loader = tarkit.ShardLoader(dataset, batch_size=None, num_workers=workers)
+        figures["loader_state"] = len(json.dumps(loader.state_dict()))
+        probes = IterableProbe(dataset)
+    else:
+        start = time.perf_counter()
+        sampler = tarkit.BlockSampler(dataset, num_replicas=8, rank=3)
+        order = iter(sampler)
+        taken = [next(order) for _ in range(1000)]  # mid-epoch
+        figures["sampler_seconds"] = time.perf_counter() - start
+        figures["sampler_peak"] = status("VmHWM") - before
+        figures["state"] = len(json.dumps(sampler.state_dict()))
+        probes = MapProbe(dataset, workers)
+    parent = private()
+    workers_seen = DataLoader(probes, batch_size=None, num_workers=workers,
+                              multiprocessing_context="fork", timeout=120)
+    figures["workers"] = [dict(w) for w in workers_seen]
+    figures["parent_private"] = parent
+    return figures
+
+workers = int(sys.argv[1])
+tarkit.ShardDataset, tarkit.IndexedDataset, tarkit.BlockSampler, tarkit.ShardLoader  # imported
+for kind, manifest in zip(sys.argv[2::2], sys.argv[3::2]):
+    gc.collect()
+    reader, writer = os.pipe()
+    child = os.fork()
+    if child == 0:  # each dataset opened in a process of its own, tarkit and torch loaded
+        os.close(reader)
+        with os.fdopen(writer, "w") as out:
+            out.write(json.dumps({**measure(kind, manifest, workers), "manifest": manifest}))
+        os._exit(0)
+    os.close(writer)
+    with os.fdopen(reader) as got:
+        text = got.read()
+    os.waitpid(child, 0)
+    print(text, flush=True)
+"""
+
+
+def measure_datasets(
+    cases: list[tuple[str, Path]], workers: int = 2, timeout: float = 300
+) -> list[dict[str, object]]:
+    """Open each ``(dataset, manifest)`` of ``cases`` (``"shard"``: ``tarkit.ShardDataset``;
+    ``"indexed"``: ``tarkit.IndexedDataset``) in a process of its own, forked from one
+    interpreter with tarkit and torch imported. For each: ``seconds`` and ``peak`` (bytes
+    above that process's memory before: Linux's VmHWM, reset by clear_refs) to open it
+    and take its ``len()``, ``samples``; ``state`` (bytes of JSON: ``state_dict()`` of a
+    ShardDataset, of a BlockSampler of 8 ranks 1,000 indices into an epoch for an
+    IndexedDataset) and ``loader_state`` (a ShardLoader's); ``sampler_seconds`` and
+    ``sampler_peak``; and ``workers``, each DataLoader worker's (forked) ``private``
+    memory (USS: the pages it copied or made) and ``rss`` once it has begun reading."""
+    env = {
+        **os.environ,
+        "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]),
+    }
+    arguments = [str(a) for case in cases for a in case]
+    result = subprocess.run(
+        [sys.executable, "-c", _DATASETS, str(workers), *arguments],
+        capture_output=True, text=True, timeout=timeout, env=env, check=True,
+    )  # fmt: skip
+    return [json.loads(line) for line in result.stdout.splitlines() if line.startswith("{")]

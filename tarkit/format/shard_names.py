@@ -212,6 +212,28 @@ def _detect(names: list[str]) -> tuple[str, int] | None:
     return None
 
 
+def numbers_in(pattern: str, lines: str) -> list[int]:
+    """The numbers of the names ``pattern`` (see :func:`is_pattern`) makes among the
+    lines of ``lines``: a directory's listing matched against a million names without
+    making them, in one regular expression (each number once per line it makes).
+
+    >>> numbers_in("s-%03d.tar", "s-012.tar s-12.tar s-1000.tar t.tar s-0120.tar".replace(" ", chr(10)))
+    [12, 1000]
+    >>> numbers_in("%d.tar", chr(10).join(["0.tar", "07.tar", "70.tar"]))
+    [0, 70]
+    """
+    match = _PATTERN.fullmatch(pattern)
+    assert match is not None, pattern
+    suffix = match.group(2)
+    head = pattern[: len(pattern) - len(suffix) - len(match.group(1) or "") - 2]
+    width = int(match.group(1)) if match.group(1) else 1
+    # Exactly as % formats: the padded width, or more digits without a leading zero.
+    digits = f"([0-9]{{{width}}}|[1-9][0-9]{{{width},}})" if width > 1 else "(0|[1-9][0-9]*)"
+    name = re.escape(head.replace("%%", "%")) + digits + re.escape(suffix.replace("%%", "%"))
+    # Led by a literal (the line's start and the name's head), found by a fast search.
+    return list(map(int, re.findall(f"\n{name}(?=\n)", f"\n{lines}\n")))
+
+
 def numbered_names(pattern: str, start: int, stop: int) -> list[str]:
     """``[pattern % n for n in range(start, stop)]``, made a thousand at a time: within a
     thousand from 1,000 on, the names differ only in their last three digits, so each is

@@ -22,6 +22,7 @@ from bisect import bisect_right
 from collections.abc import Iterator, Sequence
 from itertools import accumulate
 from operator import sub
+from typing import overload
 
 from ..errors import InputError
 from ..sizes import MAX_COUNT
@@ -72,6 +73,7 @@ class ShardTable:
         if count and (max(samples) > MAX_COUNT or sum(samples) > MAX_COUNT):
             raise InputError("more than 2**62 samples in a shard, or in all", source=source)
         self._starts = array("q", accumulate(samples, initial=0))
+        self._samples_column: array | None = None
         self._sizes = sizes
         self._sha256 = sha256
 
@@ -173,14 +175,22 @@ class ShardTable:
     def __iter__(self) -> Iterator[ShardInfo]:
         return map(self.info, range(len(self)))
 
+    def entries(self) -> ShardEntries:
+        """The table as a sequence of manifest entries, each made when asked for (what the
+        loader plans from, as from a list of them, without a million objects)."""
+        return ShardEntries(self)
+
     def to_manifest(self) -> Manifest:
         """The table as a version 1 :class:`~tarkit.format.manifest.Manifest` (an object
         per shard: for the callers that take one)."""
         return Manifest(list(self), self.location)
 
     def samples_column(self) -> array:
-        """Samples of each shard, in order."""
-        return array("q", map(sub, self._starts[1:], self._starts[:-1]))
+        """Samples of each shard, in order (made once, 8 bytes a shard; not a copy: do
+        not change it)."""
+        if self._samples_column is None:
+            self._samples_column = array("q", map(sub, self._starts[1:], self._starts[:-1]))
+        return self._samples_column
 
     def columns(self) -> builtins.bytes:
         """The columns file of manifest version 2 (:mod:`~tarkit.format.columns`)."""
@@ -198,6 +208,44 @@ class ShardTable:
 
     def __repr__(self) -> str:
         return f"ShardTable({len(self)} shards, {self.samples} samples, {self.names!r})"
+
+
+class ShardEntries(Sequence[ShardInfo]):
+    """A :class:`ShardTable` as a sequence of :class:`ShardInfo`, made on access."""
+
+    def __init__(self, table: ShardTable) -> None:
+        self.table = table
+        table.samples_column()  # made in the process that opens: forked workers share it
+
+    def __len__(self) -> int:
+        return len(self.table)
+
+    @overload
+    def __getitem__(self, shard: int) -> ShardInfo: ...
+    @overload
+    def __getitem__(self, shard: slice) -> list[ShardInfo]: ...
+    def __getitem__(self, shard: int | slice) -> ShardInfo | list[ShardInfo]:
+        if isinstance(shard, slice):
+            return [self.table.info(i) for i in range(*shard.indices(len(self)))]
+        if shard < 0:
+            shard += len(self)
+        if not 0 <= shard < len(self):
+            raise IndexError(f"shard {shard} of {len(self)}")
+        return self.table.info(shard)
+
+    def __iter__(self) -> Iterator[ShardInfo]:
+        return iter(self.table)
+
+
+def total_samples(infos: Sequence[ShardInfo]) -> int:
+    """Samples in all the shards ``infos`` (a table's total, without a step per shard).
+
+    >>> total_samples([ShardInfo("a.tar", 3, 0), ShardInfo("b.tar", 2, 0)])
+    5
+    """
+    if isinstance(infos, ShardEntries):
+        return infos.table.samples
+    return sum(info.samples for info in infos)
 
 
 def _rebuild(

@@ -21,6 +21,7 @@ from torch.utils.data import IterableDataset, default_collate, get_worker_info
 
 from ..errors import UsageError
 from ..format.manifest import Manifest
+from ..format.shard_table import total_samples
 from ..seeds import KeySplit
 from ..storage import Reconnection, RetryPolicy, resolve_shards, retry_policy
 from ..storage.cache import ShardCache
@@ -36,6 +37,7 @@ from .ranks import rank_and_world
 from .reading import PieceReader
 from .resume import Derive, check_worker_state, resume_point, rotation
 from .runs import INITIAL, WorkerRun
+from .shared import keep_inherited_shared
 from .shuffle import buffer_size
 from .skips import COUNTER_ROWS, WARNED_IDLE, SharedState, SkipCounts
 from .state import LoaderState
@@ -124,13 +126,13 @@ class ShardDataset(IterableDataset):
             sources = {
                 name: resolve_shards(spec, None, storage_options) for name, spec in urls.items()
             }
-            self.urls = [u for found, _ in sources.values() for u in found]
+            self.urls: Sequence[str] = [u for found, _ in sources.values() for u in found]
             self.infos = None
         else:
             if weights is not None or epoch_samples is not None:
                 raise UsageError("weights= and epoch_samples= mix several sources: give urls "
                                  "as a dict of them")  # fmt: skip
-            self.urls, self.infos = resolve_shards(urls, manifest, storage_options)
+            self.urls, self.infos = resolve_shards(urls, manifest, storage_options, compact=True)
         if equal_batches and self.infos is None and not isinstance(urls, Mapping):
             raise UsageError(
                 "equal_batches needs a manifest with sample counts (tarindex -o manifest.json)"
@@ -149,6 +151,9 @@ class ShardDataset(IterableDataset):
         self.rank = rank
         self.world_size = world_size
         self.split = split
+        # Counted once: a table of a million shards is summed (and fingerprinted) once.
+        self._samples = total_samples(self.infos) if self.infos is not None else None
+        self._fingerprint: str | None = None
         self._state = SharedState(len(self.urls))
         self._clock = EpochClock()
         self._reader = PieceReader(
@@ -167,6 +172,7 @@ class ShardDataset(IterableDataset):
                 base += len(found)
             self.mixture = mixture_of(readers, dict(weights) if weights else None, epoch_samples,
                                       seed=seed, shuffle=self.shuffle)  # fmt: skip
+            self._samples = sum(s.total for s in self.mixture.sources)
             # Per source, one row per worker: a worker adds only to its own row.
             self._mixed = torch.zeros((COUNTER_ROWS, len(readers)), dtype=torch.int64)
             self._mixed.share_memory_()
@@ -239,10 +245,10 @@ class ShardDataset(IterableDataset):
             lengths = [plan.length(topology, rank, w) for w in range(topology.workers)]
             size = self.batch_size or 1
             return sum(-(-n // size) for n in lengths)
-        if self.infos is None:
+        if self._samples is None:
             raise TypeError("len() of a ShardDataset needs a manifest with sample counts")
         return splitting.rank_length(
-            sum(info.samples for info in self.infos),
+            self._samples,
             rank=rank,
             world=world,
             equal=self.equal_batches,
@@ -274,16 +280,15 @@ class ShardDataset(IterableDataset):
 
     def _derive(self, epoch: int) -> Derive | None:
         """How positions of other ranks are derived in ``epoch`` (None: no sample counts)."""
-        mixture, infos = self.mixture, self.infos
+        mixture, total = self.mixture, self._samples
         if mixture is not None:
 
             def mixed(history: list[Generation], generation: Generation, rank: int) -> Derived:
                 return mixture.plan(epoch, history).derived(generation, rank)
 
             return mixed
-        if infos is None:
+        if total is None:
             return None
-        total = sum(info.samples for info in infos)
 
         def single(history: list[Generation], generation: Generation, rank: int) -> Derived:
             plan = EpochPlan(total, history, self._shuffling(epoch))
@@ -306,9 +311,8 @@ class ShardDataset(IterableDataset):
             history = []
         if self.mixture is not None:
             return MixRun(self.mixture.plan(epoch, history), topology, rank, worker, position)
-        if self.infos is not None:
-            total = sum(info.samples for info in self.infos)
-            plan = EpochPlan(total, history, self._shuffling(epoch))
+        if self._samples is not None:
+            plan = EpochPlan(self._samples, history, self._shuffling(epoch))
         return WorkerRun(
             self._reader, self.infos, len(self.urls), shuffling=self._shuffling(epoch),
             topology=topology, rank=rank, worker=worker, plan=plan, position=position,
@@ -316,6 +320,8 @@ class ShardDataset(IterableDataset):
 
     def __iter__(self) -> Iterator[Any]:
         info = get_worker_info()
+        if info is not None:
+            keep_inherited_shared()
         physical, workers = (info.id, info.num_workers) if info is not None else (0, 1)
         rank, _ = self.rank_and_world()
         topology = self.topology(workers)
@@ -413,12 +419,10 @@ class ShardDataset(IterableDataset):
 
     def _fresh_state(self, epoch: int) -> LoaderState:
         """The state of a pass of ``epoch`` that has not begun."""
-        if self.mixture is not None:
-            samples: int | None = sum(s.total for s in self.mixture.sources)
-        else:
-            samples = sum(i.samples for i in self.infos) if self.infos is not None else None
+        if self._fingerprint is None:
+            self._fingerprint = dataset_fingerprint(self.mixture, self.urls, self.infos)
         return LoaderState(
-            dataset_fingerprint(self.mixture, self.urls, self.infos), len(self.urls), samples,
+            self._fingerprint, len(self.urls), self._samples,
             self.seed, self.shuffle, epoch, mixture=mixture_settings(self.mixture),
             split=self.split.to_json() if self.split is not None else None,
         )  # fmt: skip
@@ -452,7 +456,7 @@ class ShardDataset(IterableDataset):
             what = f"{len(self.urls)} shards"
             hint = " (a manifest with offsets lets tarkit split shards: tarindex --offsets)"
         else:
-            what = f"{sum(i.samples for i in self.infos)} samples"
+            what = f"{self._samples} samples"
             hint = (
                 f" (in batches of {self.batch_size})"
                 if self.batch_size and self.batch_size > 1

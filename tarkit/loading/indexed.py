@@ -26,6 +26,7 @@ from ..storage import StorageOptions
 from ..storage.cache import ShardCache
 from ..storage.indexed_shards import IndexedShards, KeyTable, open_indexed
 from .reading import sample_dict
+from .shared import keep_inherited_shared
 from .skips import SharedState, SkipCounts, shard_reason
 from .transforms import DROPPED, Transforms
 
@@ -144,6 +145,8 @@ class IndexedDataset(Dataset):
     # -- samples ------------------------------------------------------------------------
 
     def __getitem__(self, index: int) -> Any:
+        if get_worker_info() is not None:
+            keep_inherited_shared()
         position = self._shards.position(index)
         try:
             sample, opened = self._shards.read(position)

@@ -29,6 +29,7 @@ from typing import Any
 
 from ..errors import UsageError
 from ..format.manifest import ShardInfo
+from ..format.shard_table import total_samples
 from ..seeds import stable_seed
 from ..stream.combining import MixSchedule
 from . import splitting
@@ -51,13 +52,13 @@ class Source:
     """One dataset of a mixture: its name, shards, manifest entries and reader."""
 
     name: str
-    urls: list[str]
-    infos: list[ShardInfo]
+    urls: Sequence[str]
+    infos: Sequence[ShardInfo]
     reader: PieceReader
 
     @property
     def total(self) -> int:
-        return sum(info.samples for info in self.infos)
+        return total_samples(self.infos)
 
 
 class Mixture:
@@ -322,7 +323,7 @@ class MixRun:
 
 
 def mixture_of(
-    sources: dict[str, tuple[list[str], list[ShardInfo] | None, PieceReader]],
+    sources: dict[str, tuple[Sequence[str], Sequence[ShardInfo] | None, PieceReader]],
     weights: dict[str, float] | None,
     epoch_samples: int | None,
     *,

@@ -15,11 +15,14 @@ from __future__ import annotations
 
 import bisect
 import random
+from array import array
 from collections.abc import Iterator, Sequence
+from itertools import accumulate
 from typing import Any
 
 from ..errors import InputError, UsageError
 from ..format.manifest import ShardInfo
+from ..format.shard_table import ShardEntries
 from . import splitting
 from .plans import EpochPlan, Runs, Shuffling, Topology, WorkerPosition
 from .reading import PieceReader
@@ -65,12 +68,17 @@ class WorkerRun:
                 assert plan is not None
                 stream = plan.worker_runs(topology, rank, worker)
             self.stream: Runs | None = stream
-            counts = [info.samples for info in infos]
-            ends, total = [], 0
-            for shard in self.order:
-                total += counts[shard]
-                ends.append(total)
-            self._ends = ends
+            # Columns of 8 bytes a shard, not lists of ints: a million shards in a worker.
+            counts = (
+                infos.table.samples_column()
+                if isinstance(infos, ShardEntries)
+                else array("q", [info.samples for info in infos])
+            )
+            self._ends: Sequence[int]  # where the samples of each shard of the order end
+            if isinstance(self.order, range) and isinstance(infos, ShardEntries):
+                self._ends = memoryview(infos.table.starts)[1:]  # the table's own, shared
+            else:
+                self._ends = array("q", accumulate(map(counts.__getitem__, self.order)))
             self._counts = counts
         else:
             self.stream = None

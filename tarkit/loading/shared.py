@@ -1,4 +1,5 @@
-"""A lock that a dataset shares with its DataLoader worker copies, however they start.
+"""What a dataset shares with its DataLoader worker copies: a lock, however they start,
+and the memory a forked worker inherits (:func:`keep_inherited_shared`).
 
 Workers started by ``fork`` inherit the lock the dataset made; workers started by
 ``spawn`` or ``forkserver`` receive it pickled while they are being spawned, which a
@@ -9,8 +10,10 @@ the dataset (``pickle.dumps``, ``copy.deepcopy``) goes without a lock.
 
 from __future__ import annotations
 
+import gc
 import multiprocessing
 import multiprocessing.context
+import os
 from typing import Any
 
 
@@ -39,3 +42,20 @@ class SharedLock:
     def __exit__(self, *exc: object) -> None:
         if self._lock is not None:
             self._lock.release()
+
+
+_frozen_in: int | None = None  # the process that froze its inherited objects
+
+
+def keep_inherited_shared() -> None:
+    """In a DataLoader worker, keep the memory inherited from the main process shared:
+    once per process, move the objects there now out of the collector's reach
+    (``gc.freeze``). A full collection writes into every object it visits, so that a
+    forked worker would copy each page of the main process's objects (torch's and the
+    dataset's: some 40 MB, more than the worker's own work). What the worker makes
+    afterwards is collected as usual; what it inherited lives as long as it does anyway.
+    """
+    global _frozen_in
+    if _frozen_in != os.getpid():
+        _frozen_in = os.getpid()
+        gc.freeze()

@@ -26,14 +26,18 @@ from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
+from itertools import islice
 from typing import Any, NoReturn
 
 from ..errors import UsageError
 from ..format.manifest import ShardInfo
+from ..format.shard_names import numbered_names
+from ..format.shard_table import ShardEntries
 from ..sizes import MAX_COUNT
 from ..storage import location
+from ..storage.manifests import ShardUrls
 from .plans import Generation, Topology, WorkerPosition
 
 FORMAT = "tarkit-loader-state"
@@ -55,14 +59,52 @@ def fingerprint(
 ) -> str:
     """What identifies a dataset's shards, wherever they are: for each source (one, unless
     mixed) its name, its shards' names in order, and their sample counts when known
-    (moving the shards keeps it; renaming one does not)."""
-    described = [
-        [name, [location(u).basename for u in urls],
-         [i.samples for i in infos] if infos is not None else None]
-        for name, urls, infos in sources
-    ]  # fmt: skip
-    text = json.dumps(described, ensure_ascii=True)
-    return hashlib.sha256(text.encode("ascii")).hexdigest()[:32]
+    (moving the shards keeps it; renaming one does not). The SHA-256 of
+    ``[[name, [basename, …], [samples, …] or null], …]`` as JSON, hashed a few thousand
+    shards at a time (a million shards' names and counts are never all made at once).
+
+    >>> fingerprint([("", ["/d/a.tar", "/e/b.tar"], None)])
+    '4d55ac51abf3e06f3f296a87d3ec829a'
+    """
+    digest = hashlib.sha256(b"[")
+    for number, (name, urls, infos) in enumerate(sources):
+        digest.update(f"{', ' if number else ''}[{json.dumps(name)}, ".encode("ascii"))
+        _hash_list(digest, _basenames(urls))
+        digest.update(b", ")
+        if infos is None:
+            digest.update(b"null")
+        else:
+            counts = infos.table.samples_column() if isinstance(infos, ShardEntries) else None
+            _hash_list(digest, iter(counts) if counts is not None else (i.samples for i in infos))
+        digest.update(b"]")
+    digest.update(b"]")
+    return digest.hexdigest()[:32]
+
+
+def _basenames(urls: Sequence[str]) -> Iterator[str]:
+    """The file names of ``urls`` in order (made from their pattern, when they are one)."""
+    if isinstance(urls, ShardUrls) and (pattern := urls.pattern) is not None:
+        tail, first = pattern.rpartition("/")[2], urls.names.first
+        if not set("?#") & set(tail) and location(urls[0]).basename == tail % first:
+            return (
+                name
+                for start in range(first, first + len(urls), _HASHED)
+                for name in numbered_names(tail, start, min(start + _HASHED, first + len(urls)))
+            )
+    return (location(u).basename for u in urls)
+
+
+_HASHED = 4096  # items of a list made and hashed at a time
+
+
+def _hash_list(digest: Any, items: Iterator[Any]) -> None:
+    """Update ``digest`` with the JSON list of ``items``, a few thousand at a time."""
+    digest.update(b"[")
+    separator = ""
+    while chunk := list(islice(items, _HASHED)):
+        digest.update((separator + json.dumps(chunk, ensure_ascii=True)[1:-1]).encode("ascii"))
+        separator = ", "
+    digest.update(b"]")
 
 
 def count_bound(samples: int | None, epoch_samples: int | None = None) -> int:

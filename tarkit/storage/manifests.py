@@ -11,6 +11,7 @@ from __future__ import annotations
 import os
 import posixpath
 from collections.abc import Sequence
+from typing import overload
 
 from ..errors import InputError, SourceError
 from ..format.columns import Buffer
@@ -166,3 +167,65 @@ def manifest_urls(manifest: Manifest, *, opened: bool = True) -> list[str]:
     where = manifest.location
     return [resolve_url(where, shard.url, f"shard {i}", opened=opened)
             for i, shard in enumerate(manifest.shards)]  # fmt: skip
+
+
+class ShardUrls(Sequence[str]):
+    """The shard URLs of a manifest's table, resolved against its location on access
+    (:func:`manifest_urls` without a string per shard: a million of them numbered by one
+    pattern hold the pattern only). Made, the trust rule has refused what the manifest
+    may not name (:func:`~tarkit.storage.resolve_url`): every name of a listed table,
+    the first and last of a pattern, whose names differ only in their digits.
+
+    >>> from tarkit.format.shard_table import ShardTable
+    >>> from tarkit.format.manifest import ShardInfo
+    >>> table = ShardTable.from_infos([ShardInfo(f"s-{i}.tar", 1, 512) for i in range(3)],
+    ...                               location="/data/m.json")
+    >>> urls = ShardUrls(table)
+    >>> len(urls), urls[-1], urls.pattern
+    (3, '/data/s-2.tar', '/data/s-%d.tar')
+    """
+
+    def __init__(self, table: ShardTable) -> None:
+        self.names = table.names
+        self.base = table.location
+        count = len(self.names)
+        checked = range(count) if self.names.pattern is None else {0, count - 1} - {-1}
+        for shard in sorted(checked):
+            resolve_url(self.base, self.names[shard], f"shard {shard}")
+
+    @property
+    def pattern(self) -> str | None:
+        """The URLs as one pattern (``%06d`` for the number) when the names are one and
+        their number lies in the last part of the path; else None."""
+        pattern = self.names.pattern
+        if pattern is None or "/" in pattern.partition("%")[2] or not len(self):
+            return None
+        head, _, tail = self[0].rpartition("/")
+        name_tail = pattern.rpartition("/")[2]
+        if tail != name_tail % self.names.first:
+            return None
+        return head.replace("%", "%%") + "/" + name_tail
+
+    def __len__(self) -> int:
+        return len(self.names)
+
+    @overload
+    def __getitem__(self, shard: int) -> str: ...
+    @overload
+    def __getitem__(self, shard: slice) -> list[str]: ...
+    def __getitem__(self, shard: int | slice) -> str | list[str]:
+        if isinstance(shard, slice):
+            return [self[i] for i in range(*shard.indices(len(self)))]
+        if shard < 0:
+            shard += len(self)
+        return resolve_url(self.base, self.names[shard])
+
+    def __eq__(self, other: object) -> bool:
+        if isinstance(other, ShardUrls):
+            return (self.names, self.base) == (other.names, other.base)
+        return isinstance(other, Sequence) and list(self) == list(other)
+
+    __hash__ = None  # type: ignore[assignment]
+
+    def __repr__(self) -> str:
+        return f"ShardUrls({self.names!r} at {self.base!r})"

@@ -26,7 +26,9 @@ import glob
 import os
 import re
 import stat
+import sys
 from collections.abc import Sequence
+from itertools import islice
 from typing import TYPE_CHECKING, Literal, NamedTuple
 
 from ..errors import InputError, SourceError, UsageError
@@ -35,7 +37,9 @@ from .locations import expand_inputs, location
 
 if TYPE_CHECKING:
     from ..format.manifest import Manifest, ShardInfo
+    from ..format.shard_table import ShardEntries, ShardTable
     from .filesystems import StorageOptions
+    from .manifests import ShardUrls
 
 BUILD_INDEX = "tarindex SHARDS… -o DIR/manifest.json"  # what makes shards random-access
 
@@ -46,7 +50,8 @@ def resolve_shards(
     storage_options: StorageOptions | None = None,
     *,
     missing_ok: bool = False,
-) -> tuple[list[str], list[ShardInfo] | None]:
+    compact: bool = False,
+) -> tuple[Sequence[str], Sequence[ShardInfo] | None]:
     """Shard URLs and, with a manifest, their entries (see :class:`ShardDataset`'s ``urls``).
 
     Without a manifest (None), a ``manifest.json`` beside the shards is used when it
@@ -59,8 +64,12 @@ def resolve_shards(
     the trust rule refuses (:func:`~tarkit.storage.manifest_urls`): shards the caller
     names (``pipe:`` ones too) are read with a manifest's counts, but a manifest's own
     entries never run a command, and a remote one's never name a local file.
+
+    ``compact``: a manifest named alone gives its shards as :class:`ShardUrls` and its
+    table's :class:`~tarkit.format.shard_table.ShardEntries`, never an object per shard (what
+    ``ShardDataset`` opens a million shards with); else lists.
     """
-    from .manifests import load_manifest, manifest_urls  # (not at every tool's start)
+    from .manifests import load_manifest, load_table, manifest_urls  # (not at every tool's start)
 
     beside = manifest is None
     if manifest is False:
@@ -80,6 +89,8 @@ def resolve_shards(
                     holds = what_directory_holds(urls)
                     raise UsageError(f"{urls}: no tar shards in this directory{holds}")
                 urls = [os.path.join(urls, n) for n in names]
+    if isinstance(manifest, str) and compact and urls is None:
+        return _table_shards(load_table(manifest, storage_options), missing_ok)
     if isinstance(manifest, str):
         manifest = load_manifest(manifest, storage_options)
     expanded = None
@@ -119,6 +130,28 @@ def resolve_shards(
             raise UsageError(f"{url}: not in the manifest {manifest.location or ''}".rstrip())
         infos.append(info)
     return expanded, infos
+
+
+def _table_shards(table: ShardTable, missing_ok: bool) -> tuple[ShardUrls, ShardEntries]:
+    """The shards of a manifest's ``table``, checked as :func:`resolve_shards` checks a
+    manifest's entries (a version 1 entry's keys and offsets, one per sample; the trust
+    rule; local shards that exist)."""
+    for shard, (keys, offsets) in table.extras.items():
+        for listed in (keys, offsets):
+            if listed is not None and len(listed) != table.shard_samples(shard):
+                raise InputError(
+                    f"shard {table.name(shard)} lists {len(listed)} keys or offsets for "
+                    f"{table.shard_samples(shard)} samples",
+                    source=table.location or "manifest",
+                )
+    from .manifests import ShardUrls
+
+    if not len(table):
+        raise UsageError(f"{table.location}: the manifest lists no shards")
+    urls = ShardUrls(table)
+    if not missing_ok:
+        check_local_files(urls, "shards")
+    return urls, table.entries()
 
 
 def dataset_manifest(source: str) -> str | None:
@@ -232,7 +265,13 @@ class LocalProblem(NamedTuple):
 def local_problems(specs: Sequence[str]) -> dict[str, LocalProblem]:
     """The local files among ``specs`` that cannot be read as shards, in their order,
     each with its problem (see :func:`check_local_files`): one ``stat`` per file, one
-    listing per directory (and the few above it) for the journals."""
+    listing per directory (and the few above it) for the journals; a manifest's shards
+    numbered in one directory, one listing of it instead (:func:`_numbered_problems`)."""
+    # (ShardUrls come only from a manifest's table: without manifests imported, none is)
+    urls_type = getattr(sys.modules.get(f"{__package__}.manifests"), "ShardUrls", None)
+    if urls_type is not None and isinstance(specs, urls_type):
+        if (numbered := _numbered_problems(specs)) is not None:
+            return numbered
     problems: dict[str, LocalProblem] = {}
     files = [spec for spec in specs if location(spec).is_file]
     if files:  # (commits are imported here: a tool reading stdin starts without them)
@@ -253,6 +292,86 @@ def local_problems(specs: Sequence[str]) -> dict[str, LocalProblem]:
             continue  # (opening it says what is wrong)
     order = {spec: i for i, spec in enumerate(specs)}
     return dict(sorted(problems.items(), key=lambda item: order[item[0]]))
+
+
+def _numbered_problems(urls: ShardUrls) -> dict[str, LocalProblem] | None:
+    """:func:`local_problems` of a manifest's local shards numbered by one pattern in one
+    directory, from one listing of it (read a few thousand names at a time, their numbers
+    found by one regular expression, the journals of unfinished commits among them too),
+    rather than a ``stat`` per file, which at a million shards takes many seconds; None
+    for other shards."""
+    from ..format.shard_names import numbers_in
+    from .unfinished import JOURNAL_ENDING, journals_above
+
+    pattern = urls.pattern
+    where = location(urls[0])
+    if pattern is None or not where.is_file:
+        return None
+    directory = os.path.dirname(os.path.abspath(where.path))
+    first, count = urls.names.first, len(urls)
+    tail = pattern.rpartition("/")[2]
+    listed: bytearray | None = None  # which shards are there, once some are missing
+    problems: dict[int, LocalProblem] = {}  # by position
+    while True:
+        present, journals = 0, []
+        try:
+            with os.scandir(directory) as entries:
+                while chunk := list(islice(entries, _LISTED)):
+                    names = "\n".join([entry.name for entry in chunk if not entry.is_dir()])
+                    journals += [n for n in _hidden(names) if n.endswith(JOURNAL_ENDING)]
+                    numbers = numbers_in(tail, names)  # each once: a name is listed once
+                    if listed is not None:
+                        for number in numbers:
+                            if first <= number < first + count:
+                                listed[number - first] = 1
+                        folders = "\n".join([e.name for e in chunk if e.is_dir()])
+                        for number in numbers_in(tail, folders):
+                            if first <= number < first + count:
+                                shard = number - first
+                                listed[shard] = 1
+                                problems[shard] = LocalProblem(urls[shard], "directory")
+                    elif numbers and first <= min(numbers) and max(numbers) < first + count:
+                        present += len(numbers)
+                    else:
+                        present += sum(first <= n < first + count for n in numbers)
+        except FileNotFoundError:
+            pass  # every shard is missing
+        except OSError:
+            return None  # not listable: each file is asked
+        if present == count or listed is not None:
+            break
+        listed = bytearray(count)  # some are missing: which (listed again), and why
+    missing = listed.find(0) if listed is not None else -1
+    while missing >= 0:
+        problems[missing] = LocalProblem(urls[missing], "missing")
+        missing = listed.find(0, missing + 1)  # type: ignore[union-attr]
+    above = {directory: [os.path.join(directory, name) for name in journals]}
+    for journal, changed in journals_above(directory, above).items():
+        names = "\n".join(os.path.basename(p) for p in changed if os.path.dirname(p) == directory)
+        for number in numbers_in(tail, names):
+            if first <= number < first + count:
+                shard = number - first
+                problems[shard] = LocalProblem(urls[shard], "unfinished", journal)
+    return {problem.spec: problem for _, problem in sorted(problems.items())}
+
+
+_LISTED = 1 << 14  # names of a directory matched at a time
+
+
+def _hidden(listing: str) -> list[str]:
+    """The names starting with a dot among the lines of ``listing`` (a few among a
+    million: found by searching, not by a step per line).
+
+    >>> _hidden(chr(10).join([".a", "b", ".c.commit.json", "d"]))
+    ['.a', '.c.commit.json']
+    """
+    text, names = "\n" + listing, []
+    start = text.find("\n.")
+    while start != -1:
+        end = text.find("\n", start + 1)
+        names.append(text[start + 1 : end if end != -1 else None])
+        start = text.find("\n.", start + 1)
+    return names
 
 
 def _expand_globs(urls: list[str]) -> list[str]:

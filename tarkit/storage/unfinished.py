@@ -37,22 +37,36 @@ def unfinished_files(urls: Sequence[str]) -> dict[str, str]:
     named: dict[str, set[str]] = {}  # journal: the absolute paths it changes
     found: dict[str, str] = {}
     for directory, files in by_directory.items():
-        journals: list[str] = []
-        for _ in range(JOURNAL_DEPTH + 1):
-            if directory not in listed:
-                pattern = os.path.join(glob.escape(directory), f".*{JOURNAL_ENDING}")
-                listed[directory] = glob.glob(pattern)
-            journals += listed[directory]
-            directory, child = os.path.dirname(directory), directory
-            if directory == child:
-                break
-        for journal in journals:
-            if journal not in named:
-                named[journal] = _changed_files(journal)
+        for journal, changed in journals_above(directory, listed, named).items():
             for url, path in files:
-                if path in named[journal]:
+                if path in changed:
                     found.setdefault(url, journal)
     return found
+
+
+def journals_above(
+    directory: str,
+    listed: dict[str, list[str]] | None = None,
+    named: dict[str, set[str]] | None = None,
+) -> dict[str, set[str]]:
+    """The journals of unfinished commits in the local ``directory`` (absolute) and the
+    :data:`JOURNAL_DEPTH` directories above it, each with the absolute paths it changes;
+    ``listed`` and ``named`` keep the listings and journals read, for the next call."""
+    listed = {} if listed is None else listed
+    named = {} if named is None else named
+    journals: list[str] = []
+    for _ in range(JOURNAL_DEPTH + 1):
+        if directory not in listed:
+            pattern = os.path.join(glob.escape(directory), f".*{JOURNAL_ENDING}")
+            listed[directory] = glob.glob(pattern)
+        journals += listed[directory]
+        directory, child = os.path.dirname(directory), directory
+        if directory == child:
+            break
+    for journal in journals:
+        if journal not in named:
+            named[journal] = _changed_files(journal)
+    return {journal: named[journal] for journal in journals}
 
 
 def _changed_files(journal: str) -> set[str]:

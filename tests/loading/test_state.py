@@ -400,3 +400,20 @@ def test_a_state_past_the_end_of_the_shards_is_refused_with_or_without_a_manifes
         with pytest.raises(UsageError, match="a worker had taken 1000 samples of its share"):
             list(loader)
         assert time.monotonic() - started < 2
+
+
+@pytest.mark.parametrize("names", ["s-%05d.tar", "listed"])
+def test_a_manifests_table_has_the_fingerprint_of_its_list_of_entries(names: str) -> None:
+    from tarkit.format.manifest import ShardInfo
+    from tarkit.format.shard_table import ShardTable
+    from tarkit.loading.state import fingerprint
+    from tarkit.storage.manifests import ShardUrls
+
+    shards = 9000  # past the few thousand hashed at a time
+    named = [names % n if names != "listed" else f"{n}-{n % 7}.tar" for n in range(shards)]
+    infos = [ShardInfo(name, n % 5, 0) for n, name in enumerate(named)]
+    table = ShardTable.from_infos(infos, location="/data/m.json")
+    urls = ShardUrls(table)
+    assert (urls.pattern is None) == (names == "listed")
+    expected = fingerprint([("", [f"/data/{name}" for name in named], infos)])
+    assert fingerprint([("", urls, table.entries())]) == expected

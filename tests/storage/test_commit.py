@@ -186,3 +186,32 @@ def test_a_journal_above_the_shards_is_found_by_readers_and_a_link_out_is_refuse
     ):
         ShardWriter(pattern, mode="overwrite")
     assert (victim / "x.tar").read_text() == "not a shard of this set"
+
+
+def test_a_manifests_numbered_shards_are_checked_by_one_listing_as_by_a_stat_each(
+    tmp_path: Path,
+) -> None:
+    from tarkit.format.manifest import ShardInfo
+    from tarkit.format.shard_table import ShardTable
+    from tarkit.storage.manifests import ShardUrls
+    from tarkit.storage.shards import local_problems
+
+    out, _, _ = stopped_commit(tmp_path)  # s-0…s-4 named by its journal
+    for n in range(5, 9):
+        (out / f"s-{n}.tar").write_bytes(b"")
+    (out / "s-6.tar").unlink()
+    (out / "s-7.tar").unlink()
+    (out / "s-7.tar").mkdir()
+    (out / "s-10.tar").mkdir()  # past the manifest's shards: not one of them
+    infos = [ShardInfo(f"s-{n}.tar", 1, 0) for n in range(10)]
+    urls = ShardUrls(ShardTable.from_infos(infos, location=str(out / "m.json")))
+    assert urls.pattern == str(out / "s-%d.tar")
+    listed = local_problems(urls)
+    assert listed == local_problems(list(urls))  # the same problems, in the same order
+    assert {spec[len(str(out)) + 1 :]: p.what for spec, p in listed.items()} == {
+        **{f"s-{n}.tar": "unfinished" for n in range(5)},
+        "s-6.tar": "missing", "s-7.tar": "directory", "s-9.tar": "missing",
+    }  # fmt: skip
+    with pytest.raises(SourceError) as raised:
+        check_local_files(urls, "shards")
+    assert raised.value.reason == SourceError.UNFINISHED
