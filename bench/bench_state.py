@@ -157,7 +157,7 @@ def _resume_rows(manifest: str, workdir: Path, repeat: int) -> list[str]:
 def _state_size() -> int:
     from tarkit.format.manifest import Manifest, ShardInfo
     from tarkit.loading import ShardDataset
-    from tarkit.loading.plans import Generation, Topology, WorkerPosition
+    from tarkit.loading.epoch_layout import Generation, Topology, WorkerPosition
     from tarkit.loading.state import LoaderState
 
     shards = [ShardInfo(f"http://127.0.0.1:9/s-{i:05d}.tar", 1000, 1 << 20) for i in range(10_000)]

@@ -211,7 +211,7 @@ def test_no_exception_class_is_defined_outside_errors_py() -> None:
 
 
 ARCHITECTURE = ROOT / "docs" / "architecture.md"
-# A module as the map names it: its path below tarkit/, in backticks (`loading/plans.py`).
+# A module as the map names it: its path below tarkit/, in backticks (`loading/epoch_layout.py`).
 MAP_NAME = re.compile(r"`((?:\w+/)*\w+\.(?:py|c))`")
 
 

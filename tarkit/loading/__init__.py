@@ -4,7 +4,7 @@ Importing anything of this folder imports torch; elsewhere torch is imported onl
 the functions that need it (``format/encoding.py``, ``writing/workers.py``, ``demo.py``),
 so ``import tarkit`` and the shell tools never load it. Which shards a source names is
 :mod:`tarkit.storage.shards`' and the tar reading :mod:`tarkit.format`'s: the epochs,
-plans, shuffle, batching and hand-over to the main process are this folder's.
+their layouts, shuffle, batching and hand-over to the main process are this folder's.
 
 :class:`ShardDataset` gives every sample exactly once per epoch over ranks and DataLoader
 workers; :func:`loader` is a DataLoader over it that batches inside the workers.

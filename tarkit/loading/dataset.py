@@ -1,7 +1,7 @@
 """A torch ``IterableDataset`` over tar shards that gives every sample exactly once.
 
 :class:`ShardDataset` puts together the loader's parts, one module each (which shards:
-:mod:`~tarkit.storage.shards`; epochs, plans, a worker's run, reading, shuffle,
+:mod:`~tarkit.storage.shards`; epochs, their layouts, a worker's run, reading, shuffle,
 transforms, batching, the hand-over: this folder's modules) in one generator chain, built
 by :meth:`ShardDataset.__iter__` and drawn sample by sample in docs/architecture.md.
 Samples are webdataset-style dicts (``__key__``, ``__url__`` and the fields, lowercased,
@@ -28,11 +28,18 @@ from ..storage.cache import ShardCache
 from . import splitting
 from .batching import batches, padded
 from .collate import collate
+from .epoch_layout import (
+    EpochLayout,
+    Generation,
+    Shuffling,
+    Topology,
+    WorkerPosition,
+    derive_positions,
+)
 from .epochs import EpochClock
 from .handoff import BUNDLE, handed_over
 from .key_split import check_resumable, check_split, kept, no_length
 from .mixing import MixRun, Mixture, dataset_fingerprint, mixture_of, mixture_settings
-from .plans import EpochPlan, Generation, Shuffling, Topology, WorkerPosition, derive_positions
 from .ranks import rank_and_world
 from .reading import PieceReader
 from .resume import Derive, check_worker_state, resume_point, rotation
@@ -241,8 +248,8 @@ class ShardDataset(IterableDataset):
         rank, world = self.rank_and_world()
         if self.mixture is not None:
             topology = self.topology(workers)
-            plan = self.mixture.plan(self.epoch if epoch is None else epoch, [])
-            lengths = [plan.length(topology, rank, w) for w in range(topology.workers)]
+            layout = self.mixture.layout(self.epoch if epoch is None else epoch, [])
+            lengths = [layout.length(topology, rank, w) for w in range(topology.workers)]
             size = self.batch_size or 1
             return sum(-(-n // size) for n in lengths)
         if self._samples is None:
@@ -284,16 +291,16 @@ class ShardDataset(IterableDataset):
         if mixture is not None:
 
             def mixed(history: list[Generation], generation: Generation, rank: int) -> Derived:
-                return mixture.plan(epoch, history).derived(generation, rank)
+                return mixture.layout(epoch, history).derived(generation, rank)
 
             return mixed
         if total is None:
             return None
 
         def single(history: list[Generation], generation: Generation, rank: int) -> Derived:
-            plan = EpochPlan(total, history, self._shuffling(epoch))
+            layout = EpochLayout(total, history, self._shuffling(epoch))
             topology = generation.topology
-            sizes = [len(plan.worker_runs(topology, rank, w)) for w in range(topology.workers)]
+            sizes = [len(layout.worker_runs(topology, rank, w)) for w in range(topology.workers)]
             return derive_positions(sizes, topology.batch_size, generation.delivered)
 
         return single
@@ -302,7 +309,7 @@ class ShardDataset(IterableDataset):
         self, epoch: int, topology: Topology, rank: int, worker: int, resume: LoaderState | None
     ) -> WorkerRun | MixRun:
         """The run of one (logical) worker over ``epoch``, from ``resume`` if given."""
-        plan = None
+        layout = None
         position = None
         if resume is not None:
             derive = self._derive(epoch)
@@ -310,12 +317,12 @@ class ShardDataset(IterableDataset):
         else:
             history = []
         if self.mixture is not None:
-            return MixRun(self.mixture.plan(epoch, history), topology, rank, worker, position)
+            return MixRun(self.mixture.layout(epoch, history), topology, rank, worker, position)
         if self._samples is not None:
-            plan = EpochPlan(self._samples, history, self._shuffling(epoch))
+            layout = EpochLayout(self._samples, history, self._shuffling(epoch))
         return WorkerRun(
             self._reader, self.infos, len(self.urls), shuffling=self._shuffling(epoch),
-            topology=topology, rank=rank, worker=worker, plan=plan, position=position,
+            topology=topology, rank=rank, worker=worker, layout=layout, position=position,
         )  # fmt: skip
 
     def __iter__(self) -> Iterator[Any]:
@@ -363,7 +370,7 @@ class ShardDataset(IterableDataset):
         mixed = self._mixed[physical % COUNTER_ROWS] if isinstance(run, MixRun) else None
         items = _counted(items, run, mixed)
         if self.in_loader:
-            generation = run.plan.generation if run.plan is not None else 0
+            generation = run.layout.generation if run.layout is not None else 0
             items = handed_over(items, run, epoch, generation, self.bundle if info else 1)
         return items
 
@@ -390,7 +397,7 @@ class ShardDataset(IterableDataset):
             if self._resume is not None:
                 return self._resume.to_json()
             return self._fresh_state(self._clock.next_epoch).to_json()
-        history = list(run.plan.history) if run.plan is not None else []
+        history = list(run.layout.history) if run.layout is not None else []
         generation = Generation(run.topology, run.position.items, run.rank, [run.snapshot()])
         state = self._fresh_state(run.shuffling.epoch)
         state.history, state.generation, state.covers = history, generation, [run.worker]

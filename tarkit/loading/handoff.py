@@ -1,7 +1,7 @@
 """What a worker of a :class:`~tarkit.loading.ShardLoader` hands the main process.
 
 Each item travels as a :class:`Delivery`: the batch, and where the worker stood after it
-(its logical number and :class:`~tarkit.loading.plans.WorkerPosition`), so that the
+(its logical number and :class:`~tarkit.loading.epoch_layout.WorkerPosition`), so that the
 loader's :meth:`~tarkit.loading.ShardLoader.state_dict` knows exactly what every worker
 has delivered — not what it has prefetched.
 
@@ -34,7 +34,7 @@ from torch._utils import ExceptionWrapper
 from torch.utils.data import get_worker_info
 
 from ..errors import CarriedError, TarkitError
-from .plans import WorkerPosition
+from .epoch_layout import WorkerPosition
 from .transport import Packed, unpacked
 
 BUNDLE = 8  # batches without tensors a worker hands over at most in one item

@@ -27,7 +27,7 @@ from typing import Any
 
 from ..errors import UsageError
 from ..seeds import KeySplit
-from .plans import Topology
+from .epoch_layout import Topology
 from .state import LoaderState
 
 

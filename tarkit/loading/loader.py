@@ -10,8 +10,8 @@ from typing import Any
 from torch.utils.data import DataLoader
 
 from .dataset import ShardDataset
+from .epoch_layout import Generation, WorkerPosition
 from .handoff import BUNDLE, Delivery, Interleaved, WorkerError
-from .plans import Generation, WorkerPosition
 from .skips import SkipCounts
 from .state import LoaderState
 from .transport import forget, unpacked

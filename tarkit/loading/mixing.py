@@ -33,8 +33,8 @@ from ..format.shard_table import total_samples
 from ..seeds import stable_seed
 from ..stream.combining import MixSchedule
 from . import splitting
-from .plans import (
-    EpochPlan,
+from .epoch_layout import (
+    EpochLayout,
     Generation,
     Runs,
     Shuffling,
@@ -96,18 +96,18 @@ class Mixture:
         """Sources are split sample by sample: the mix, not a source, makes the batches."""
         return Topology(topology.world, topology.workers, None)
 
-    def plan(self, epoch: int, history: Sequence[Generation]) -> MixPlan:
-        """The mixture's plan of ``epoch`` after the generations ``history``."""
+    def layout(self, epoch: int, history: Sequence[Generation]) -> MixLayout:
+        """The mixture's layout of ``epoch`` after the generations ``history``."""
         remaining = [Runs([(0, s.total)]) for s in self.sources]
-        earlier: list[MixPlan] = []
+        earlier: list[MixLayout] = []
         for number, generation in enumerate(history):
-            before = MixPlan(self, epoch, number, remaining, history[:number], earlier[:])
+            before = MixLayout(self, epoch, number, remaining, history[:number], earlier[:])
             earlier.append(before)
             remaining = before.left_after(generation)
-        return MixPlan(self, epoch, len(history), remaining, history, earlier)
+        return MixLayout(self, epoch, len(history), remaining, history, earlier)
 
 
-class MixPlan:
+class MixLayout:
     """One generation of a mixed epoch: what is left of each source, and each worker's
     length (slots)."""
 
@@ -118,14 +118,14 @@ class MixPlan:
         generation: int,
         remaining: list[Runs],
         history: Sequence[Generation],
-        earlier: Sequence[MixPlan] = (),
+        earlier: Sequence[MixLayout] = (),
     ) -> None:
         self.mixture = mixture
         self.epoch = epoch
         self.generation = generation
         self.remaining = remaining
         self.history = list(history)
-        # The plans of the generations before, made once: asking the mixture for them
+        # The layouts of the generations before, made once: asking the mixture for them
         # again would cost time exponential in the generations.
         self.earlier = list(earlier)
         self._before: int | None = None
@@ -134,14 +134,16 @@ class MixPlan:
 
     def stream(self, topology: Topology, rank: int, worker: int, source: int) -> Runs:
         """A worker's share of what is left of a source."""
-        plan = EpochPlan(0, (), self.mixture.shuffling(self.epoch, source), self.remaining[source])
-        return plan.worker_runs(Mixture.source_topology(topology), rank, worker)
+        layout = EpochLayout(
+            0, (), self.mixture.shuffling(self.epoch, source), self.remaining[source]
+        )
+        return layout.worker_runs(Mixture.source_topology(topology), rank, worker)
 
     def full_stream(self, topology: Topology, rank: int, worker: int, source: int) -> Runs:
         """A worker's share of a whole source (what a source read again goes over)."""
         total = self.mixture.sources[source].total
-        plan = EpochPlan(total, (), self.mixture.shuffling(self.epoch, source))
-        return plan.worker_runs(Mixture.source_topology(topology), rank, worker)
+        layout = EpochLayout(total, (), self.mixture.shuffling(self.epoch, source))
+        return layout.worker_runs(Mixture.source_topology(topology), rank, worker)
 
     def length(self, topology: Topology, rank: int, worker: int) -> int:
         """The slots worker ``worker`` of rank ``rank`` fills in this generation."""
@@ -222,25 +224,27 @@ class MixRun:
 
     def __init__(
         self,
-        plan: MixPlan,
+        layout: MixLayout,
         topology: Topology,
         rank: int,
         worker: int,
         position: WorkerPosition | None = None,
     ) -> None:
-        self.plan = plan
+        self.layout = layout
         self.topology = topology
         self.rank = rank
         self.worker = worker
-        mixture = plan.mixture
-        self.shuffling = mixture.shuffling(plan.epoch, 0)
+        mixture = layout.mixture
+        self.shuffling = mixture.shuffling(layout.epoch, 0)
         start = position or WorkerPosition()
         parts = [list(p) for p in start.parts] or [[] for _ in mixture.sources]
         self.position = WorkerPosition(start.taken, start.taken, start.items, start.ended, [],
                                        parts)  # fmt: skip
-        self.schedule = mixture.schedule(plan.epoch, plan.generation, rank, worker)
-        self.length = plan.length(topology, rank, worker)
-        self.streams = [plan.stream(topology, rank, worker, s) for s in range(len(mixture.sources))]
+        self.schedule = mixture.schedule(layout.epoch, layout.generation, rank, worker)
+        self.length = layout.length(topology, rank, worker)
+        self.streams = [
+            layout.stream(topology, rank, worker, s) for s in range(len(mixture.sources))
+        ]
         self.counts = [0] * len(mixture.sources)  # samples of each source handed on
 
     @property
@@ -254,9 +258,9 @@ class MixRun:
     def _place(self, source: int, draws: int) -> tuple[int, int, Runs]:
         """(pass, samples taken in it, the pass's stream) of a source drawn ``draws`` times."""
         first = len(self.streams[source])
-        if draws < first or self.plan.mixture.epoch_samples is None:
+        if draws < first or self.layout.mixture.epoch_samples is None:
             return 0, draws, self.streams[source]
-        again = self.plan.full_stream(self.topology, self.rank, self.worker, source)
+        again = self.layout.full_stream(self.topology, self.rank, self.worker, source)
         if not len(again):
             return 1, 0, again
         cycle, taken = divmod(draws - first, len(again))
@@ -264,13 +268,13 @@ class MixRun:
 
     def _source_run(self, source: int, draws: int) -> WorkerRun:
         cycle, taken, stream = self._place(source, draws)
-        mixture = self.plan.mixture
+        mixture = self.layout.mixture
         info = mixture.sources[source]
         lost = self.position.parts[source]
         return WorkerRun(
-            info.reader, info.infos, len(info.urls), shuffling=mixture.shuffling(self.plan.epoch, source),
+            info.reader, info.infos, len(info.urls), shuffling=mixture.shuffling(self.layout.epoch, source),
             topology=Mixture.source_topology(self.topology), rank=self.rank, worker=self.worker,
-            plan=EpochPlan(0, self.plan.history, mixture.shuffling(self.plan.epoch, source), stream),
+            layout=EpochLayout(0, self.layout.history, mixture.shuffling(self.layout.epoch, source), stream),
             position=WorkerPosition(taken, taken, 0, False, lost), stream=stream, cycle=cycle,
         )  # fmt: skip
 
@@ -278,10 +282,12 @@ class MixRun:
         """What this worker had not delivered of its current pass over a source."""
         draws = self.schedule.draws(self.position.taken)[source]
         cycle, taken, stream = self._place(source, draws)
-        plan = EpochPlan(0, (), self.plan.mixture.shuffling(self.plan.epoch, source), stream)
+        layout = EpochLayout(
+            0, (), self.layout.mixture.shuffling(self.layout.epoch, source), stream
+        )
         position = WorkerPosition(taken, taken, 0, False, self.position.parts[source])
-        return plan.worker_left(
-            self.plan.generation, self.rank, self.worker, stream, position, cycle
+        return layout.worker_left(
+            self.layout.generation, self.rank, self.worker, stream, position, cycle
         )
 
     def samples(self) -> Iterator[dict[str, Any]]:
@@ -299,7 +305,7 @@ class MixRun:
                     runs[source], iterators[source] = run, run.samples()
                 item = next(iterators[source], None)  # type: ignore[arg-type]
                 if item is None:
-                    if self.plan.mixture.epoch_samples is None:
+                    if self.layout.mixture.epoch_samples is None:
                         return  # a bad shard took samples with it: the first to run out
                     iterators[source] = None  # read the source again
             draws[source] += 1

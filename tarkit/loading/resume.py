@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from ..errors import UsageError
-from .plans import Generation, Topology, WorkerPosition
+from .epoch_layout import Generation, Topology, WorkerPosition
 from .state import LoaderState
 
 # (generations before, the checkpointed one, a rank) → that rank's workers' positions

@@ -1,8 +1,8 @@
 """One worker's pass over its part of an epoch: what it reads, its shuffle, how far it got.
 
-A :class:`WorkerRun` turns the worker's part of the epoch (:mod:`tarkit.loading.plans`)
+A :class:`WorkerRun` turns the worker's part of the epoch (:mod:`tarkit.loading.epoch_layout`)
 into a stream of samples through the shuffle buffer, counting as it goes
-(:class:`~tarkit.loading.plans.WorkerPosition`: samples taken out of the shuffle, samples
+(:class:`~tarkit.loading.epoch_layout.WorkerPosition`: samples taken out of the shuffle, samples
 read into it, whether the stream ended, spans lost to bad shards). Started at a position
 (a checkpoint), it refills the shuffle buffer with exactly the samples it held — reading
 only those, by their manifest offsets — and reads on from where the stream stood.
@@ -24,7 +24,7 @@ from ..errors import InputError, UsageError
 from ..format.manifest import ShardInfo
 from ..format.shard_table import ShardEntries
 from . import splitting
-from .plans import EpochPlan, Runs, Shuffling, Topology, WorkerPosition
+from .epoch_layout import EpochLayout, Runs, Shuffling, Topology, WorkerPosition
 from .reading import PieceReader
 from .shuffle import replay, shuffled
 
@@ -44,7 +44,7 @@ class WorkerRun:
         topology: Topology,
         rank: int,
         worker: int,
-        plan: EpochPlan | None,
+        layout: EpochLayout | None,
         position: WorkerPosition | None = None,
         stream: Runs | None = None,
         cycle: int = 0,
@@ -55,7 +55,7 @@ class WorkerRun:
         self.topology = topology
         self.rank = rank
         self.worker = worker
-        self.plan = plan
+        self.layout = layout
         self.cycle = cycle
         start = position or WorkerPosition()
         self.position = WorkerPosition(start.taken, start.read, start.items, start.ended,
@@ -65,8 +65,8 @@ class WorkerRun:
         )
         if infos is not None:
             if stream is None:
-                assert plan is not None
-                stream = plan.worker_runs(topology, rank, worker)
+                assert layout is not None
+                stream = layout.worker_runs(topology, rank, worker)
             self.stream: Runs | None = stream
             # Columns of 8 bytes a shard, not lists of ints: a million shards in a worker.
             counts = (
@@ -103,7 +103,7 @@ class WorkerRun:
         )
 
     def rng(self) -> random.Random:
-        generation = self.plan.generation if self.plan is not None else 0
+        generation = self.layout.generation if self.layout is not None else 0
         return self.shuffling.rng(generation, self.rank, self.worker, self.cycle)
 
     def samples(self) -> Iterator[dict[str, Any]]:

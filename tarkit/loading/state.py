@@ -38,7 +38,7 @@ from ..format.shard_table import ShardEntries
 from ..sizes import MAX_COUNT
 from ..storage import location
 from ..storage.manifests import ShardUrls
-from .plans import Generation, Topology, WorkerPosition
+from .epoch_layout import Generation, Topology, WorkerPosition
 
 FORMAT = "tarkit-loader-state"
 VERSION = 1

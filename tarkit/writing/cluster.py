@@ -67,7 +67,7 @@ from .patterns import (
     settle_earlier_run,
 )
 from .rejects import Rejected, save_rejects
-from .shard_records import completed_ranges, first_uncounted, plan_digest, remove_records
+from .shard_records import completed_ranges, first_uncounted, remove_records, run_digest
 
 TICK = 0.5  # seconds between progress reports while waiting
 PIECE_SECONDS = 1.0  # the work an encode task aims at
@@ -109,7 +109,7 @@ class ClusterRun:
         # Workers write shards where the driver means: not relative to their own cwd.
         self.target = pattern.target
         self.compression = pattern.compression
-        self.plan = plan_digest(order, maxcount, maxsize, self.compression)
+        self.run_digest = run_digest(order, maxcount, maxsize, self.compression)
         if settle_earlier_run(pattern, self.options):
             report(Tally(message=finished_earlier(pattern)))
         existing = existing_shards(pattern, start, self.options)
@@ -118,7 +118,7 @@ class ClusterRun:
         overwrite = mode == OVERWRITE
         self.replaced = replaced_files(pattern, existing, start, self.options) if overwrite else []
         self.indexes = SetIndexes(pattern, manifest, overwrite, self.options)
-        covered = completed_ranges(pattern, start, self.plan, rejects if skipping else None,
+        covered = completed_ranges(pattern, start, self.run_digest, rejects if skipping else None,
                                    self.options, self.indexes.on) if mode == RESUME else []  # fmt: skip
         # The items whose samples are all in complete shards: not encoded again.
         lows = ((c.first[0] + (c.first[1] > 0), c.end[0]) for c in covered)
@@ -295,7 +295,7 @@ class ClusterRun:
             first=cut.first, slots=tuple(tuple(slots) for _, slots in cut.groups),
             rejects=tuple(cut.rejects), stop=cut.stop, known=cut.known, last=cut.last,
             sentinel=cut.sentinel, uneven_from=cut.uneven_from,
-            maxcount=self.maxcount, maxsize=self.maxsize, plan=self.plan,
+            maxcount=self.maxcount, maxsize=self.maxsize, run_digest=self.run_digest,
             storage_options=self.options,
             index_place=self.indexes.place(name) if self.indexes.on else None,
         )  # fmt: skip

@@ -134,7 +134,7 @@ class WriteTask:
     """Write shard ``number`` to ``path`` (its name, or its pending name under
     ``mode="overwrite"``, and so its record: :attr:`record_at`) from the samples
     ``slots`` (one tuple per input payload) and publish it, with its index at
-    ``index_place`` (when given) and its record (when ``plan`` is given) first; see the module docstring for ``known``, ``stop``, ``last`` and
+    ``index_place`` (when given) and its record (when ``run_digest`` is given) first; see the module docstring for ``known``, ``stop``, ``last`` and
     ``sentinel``. ``uneven_from`` is the first position of the item order whose item gave
     other than one sample, as far as the driver has walked (None: none)."""
 
@@ -151,7 +151,7 @@ class WriteTask:
     sentinel: int | None
     maxcount: int
     maxsize: int
-    plan: str | None
+    run_digest: str | None
     storage_options: dict[str, Any] | None = None
     uneven_from: int | None = None
     attempt: int = 1
@@ -220,11 +220,11 @@ class WriteTask:
                 data = index.finish()
                 publish(self.index_place, data, options)  # type: ignore[arg-type]
                 index_size, digest = len(data), index_digest(data)
-            record = ShardRecord(plan=self.plan or "", first=self.first, end=end,
+            record = ShardRecord(run=self.run_digest or "", first=self.first, end=end,
                                  first_size=len(first[1]), rejects=rejects, held=held,
                                  uneven=uneven, index=digest)  # fmt: skip
             written = 0
-            if self.plan is not None:
+            if self.run_digest is not None:
                 written = write_record(self.name, record, info, options, self.record_at)
             staged.publish()
         return Written(number=self.number, info=info, record=record, record_size=written,

@@ -48,8 +48,8 @@ from .shard_records import (
     completed_ranges,
     counted_end,
     first_uncounted,
-    plan_digest,
     remove_records,
+    run_digest,
     write_record,
 )
 from .shard_writer import ShardWriter
@@ -95,11 +95,11 @@ def write_here(
     them) into the shards ``pattern`` names, on this machine (see the module docstring);
     return the manifest and the items left out. ``report`` is called after each item."""
     options = storage_options
-    plan = plan_digest(order or [], maxcount, parse_size(maxsize, "maxsize"),
-                       pattern.compression)  # fmt: skip
+    digest = run_digest(order or [], maxcount, parse_size(maxsize, "maxsize"),
+                        pattern.compression)  # fmt: skip
     if settle_earlier_run(pattern, options):  # (before a resume looks at the shards)
         report(Tally(message=finished_earlier(pattern)))
-    covered = _resumable(pattern, start, plan, rejects if skipping else None, options, mode,
+    covered = _resumable(pattern, start, digest, rejects if skipping else None, options, mode,
                          indexed_pattern(pattern, manifest))  # fmt: skip
     rejected = [r for c in covered for r in [*(c.unplaced or []), *(r for _, r in c.rejects)]]
     published: list[int | None] = [len(rejected) if covered else None]  # in the rejects file
@@ -119,7 +119,7 @@ def write_here(
         beside = None
         if walk.recording:
             assert walk.first_sample is not None
-            record = ShardRecord(plan=plan, first=walk.first, end=walk.point,
+            record = ShardRecord(run=digest, first=walk.first, end=walk.point,
                                  first_size=len(walk.first_sample[1]),
                                  rejects=tuple(walk.rejects), held=walk.held(),
                                  uneven=uneven)  # fmt: skip
@@ -270,7 +270,7 @@ def _check_kept(
 
 
 def _resumable(
-    pattern: ShardPattern, start: int, plan: str, rejects: str | None,
+    pattern: ShardPattern, start: int, digest: str, rejects: str | None,
     options: Mapping[str, Any] | None, mode: str, indexes: bool,
 ) -> list[Covered]:  # fmt: skip
     """The complete shards a resumed run keeps, from ``start`` on without a gap (a
@@ -281,7 +281,7 @@ def _resumable(
     if mode != RESUME:
         return []
     kept: list[Covered] = []
-    for covered in completed_ranges(pattern, start, plan, rejects, options, indexes):
+    for covered in completed_ranges(pattern, start, digest, rejects, options, indexes):
         if covered.number != (kept[-1].after if kept else start):
             break
         kept.append(covered)

@@ -10,9 +10,9 @@ first sample of the next shard, the items left out by ``on_error="skip"`` betwee
 included), the tar size of its first sample (with which a resumed run checks that its
 cut before the shard falls where the shard begins), where its first and last samples
 lie and their keys (:class:`Held`, with which a resumed run checks that its dataset
-still gives them: :func:`~tarkit.writing.kept.check_kept_items`) and the plan of the
-run (a digest of the item order and the limits). A resumed run keeps a shard whose
-record has the same plan and whose file matches the entry
+still gives them: :func:`~tarkit.writing.kept.check_kept_items`) and the run digest (of
+the item order and the limits: :func:`run_digest`). A resumed run keeps a shard whose
+record has the same run digest and whose file matches the entry
 (:func:`~tarkit.storage.stored_matches`), and writes only the others. A record also keeps
 the SHA-256 of the shard's index when it has one: with indexes, a resumed run keeps an
 index that matches the record and makes the others again
@@ -123,13 +123,13 @@ class Held:
 @dataclass(frozen=True, kw_only=True)
 class ShardRecord:
     """What a shard covers: points ``first`` to ``end`` (exclusive) of the item order
-    of the run whose plan digest is ``plan``; ``first_size``: the tar bytes of its first
+    of the run whose digest is ``run``; ``first_size``: the tar bytes of its first
     sample; ``rejects``: the items left out in that range, with their positions;
     ``held``: its first and last samples (None in a record written before tarkit kept
     them); ``uneven``: whether an item before its end gave other than one sample;
     ``index``: the SHA-256 of the shard's index, when it has one."""
 
-    plan: str
+    run: str
     first: Point
     end: Point
     first_size: int
@@ -139,12 +139,12 @@ class ShardRecord:
     index: str | None = None
 
 
-def plan_digest(order: Sequence[int], maxcount: int, maxsize: int, compression: str | None) -> str:
+def run_digest(order: Sequence[int], maxcount: int, maxsize: int, compression: str | None) -> str:
     """The digest of what decides the cuts: the item order and the limits.
 
-    >>> plan_digest([2, 0, 1], 10, 1000, None) == plan_digest([2, 0, 1], 10, 1000, None)
+    >>> run_digest([2, 0, 1], 10, 1000, None) == run_digest([2, 0, 1], 10, 1000, None)
     True
-    >>> plan_digest([2, 0, 1], 10, 1000, None) == plan_digest([0, 1, 2], 10, 1000, None)
+    >>> run_digest([2, 0, 1], 10, 1000, None) == run_digest([0, 1, 2], 10, 1000, None)
     False
     """
     digest = hashlib.sha256(array("q", order).tobytes())
@@ -163,7 +163,8 @@ def write_record(
     data = {
         "format": RECORD_FORMAT,
         "version": RECORD_VERSIONS[record.uneven],
-        "plan": record.plan,
+        # The key stays "plan" (the digest's old name) so that existing records still resume.
+        "plan": record.run,
         "positions": [record.first[0], record.end[0]],
         **({"samples": [record.first[1], record.end[1]]} if within else {}),
         "first_size": record.first_size,
@@ -186,18 +187,18 @@ def write_record(
 
 
 def read_record(
-    shard: str, plan: str, storage_options: StorageOptions | None
+    shard: str, run: str, storage_options: StorageOptions | None
 ) -> tuple[ShardRecord, ShardInfo] | None:
-    """The record and entry of ``shard`` when its record is of the plan ``plan`` and the
+    """The record and entry of ``shard`` when its record is of the run ``run`` and the
     shard matches it; else None (a record that does not parse counts as absent)."""
     text = read_bytes(record_path(shard), storage_options, limit=RECORD_LIMIT)
-    return _usable(shard, text, plan, storage_options)
+    return _usable(shard, text, run, storage_options)
 
 
 def _usable(
-    shard: str, text: bytes | None, plan: str, storage_options: StorageOptions | None
+    shard: str, text: bytes | None, run: str, storage_options: StorageOptions | None
 ) -> tuple[ShardRecord, ShardInfo] | None:
-    """The record ``text`` of ``shard`` and its entry, when it is of ``plan`` and the
+    """The record ``text`` of ``shard`` and its entry, when it is of the run ``run`` and the
     shard matches it."""
     if text is None:
         return None
@@ -218,13 +219,13 @@ def _usable(
             (p, k, first_key), (q, j, last_key) = data["held"]
             held = Held((int(p), int(k)), (int(q), int(j)), str(first_key), str(last_key))
         index = data.get("index")
-        record = ShardRecord(plan=str(data["plan"]), first=(first, first_sample),
+        record = ShardRecord(run=str(data["plan"]), first=(first, first_sample),
                              end=(end, end_sample), first_size=int(data["first_size"]),
                              rejects=rejects, held=held, uneven=data["version"] == 2,
                              index=index if isinstance(index, str) else None)  # fmt: skip
     except (ValueError, KeyError, TypeError):
         return None
-    if record.plan != plan or not stored_matches(shard, info.bytes, info.sha256, None,
+    if record.run != run or not stored_matches(shard, info.bytes, info.sha256, None,
                                                  storage_options):  # fmt: skip
         return None
     return record, info
@@ -262,24 +263,24 @@ class Covered:
 def completed_ranges(
     pattern: ShardPattern,
     start: int,
-    plan: str,
+    run: str,
     rejects: str | None,
     storage_options: StorageOptions | None,
     indexes: bool = False,
 ) -> list[Covered]:
     """What an interrupted run left under ``pattern`` (from shard ``start`` on) that a
-    resumed run of plan ``plan`` keeps, in order of position.
+    resumed run whose digest is ``run`` keeps, in order of position.
 
     The shards from ``start`` on up to the first missing one or the first with a record
     are those of a run without records: they are read whole (counting their samples and
     taking their keys: :func:`~tarkit.writing.kept.read_kept`) and, with the items of the
     rejects file ``rejects`` (``on_error="skip"``) that no record places, cover the items their samples and those rejects stand for
-    (:func:`counted_end`). Every other shard needs a record of this plan. With
+    (:func:`counted_end`). Every other shard needs a record of this run. With
     ``indexes``, the index of each shard kept is made right
     (:func:`~tarkit.writing.indexes.settle_index`: made in the read of a shard without a
     record, else checked against its record). Raises
     :class:`~tarkit.errors.OutputError` for a shard that is neither (another run's, or
-    one with a record of another plan), and for shards whose points do not follow one
+    one with a record of another run), and for shards whose points do not follow one
     another.
     """
     existing = existing_shards(pattern, start, storage_options)
@@ -291,8 +292,8 @@ def completed_ranges(
     while pattern.name(number) in names:
         name = pattern.name(number)
         text = read_bytes(record_path(name), storage_options, limit=RECORD_LIMIT)
-        if text is not None:  # a record of another plan makes it a stranger, not counted
-            first_recorded = _usable(name, text, plan, storage_options)
+        if text is not None:  # a record of another run makes it a stranger, not counted
+            first_recorded = _usable(name, text, run, storage_options)
             break
         prefix.append(read_kept(name, storage_options, indexes))
         number += 1
@@ -306,7 +307,7 @@ def completed_ranges(
         elif shard.number == number:
             recorded = first_recorded
         else:
-            recorded = read_record(shard.url, plan, storage_options)
+            recorded = read_record(shard.url, run, storage_options)
         if recorded is None:
             strangers.append(shard)
             continue

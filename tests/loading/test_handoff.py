@@ -17,8 +17,8 @@ from torch.utils.data import DataLoader
 import tarkit
 from tarkit.errors import InputError
 from tarkit.loading import ShardDataset
+from tarkit.loading.epoch_layout import WorkerPosition
 from tarkit.loading.handoff import BUNDLE, Bundle, Interleaved, WorkerError, handed_over
-from tarkit.loading.plans import WorkerPosition
 
 pytestmark = pytest.mark.filterwarnings(
     "ignore:.* some workers have nothing to read", "ignore:This DataLoader will create"

@@ -195,7 +195,7 @@ def test_an_elastic_resume_then_an_exact_one_continues_the_new_topology(manifest
 def test_the_state_stays_small_with_many_shards_and_workers(tmp_path: Path) -> None:
     from tarkit.format.manifest import Manifest, ShardInfo
     from tarkit.loading import ShardDataset
-    from tarkit.loading.plans import Generation, Topology, WorkerPosition
+    from tarkit.loading.epoch_layout import Generation, Topology, WorkerPosition
     from tarkit.loading.state import LoaderState
 
     shards = [ShardInfo(f"http://127.0.0.1:9/s-{i:05d}.tar", 1000, 1 << 20) for i in range(10_000)]

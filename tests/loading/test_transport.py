@@ -23,8 +23,8 @@ from torch.utils.data import DataLoader
 
 import tarkit
 from tarkit.loading import ShardDataset
+from tarkit.loading.epoch_layout import WorkerPosition
 from tarkit.loading.handoff import Delivery
-from tarkit.loading.plans import WorkerPosition
 from tarkit.loading.transport import SLOTS, BatchPool, unpacked
 
 COUNTS = [9, 4, 12, 1, 7, 10, 6]  # 49 samples

@@ -1,4 +1,4 @@
-"""An epoch's plan: which samples each worker of each rank reads, and what is left of the
+"""An epoch's layout: which samples each worker of each rank reads, and what is left of the
 epoch after a checkpoint, so that a restored loader — on the same cluster or another —
 delivers exactly the samples not yet delivered.
 
@@ -187,7 +187,7 @@ class Shuffling:
         return random.Random(stable_seed(*parts))
 
 
-class EpochPlan:
+class EpochLayout:
     """What of one epoch's ``total`` positions each worker reads, generation after
     generation (``history``: the generations before the current one, with their
     checkpoints). Positions, not samples: nothing here reads a shard."""
