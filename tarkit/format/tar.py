@@ -285,13 +285,14 @@ Carry = tuple[bytes, int]  # read data not in the buffer yet: chunk[offset:]
 
 
 def _refill(  # type: ignore[no-untyped-def]
-    buf: bytes, pos: int, n: int, carry: Carry | None, read, chunk_size: int,
+    buf: bytes, pos: int, base: int, n: int, carry: Carry | None, read, chunk_size: int,
     head: list[bytes] | None = None,
-) -> tuple[bytes, int, Carry | None]:  # fmt: skip
-    """Return ``(buffer, start, carry)``: ``buffer[start:]`` holds ``head`` (blocks read
-    before, such as a member's extension headers), ``buf[pos:]`` and then the data read
-    after it, at least ``n`` bytes unless the stream ended; ``carry`` is read data beyond
-    that, for the next call.
+) -> tuple[bytes, int, int, Carry | None]:  # fmt: skip
+    """Return ``(buffer, start, base, carry)``: ``buffer[start:]`` holds ``head`` (blocks
+    read before, such as a member's extension headers), ``buf[pos:]`` and then the data
+    read after it, at least ``n`` bytes unless the stream ended; ``base`` is the stream
+    offset of ``buffer[0]`` (given: of ``buf[0]``); ``carry`` is read data beyond that,
+    for the next call. Every refill of the reader is this one call.
 
     A read chunk becomes the buffer itself, not a copy, once nothing before it is left:
     only a member (or header) that straddles two chunks is copied, into a buffer of its
@@ -318,8 +319,13 @@ def _refill(  # type: ignore[no-untyped-def]
         if len(parts) > 1:
             own = _spill(own, parts, n)
             size = min(chunk_size, _GATHERING_READ)
+    # The stream offset of the first part's first byte: head lies just before buf[pos].
+    first = base + pos - sum(map(len, head)) if head else base + pos
     if own is None and len(parts) < 2:
-        return (*parts[0], None) if parts else (b"", 0, None)
+        if not parts:
+            return b"", 0, first, None
+        chunk, start = parts[0]
+        return chunk, start, first - start, None
     own = _spill(own, parts, n)
     rest = None
     if parts:
@@ -329,7 +335,7 @@ def _refill(  # type: ignore[no-untyped-def]
         rest = (last, stop) if stop < len(last) else None
     own.truncate()  # to what came, when the stream ended short of n
     # CPython's BytesIO hands over its own buffer, not a copy: the member is held once.
-    return own.getvalue(), 0, rest
+    return own.getvalue(), 0, first, rest
 
 
 def _spill(own: io.BytesIO | None, parts: list[Carry], n: int) -> io.BytesIO:
@@ -478,9 +484,7 @@ def _read(
                 yield from scanned
                 scanned.clear()
         if len(buf) - pos < BLOCK:
-            base += pos
-            buf, pos, carry = _refill(buf, pos, BLOCK, carry, read, chunk_size)
-            base -= pos
+            buf, pos, base, carry = _refill(buf, pos, base, BLOCK, carry, read, chunk_size)
             if len(buf) - pos < BLOCK:
                 _check_end_of_input(buf[pos:], base + pos, ext, allow_empty, source)
                 return
@@ -497,9 +501,7 @@ def _read(
             last_zero = offset
             pos += BLOCK
             if len(buf) - pos < BLOCK:
-                base += pos
-                buf, pos, carry = _refill(buf, pos, BLOCK, carry, read, chunk_size)
-                base -= pos
+                buf, pos, base, carry = _refill(buf, pos, base, BLOCK, carry, read, chunk_size)
             if ignore_zeros:
                 if offset != zeros_end:
                     zeros_start = offset  # a new run of zero blocks
@@ -553,9 +555,9 @@ def _read(
             if len(buf) - pos < BLOCK + padded:
                 if size > MAX_EXTENSION_SIZE:
                     _extension_too_large(size, source, offset)
-                base += pos
-                buf, pos, carry = _refill(buf, pos, BLOCK + padded, carry, read, chunk_size)
-                base -= pos
+                buf, pos, base, carry = _refill(
+                    buf, pos, base, BLOCK + padded, carry, read, chunk_size
+                )
             ext = _extension(ext, header, buf[pos : pos + BLOCK + padded], size, source, offset)
             pos += BLOCK + padded
             continue
@@ -583,15 +585,15 @@ def _read(
         if len(buf) - pos < total:
             # The member straddles reads: it gets a buffer of its own (_refill).
             if data_only:
-                base += pos + BLOCK
-                buf, pos, carry = _refill(buf, pos + BLOCK, size, carry, read, chunk_size)
-                base -= pos
+                buf, pos, base, carry = _refill(
+                    buf, pos + BLOCK, base, size, carry, read, chunk_size
+                )
                 data = buf[pos : pos + size]  # the buffer itself, when it is the data's own
                 pos += len(data)
                 if len(data) == size and len(buf) - pos < padded - size:
-                    base += pos
-                    buf, pos, carry = _refill(buf, pos, padded - size, carry, read, chunk_size)
-                    base -= pos
+                    buf, pos, base, carry = _refill(
+                        buf, pos, base, padded - size, carry, read, chunk_size
+                    )
                 if len(data) < size or len(buf) - pos < padded - size:
                     raise _cut_member(len(data) + len(buf) - pos, size, source, offset, name)
                 pos += padded - size
@@ -602,9 +604,9 @@ def _read(
                 continue
             head = ext.raw if ext is not None else []
             lead = sum(map(len, head))
-            base += pos - lead
-            buf, pos, carry = _refill(buf, pos, lead + total, carry, read, chunk_size, head)
-            base -= pos
+            buf, pos, base, carry = _refill(
+                buf, pos, base, lead + total, carry, read, chunk_size, head
+            )
             pos += lead
             if len(buf) - pos < total:
                 raise _cut_member(len(buf) - pos - BLOCK, size, source, offset, name)
