@@ -163,6 +163,26 @@ def test_every_module_but_the_tar_reader_is_small_enough_to_read_in_one_sitting(
     assert set(long) <= LONG_MODULES, long
 
 
+def reaches_into_its_dataset(path: Path) -> list[int]:
+    """Lines where ``path`` sets an attribute of a ``dataset`` (``dataset.x = …``,
+    ``self.dataset.x = …``) or reads one of its private names (``dataset._clock``)."""
+    lines = []
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if not isinstance(node, ast.Attribute):
+            continue
+        owner = node.value
+        name = owner.id if isinstance(owner, ast.Name) else getattr(owner, "attr", None)
+        if name == "dataset" and (isinstance(node.ctx, ast.Store) or node.attr.startswith("_")):
+            lines.append(node.lineno)
+    return lines
+
+
+def test_the_loader_asks_its_dataset_through_its_interface_alone() -> None:
+    # ShardDataset.attach(), next_epoch, derive(), fresh_state(), loaded_state: nothing
+    # of the dataset is set from outside or read by a private name.
+    assert reaches_into_its_dataset(PACKAGE / "loading" / "loader.py") == []
+
+
 def class_bases(path: Path) -> list[tuple[str, list[str], int]]:
     """(name, the last part of each base's name, line) of every class in ``path``, nested
     ones too."""

@@ -28,18 +28,11 @@ from ..storage.cache import ShardCache
 from . import splitting
 from .batching import batches, padded
 from .collate import collate
-from .epoch_layout import (
-    EpochLayout,
-    Generation,
-    Shuffling,
-    Topology,
-    WorkerPosition,
-    derive_positions,
-)
+from .epoch_layout import EpochLayout, Generation, Shuffling, Topology, WorkerPosition
 from .epochs import EpochClock
 from .handoff import BUNDLE, handed_over
 from .key_split import check_resumable, check_split, kept, no_length
-from .mixing import MixRun, Mixture, dataset_fingerprint, mixture_of, mixture_settings
+from .mixing import MixRun, Mixture, counted, dataset_fingerprint, mixture_of, mixture_settings
 from .ranks import rank_and_world
 from .reading import PieceReader
 from .resume import Derive, check_worker_state, resume_point, rotation
@@ -185,13 +178,32 @@ class ShardDataset(IterableDataset):
             self._mixed.share_memory_()
         self._transforms = Transforms(decode, to_tuple, map, resize=resize, handler=handler,
                                       skip=self._skip)  # fmt: skip
-        # Set by ShardLoader: workers hand over deliveries and errors (handoff.py), in
-        # bundles of up to ``bundle`` batches.
+        # Set by attach() alone (ShardLoader): workers hand over deliveries and errors
+        # (handoff.py), in bundles of up to ``bundle`` batches.
         self.in_loader = False
         self.bundle = BUNDLE
         self._current: WorkerRun | MixRun | None = None  # this process's pass
         self._resume: LoaderState | None = None  # a loaded state, for the next pass
         self._worker_resume: LoaderState | None = None  # a worker's own (torchdata)
+
+    # -- what tarkit.loader needs of it -------------------------------------------------
+
+    def attach(self, bundle: int) -> None:
+        """Be read by a :class:`~tarkit.loading.loader.ShardLoader`: its workers hand over
+        deliveries and errors (:mod:`.handoff`) in bundles of up to ``bundle`` batches, and
+        collate into the loader's reused shared memory (:mod:`.transport`)."""
+        self.in_loader = True
+        self.bundle = bundle
+
+    @property
+    def next_epoch(self) -> int:
+        """The epoch the next pass reads (:class:`~tarkit.loading.epochs.EpochClock`)."""
+        return self._clock.next_epoch
+
+    @property
+    def loaded_state(self) -> LoaderState | None:
+        """The state :meth:`load_state_dict` loaded (parsed and checked), for the next pass."""
+        return self._resume
 
     # -- epochs, ranks, lengths ------------------------------------------------------
 
@@ -285,25 +297,19 @@ class ShardDataset(IterableDataset):
     def _shuffling(self, epoch: int) -> Shuffling:
         return Shuffling(self.shuffle, min(self.shuffle, INITIAL), self.seed, epoch)
 
-    def _derive(self, epoch: int) -> Derive | None:
+    def derive(self, epoch: int) -> Derive | None:
         """How positions of other ranks are derived in ``epoch`` (None: no sample counts)."""
         mixture, total = self.mixture, self._samples
-        if mixture is not None:
-
-            def mixed(history: list[Generation], generation: Generation, rank: int) -> Derived:
-                return mixture.layout(epoch, history).derived(generation, rank)
-
-            return mixed
-        if total is None:
+        if mixture is None and total is None:
             return None
 
-        def single(history: list[Generation], generation: Generation, rank: int) -> Derived:
-            layout = EpochLayout(total, history, self._shuffling(epoch))
-            topology = generation.topology
-            sizes = [len(layout.worker_runs(topology, rank, w)) for w in range(topology.workers)]
-            return derive_positions(sizes, topology.batch_size, generation.delivered)
+        def derive(history: list[Generation], generation: Generation, rank: int) -> Derived:
+            if mixture is not None:
+                return mixture.layout(epoch, history).derived(generation, rank)
+            assert total is not None
+            return EpochLayout(total, history, self._shuffling(epoch)).derived(generation, rank)
 
-        return single
+        return derive
 
     def _run(
         self, epoch: int, topology: Topology, rank: int, worker: int, resume: LoaderState | None
@@ -312,7 +318,7 @@ class ShardDataset(IterableDataset):
         layout = None
         position = None
         if resume is not None:
-            derive = self._derive(epoch)
+            derive = self.derive(epoch)
             history, position = resume_point(resume, topology, rank, worker, derive)
         else:
             history = []
@@ -347,7 +353,7 @@ class ShardDataset(IterableDataset):
             self._state.reset()  # skip counts are per epoch
             if self.mixture is not None:
                 self._mixed.zero_()
-        turn = rotation(resume, topology, rank, self._derive(epoch))
+        turn = rotation(resume, topology, rank, self.derive(epoch))
         worker = (physical + turn) % topology.workers
         run = self._run(epoch, topology, rank, worker, resume)
         self._current = run
@@ -368,7 +374,7 @@ class ShardDataset(IterableDataset):
             items = batches(items, self.batch_size, collating, partial=not self.drop_last,
                             origin=self._origin if self._transforms.active else None)  # fmt: skip
         mixed = self._mixed[physical % COUNTER_ROWS] if isinstance(run, MixRun) else None
-        items = _counted(items, run, mixed)
+        items = counted(items, run, mixed)
         if self.in_loader:
             generation = run.layout.generation if run.layout is not None else 0
             items = handed_over(items, run, epoch, generation, self.bundle if info else 1)
@@ -396,10 +402,10 @@ class ShardDataset(IterableDataset):
         if run is None:
             if self._resume is not None:
                 return self._resume.to_json()
-            return self._fresh_state(self._clock.next_epoch).to_json()
+            return self.fresh_state(self._clock.next_epoch).to_json()
         history = list(run.layout.history) if run.layout is not None else []
         generation = Generation(run.topology, run.position.items, run.rank, [run.snapshot()])
-        state = self._fresh_state(run.shuffling.epoch)
+        state = self.fresh_state(run.shuffling.epoch)
         state.history, state.generation, state.covers = history, generation, [run.worker]
         return state.to_json()
 
@@ -413,8 +419,8 @@ class ShardDataset(IterableDataset):
         on its own state, so only tarkit's loader can resume on another topology; and
         naming the part of a state that is malformed or out of its bounds (:mod:`.state`).
         """
-        parsed = LoaderState.from_json(state, like=self._fresh_state(0))
-        parsed.check(self._fresh_state(parsed.epoch))
+        parsed = LoaderState.from_json(state, like=self.fresh_state(0))
+        parsed.check(self.fresh_state(parsed.epoch))
         info = get_worker_info()
         if info is not None:
             check_worker_state(parsed, self.topology(info.num_workers), info.id)
@@ -424,7 +430,7 @@ class ShardDataset(IterableDataset):
         self._current = None
         self._clock.pin(parsed.epoch, resume=parsed.generation is not None)
 
-    def _fresh_state(self, epoch: int) -> LoaderState:
+    def fresh_state(self, epoch: int) -> LoaderState:
         """The state of a pass of ``epoch`` that has not begun."""
         if self._fingerprint is None:
             self._fingerprint = dataset_fingerprint(self.mixture, self.urls, self.infos)
@@ -489,19 +495,3 @@ class ShardDataset(IterableDataset):
                 f"tarkit: {event}; reconnections are counted in ShardDataset.skipped.reconnections",
                 stacklevel=2,
             )
-
-
-def _counted(
-    items: Iterator[Any], run: WorkerRun | MixRun, mixed: torch.Tensor | None
-) -> Iterator[Any]:
-    """``items``, each counted as delivered by ``run`` as it is handed on; a mixture's
-    samples per source are added to the shared counts ``mixed`` item by item."""
-    told = [0] * len(mixed) if mixed is not None else []
-    for item in items:
-        run.delivered()
-        if mixed is not None and isinstance(run, MixRun):
-            for source, count in enumerate(run.counts):
-                if count != told[source]:
-                    mixed[source] += count - told[source]
-                    told[source] = count
-        yield item

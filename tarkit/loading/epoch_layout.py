@@ -223,6 +223,13 @@ class EpochLayout:
         )
         return self.remaining.slice(wlo, whi)
 
+    def derived(self, generation: Generation, rank: int) -> tuple[list[WorkerPosition], int | None]:
+        """The positions of ``rank``'s workers from the items delivered (no skips), as
+        :meth:`MixLayout.derived <tarkit.loading.mixing.MixLayout.derived>` for a mixture."""
+        topology = generation.topology
+        sizes = [len(self.worker_runs(topology, rank, w)) for w in range(topology.workers)]
+        return derive_positions(sizes, topology.batch_size, generation.delivered)
+
     def _rank_range(self, topology: Topology, rank: int) -> tuple[int, int]:
         return splitting.rank_range(
             len(self.remaining),

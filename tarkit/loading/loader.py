@@ -29,9 +29,8 @@ class ShardLoader(DataLoader):
 
     def __init__(self, dataset: ShardDataset, *args: Any, **kwargs: Any) -> None:
         super().__init__(dataset, *args, **kwargs)
-        dataset.in_loader = True
         # Bundles make a worker's first delivery wait for several batches: not under a timeout.
-        dataset.bundle = 1 if self.timeout else BUNDLE
+        dataset.attach(1 if self.timeout else BUNDLE)
         self._pass: _Pass | None = None
         self._batches: weakref.ref[_Batches] | None = None  # the pass's iterator, while alive
         self._loaded: LoaderState | None = None  # resumed by the next pass
@@ -47,7 +46,7 @@ class ShardLoader(DataLoader):
 
     def __iter__(self) -> Iterator[Any]:  # type: ignore[override]
         workers = max(self.num_workers, 1)
-        self._pass = _Pass(self.dataset, workers, self._loaded, self.dataset._clock.next_epoch)
+        self._pass = _Pass(self.dataset, workers, self._loaded, self.dataset.next_epoch)
         self._loaded = None
         iterator = super().__iter__()  # persistent workers: the same one each epoch
         pools = _POOLS.get(iterator)
@@ -73,7 +72,7 @@ class ShardLoader(DataLoader):
         alive = self._batches is not None and self._batches() is not None
         if current is not None and alive and not current.finished:
             return current.epoch if current.epoch is not None else current.pending
-        return self.dataset._clock.next_epoch
+        return self.dataset.next_epoch
 
     def state_dict(self) -> dict[str, Any]:
         """Where the loader stands: the epoch, and how far each worker of this rank got.
@@ -84,7 +83,7 @@ class ShardLoader(DataLoader):
         if self._loaded is not None:
             return self._loaded.to_json()
         if self._pass is None:
-            return self.dataset._fresh_state(self.dataset._clock.next_epoch).to_json()
+            return self.dataset.fresh_state(self.dataset.next_epoch).to_json()
         return self._pass.state().to_json()
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
@@ -97,7 +96,7 @@ class ShardLoader(DataLoader):
         malformed or out of bounds (see :meth:`ShardDataset.load_state_dict`).
         """
         self.dataset.load_state_dict(state)
-        self._loaded = self.dataset._resume  # parsed and checked there
+        self._loaded = self.dataset.loaded_state
         self._pass = None
 
 
@@ -145,7 +144,7 @@ class _Pass:
             return
         self.history = list(resume.history)
         self.delivered = generation.delivered
-        derive = self.dataset._derive(resume.epoch)
+        derive = self.dataset.derive(resume.epoch)
         for worker in range(self.topology.workers):
             _, position = resume_point(resume, self.topology, self.rank, worker, derive)
             self.positions[worker] = position or WorkerPosition()
@@ -160,8 +159,8 @@ class _Pass:
         if self.epoch is None:  # nothing delivered yet: where the pass starts
             if self.resume is not None:
                 return self.resume
-            return self.dataset._fresh_state(self.pending)
-        state = self.dataset._fresh_state(self.epoch + 1 if self.finished else self.epoch)
+            return self.dataset.fresh_state(self.pending)
+        state = self.dataset.fresh_state(self.epoch + 1 if self.finished else self.epoch)
         if self.finished:
             return state
         state.history = self.history

@@ -25,7 +25,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ..errors import UsageError
 from ..format.manifest import ShardInfo
@@ -45,6 +45,9 @@ from .epoch_layout import (
 from .reading import PieceReader
 from .runs import INITIAL, WorkerRun
 from .state import fingerprint
+
+if TYPE_CHECKING:
+    import torch
 
 
 @dataclass
@@ -373,3 +376,19 @@ def mixture_settings(mixture: Mixture | None) -> dict[str, Any] | None:
         return None
     weights = {s.name: w for s, w in zip(mixture.sources, mixture.weights, strict=True)}
     return {"weights": weights, "epoch_samples": mixture.epoch_samples}
+
+
+def counted(
+    items: Iterator[Any], run: WorkerRun | MixRun, mixed: torch.Tensor | None
+) -> Iterator[Any]:
+    """``items``, each counted as delivered by ``run`` as it is handed on; a mixture's
+    samples per source are added to the shared counts ``mixed`` item by item."""
+    told = [0] * len(mixed) if mixed is not None else []
+    for item in items:
+        run.delivered()
+        if mixed is not None and isinstance(run, MixRun):
+            for source, count in enumerate(run.counts):
+                if count != told[source]:
+                    mixed[source] += count - told[source]
+                    told[source] = count
+        yield item
