@@ -201,7 +201,8 @@ class WriteTask:
                 if fits:
                     return self._refused(
                         "the shard after it, written by an earlier run, does not begin where "
-                        "this run's cut falls: it comes from another plan"
+                        "this run's cut falls: it comes from another run (another item "
+                        "order or other limits)"
                     )
                 end = self.stop
             elif self.known:

@@ -108,7 +108,8 @@ class Walk:
     def _misfit(self, covered: Covered) -> str:
         return (
             f"{self.pattern.name(covered.number)}: this run's cut before it does not "
-            "fall where it begins: the shards come from runs of other plans. Pass "
+            "fall where it begins: the shards come from another run (another item order or other "
+            "limits). Pass "
             "--overwrite (mode='overwrite') to write the whole set anew"
         )
 

@@ -20,6 +20,7 @@ from ..storage import (
     describe_exit,
     location,
     manifest_files,
+    remove_file,
 )
 from .indexes import index_name
 from .patterns import ShardPattern, pending_name
@@ -45,6 +46,57 @@ def run_post(post: str | Callable[[str], object], path: str) -> None:
         raise OutputError(f"{path}: cannot run the post command: {exc.strerror}") from None
     if status != 0:
         raise OutputError(f"{path}: post command {describe_exit(status)}: {command}")
+
+
+class StagedSet:
+    """An overwrite's new set while it is written (:class:`ShardWriter`, ``mode=
+    "overwrite"``): its complete shards under pending names, each with the file
+    ``sealed`` staged beside it (its record), and the files of the old set it replaces;
+    :meth:`commit` puts it in place whole, :meth:`abandon` removes what it staged (the
+    old set stays as it was)."""
+
+    def __init__(
+        self, pattern: ShardPattern, replaced: list[str], storage_options: StorageOptions | None
+    ) -> None:
+        self.pattern = pattern
+        self.replaced = replaced
+        self.storage_options = storage_options
+        self.pending: list[str] = []
+        self.beside: dict[str, Move] = {}  # by pending shard
+
+    def add(self, pending: str, beside: Move | None) -> None:
+        """A complete shard staged at ``pending``, with ``beside`` (or nothing)."""
+        self.pending.append(pending)
+        if beside is not None:
+            self.beside[pending] = beside
+
+    def drop(self, pending: str) -> None:
+        """The shard staged at ``pending`` is not one of the set after all: forget it and
+        remove the file staged beside it (its own staged file removed itself)."""
+        self.pending.remove(pending)
+        self._remove_beside(pending)
+
+    def commit(
+        self, shards: list[ShardInfo], manifest: str | None,
+        post: str | Callable[[str], object] | None, indexes: list[int] | None,
+    ) -> None:  # fmt: skip
+        """Put the set of ``shards`` in place (:func:`put_in_place`)."""
+        pending, self.pending = self.pending, []
+        beside = [self.beside[spec] for spec in pending if spec in self.beside]
+        put_in_place(self.pattern, pending, shards, self.replaced, manifest, post,
+                     self.storage_options, indexes, beside)  # fmt: skip
+
+    def abandon(self) -> None:
+        """Remove every staged shard and the files beside them."""
+        for pending in self.pending:
+            remove_file(pending, self.storage_options)
+            self._remove_beside(pending)
+        self.pending = []
+
+    def _remove_beside(self, pending: str) -> None:
+        beside = self.beside.pop(pending, None)
+        if beside is not None:
+            remove_file(beside.source, self.storage_options)
 
 
 def put_in_place(

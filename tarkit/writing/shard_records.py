@@ -336,7 +336,8 @@ def completed_ranges(
         if after.number < before.after or after.first < before.end:
             raise OutputError(
                 f"{pattern.text}: shard {after.number} does not follow shard {before.after - 1} "
-                "in the item order: the shards come from runs of other plans. Pass "
+                "in the item order: the shards come from another run (another item order or other "
+                "limits). Pass "
                 "--overwrite (mode='overwrite') to write the whole set anew"
             )
     return found

@@ -17,16 +17,22 @@ Guarantees, for ``tarsplit``, ``tarkit shard`` and library users alike:
 - A shard file is created only once its first sample arrives: no empty shard is written.
 - Each shard is a :class:`~tarkit.storage.StagedFile`: written under a temporary name and
   published (renamed, or uploaded to an fsspec URL such as ``s3://…``) when complete. An
-  interrupted run never leaves a finished-looking partial shard (a SIGKILL can leave
-  temporary files, which the next run removes). A local shard is flushed and renamed on
-  another thread while the next one is written; ``post`` and ``on_shard`` see it in place.
+  interrupted run never leaves a finished-looking partial shard; a SIGKILL can leave the
+  temporary files, which the next run removes. A local shard is flushed and renamed
+  on another thread while the next one is written; ``post`` and ``on_shard`` see it once
+  it is in place.
 - Files an earlier run left under the pattern are never mixed with the new shards:
   ``mode`` (:mod:`tarkit.writing.patterns`) refuses to start (``create``, the default),
   replaces them once the new set is complete (``overwrite``), or continues the
   interrupted run that wrote them (``resume``).
-- Samples become bytes by :class:`SampleEncoder`: the same samples, the same shards.
-- With a manifest (version 2), each uncompressed shard gets its index, made from its
-  bytes as written and published just before it (:mod:`tarkit.writing.indexes`).
+- Samples are turned into bytes by :class:`SampleEncoder`. The same samples and limits
+  always give byte-identical shards.
+- With a manifest, each uncompressed shard gets its index (``<shard>.idx``,
+  :mod:`tarkit.writing.indexes`), made from the bytes as they are written and published
+  just before the shard, and the manifest (version 2) names them: the set is
+  random-access ready.
+- With ``mode="overwrite"`` the new set is staged (:class:`~tarkit.writing.finishing.StagedSet`)
+  and committed whole when the writer closes.
 
 >>> import os, tempfile
 >>> directory = tempfile.mkdtemp()
@@ -53,12 +59,11 @@ from ..storage import (
     StorageOptions,
     manifest_at,
     manifest_files,
-    remove_file,
     remove_stale_temp,
     save_manifest,
 )
 from .cuts import ShardCut
-from .finishing import Discarded, put_in_place, run_post
+from .finishing import Discarded, StagedSet, run_post
 from .indexes import SetIndexes, WrittenIndex
 from .kept import KeptShard, kept_shards, skip_kept
 from .patterns import (
@@ -186,10 +191,7 @@ class ShardWriter:
         self.indexes = SetIndexes(self.pattern, manifest, mode == OVERWRITE, storage_options)
         self.indexed = self.indexes.on
         self._index: WrittenIndex | None = None  # of the shard being written
-        # overwrite: the files the new set replaces, and its shards under pending names
-        self._replaced: list[str] = []
-        self._pending: list[str] = []
-        self._beside: dict[str, Move] = {}  # by pending shard: a file ``sealed`` wrote
+        self._staged: StagedSet | None = None  # overwrite: the new set until its commit
         self.kept: list[KeptShard] = []  # resume: the shards kept, as read
         self.finished_commit = False
         self._start_over(storage_options, resumed)
@@ -204,7 +206,8 @@ class ShardWriter:
         if self.mode == CREATE and existing:
             raise refuse_existing(pattern, existing, start)
         if self.mode == OVERWRITE:
-            self._replaced = replaced_files(pattern, existing, start, storage_options)
+            replaced = replaced_files(pattern, existing, start, storage_options)
+            self._staged = StagedSet(pattern, replaced, storage_options)
         if self.mode == RESUME:
             if resumed is None:
                 resumed = kept_shards(pattern, start, storage_options, indexes=self.indexed)
@@ -401,10 +404,8 @@ class ShardWriter:
         self.samples_done += count
         self._cut.begin()
         self.shards.append(info)
-        if self.mode == OVERWRITE:
-            self._pending.append(shard.spec)
-            if beside is not None:
-                self._beside[shard.spec] = beside
+        if self._staged is not None:
+            self._staged.add(shard.spec, beside)
         if not self.overlap:
             self._settle()  # in place already: announced now
 
@@ -420,9 +421,8 @@ class ShardWriter:
             self._publishing = None
             self.shards.remove(info)
             self.samples_done -= info.samples
-            if self.mode == OVERWRITE:
-                self._pending.remove(publishing.staged.spec)
-                self._remove_beside(publishing.staged.spec)
+            if self._staged is not None:
+                self._staged.drop(publishing.staged.spec)
             self.indexes.drop(info.url)
             raise
         self._publishing = None
@@ -443,12 +443,9 @@ class ShardWriter:
             self.abort()
             raise
         self._closed = True
-        if self.mode == OVERWRITE:
-            pending, self._pending = self._pending, []
-            beside = [self._beside[spec] for spec in pending if spec in self._beside]
-            put_in_place(self.pattern, pending, self.shards, self._replaced, self.manifest,
-                         self.post, self.storage_options,
-                         self.indexes.sizes_of(self.shards), beside)  # fmt: skip
+        if self._staged is not None:
+            self._staged.commit(self.shards, self.manifest, self.post,
+                                self.indexes.sizes_of(self.shards))  # fmt: skip
         elif self.manifest is not None:
             files = manifest_files(self.manifest, self.shards, self.indexed)
             save_manifest(files, self.storage_options)
@@ -474,19 +471,10 @@ class ShardWriter:
                 if self.mode != OVERWRITE:  # with overwrite no new shard stays anyway
                     self.discarded = Discarded(self._name, self._count, self._first_key)
                 self._file = None
-            for pending in self._pending:
-                remove_file(pending, self.storage_options)
-                self._remove_beside(pending)
-            if self.mode == OVERWRITE:  # every shard is pending, with its index
+            if self._staged is not None:  # every shard is pending, with its index
+                self._staged.abandon()
                 for shard in self.shards:
                     self.indexes.drop(shard.url)
-            self._pending = []
-
-    def _remove_beside(self, pending: str) -> None:
-        """Remove the file ``sealed`` wrote beside the pending shard ``pending``, if any."""
-        beside = self._beside.pop(pending, None)
-        if beside is not None:
-            remove_file(beside.source, self.storage_options)
 
     def __enter__(self) -> ShardWriter:
         return self
