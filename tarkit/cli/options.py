@@ -151,3 +151,12 @@ RayAddress = Annotated[
     ),
 ]
 NumCpus = Annotated[float, declare.Option("--num-cpus", help="Ray: CPUs each task asks for.")]
+ClassNames = Annotated[
+    Optional[str],
+    declare.Option(
+        "--classes",
+        help="The class names (a JSON list, as tarkit shard writes; default: "
+        "classes.json beside the shards, else beside the manifest).",
+        show_default=False,
+    ),
+]

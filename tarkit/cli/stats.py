@@ -58,15 +58,7 @@ def stats(
             "more than a few seconds); the summary is the same as with -p 1.",
         ),
     ] = 1,
-    classes: Annotated[
-        Optional[str],
-        declare.Option(
-            "--classes",
-            help="The class names (a JSON list, as tarkit shard writes; default: "
-            "classes.json beside the shards, else beside the manifest).",
-            show_default=False,
-        ),
-    ] = None,
+    classes: o.ClassNames = None,
     top: Annotated[
         int,
         declare.Option(

@@ -64,15 +64,7 @@ def view(
     per_page: Annotated[
         int, declare.Option("--per-page", help="Samples on a page (1 to 1000).")
     ] = 48,
-    classes: Annotated[
-        Optional[str],
-        declare.Option(
-            "--classes",
-            help="The class names (a JSON list, as tarkit shard writes; default: "
-            "classes.json beside the shards, else beside the manifest).",
-            show_default=False,
-        ),
-    ] = None,
+    classes: o.ClassNames = None,
     strict: o.Strict = False,
 ) -> None:
     tool = ctx.command_path
