@@ -171,7 +171,11 @@ def make_shards(directory: Path, shards: int = SHARDS) -> None:
 
 
 _DATASETS = """
-import gc, json, os, sys, time
+import ctypes, gc, json, os, sys, time
+
+# Anonymous memory in pages of 4 KiB, whatever the machine's transparent huge pages
+# (PR_SET_THP_DISABLE, inherited by the forked children): a bound on bytes, not pages.
+ctypes.CDLL(None).prctl(41, 1, 0, 0, 0)
 import torch
 import tarkit
 from torch.utils.data import DataLoader, Dataset, IterableDataset
@@ -209,15 +213,17 @@ class MapProbe(Dataset):
     def __getitem__(self, i):
         return probe(self.dataset, lambda d: d[len(d) // (i + 2)])
 
-def measure(kind, manifest, workers):
-    with open("/proc/self/clear_refs", "w") as clear:
-        clear.write("5")
-    before = status("VmHWM")
+def rss_parts():
+    return {part: status(part) for part in ("RssAnon", "RssFile", "RssShmem")}
+
+def open_dataset(kind, manifest, workers, figures):
+    # What a training script does first; its figures go into ``figures``.
+    before, parts = status("VmHWM"), rss_parts()
     start = time.perf_counter()
     dataset = (tarkit.ShardDataset if kind == "shard" else tarkit.IndexedDataset)(manifest)
     samples = len(dataset)
-    figures = {"dataset": kind, "seconds": time.perf_counter() - start,
-               "peak": status("VmHWM") - before, "samples": samples}
+    figures.update({"dataset": kind, "seconds": time.perf_counter() - start,
+                    "peak": status("VmHWM") - before, "samples": samples})
     if kind == "shard":
         figures["state"] = len(json.dumps(dataset.state_dict()))
         loader = tarkit.ShardLoader(dataset, batch_size=None, num_workers=workers)
@@ -232,6 +238,18 @@ def measure(kind, manifest, workers):
         figures["sampler_peak"] = status("VmHWM") - before
         figures["state"] = len(json.dumps(sampler.state_dict()))
         probes = MapProbe(dataset, workers)
+    figures["grown"] = {part: now - parts[part] for part, now in rss_parts().items()}
+    return probes
+
+def measure(kind, manifest, warm, workers):
+    # The same steps over a small manifest first: the code they run (torch's, tarkit's)
+    # is mapped in from the page cache once, and is not the dataset's memory.
+    open_dataset(kind, warm, workers, {})
+    gc.collect()
+    with open("/proc/self/clear_refs", "w") as clear:
+        clear.write("5")
+    figures = {}
+    probes = open_dataset(kind, manifest, workers, figures)
     parent = private()
     workers_seen = DataLoader(probes, batch_size=None, num_workers=workers,
                               multiprocessing_context="fork", timeout=120)
@@ -241,14 +259,14 @@ def measure(kind, manifest, workers):
 
 workers = int(sys.argv[1])
 tarkit.ShardDataset, tarkit.IndexedDataset, tarkit.BlockSampler, tarkit.ShardLoader  # imported
-for kind, manifest in zip(sys.argv[2::2], sys.argv[3::2]):
+for kind, manifest, warm in zip(sys.argv[2::3], sys.argv[3::3], sys.argv[4::3]):
     gc.collect()
     reader, writer = os.pipe()
     child = os.fork()
     if child == 0:  # each dataset opened in a process of its own, tarkit and torch loaded
         os.close(reader)
         with os.fdopen(writer, "w") as out:
-            out.write(json.dumps({**measure(kind, manifest, workers), "manifest": manifest}))
+            out.write(json.dumps({**measure(kind, manifest, warm, workers), "manifest": manifest}))
         os._exit(0)
     os.close(writer)
     with os.fdopen(reader) as got:
@@ -258,14 +276,28 @@ for kind, manifest in zip(sys.argv[2::2], sys.argv[3::2]):
 """
 
 
+def _warm(manifest: Path) -> Path:
+    """A manifest of the first 1,000 shards beside ``manifest``, of its version, to run
+    the code of opening once before it is measured."""
+    with open(manifest, "rb") as head:
+        version_1 = b'"version": 1,' in head.read(200)
+    warm = manifest.with_name(f"warm-{manifest.name}")
+    (write_v1 if version_1 else write_v2)(warm, BLOCK, SAMPLES)
+    return warm
+
+
 def measure_datasets(
     cases: list[tuple[str, Path]], workers: int = 2, timeout: float = 300
 ) -> list[dict[str, object]]:
     """Open each ``(dataset, manifest)`` of ``cases`` (``"shard"``: ``tarkit.ShardDataset``;
     ``"indexed"``: ``tarkit.IndexedDataset``) in a process of its own, forked from one
-    interpreter with tarkit and torch imported. For each: ``seconds`` and ``peak`` (bytes
-    above that process's memory before: Linux's VmHWM, reset by clear_refs) to open it
-    and take its ``len()``, ``samples``; ``state`` (bytes of JSON: ``state_dict()`` of a
+    interpreter with tarkit and torch imported, which has run the same steps over a
+    manifest of 1,000 of the shards first (so that the code they run is mapped in, and is
+    not counted) and counts anonymous memory in small pages (transparent huge pages off).
+    For each: ``seconds`` and ``peak`` (bytes above that process's memory before: Linux's
+    VmHWM, reset by clear_refs) to open it and take its ``len()``, ``samples``; ``grown``
+    (what its ``RssAnon``, ``RssFile`` and ``RssShmem`` grew by, states and sampler
+    included); ``state`` (bytes of JSON: ``state_dict()`` of a
     ShardDataset, of a BlockSampler of 8 ranks 1,000 indices into an epoch for an
     IndexedDataset) and ``loader_state`` (a ShardLoader's); ``sampler_seconds`` and
     ``sampler_peak``; and ``workers``, each DataLoader worker's (forked) ``private``
@@ -274,7 +306,7 @@ def measure_datasets(
         **os.environ,
         "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]),
     }
-    arguments = [str(a) for case in cases for a in case]
+    arguments = [str(a) for kind, manifest in cases for a in (kind, manifest, _warm(manifest))]
     result = subprocess.run(
         [sys.executable, "-c", _DATASETS, str(workers), *arguments],
         capture_output=True, text=True, timeout=timeout, env=env, check=True,

@@ -9,6 +9,9 @@ gives its figures), one DataLoader worker each, and IndexedDataset from version 
 bounds): a worker's and a state's bounds are the issue's own; the main process's is
 64 MB at this size (some 20 MB of it the same at any size: a slice of version 1 parsed,
 a chunk of the directory's listing), where making an object per shard took over 100 MB.
+Here it takes some 7 MB from version 2 and 37 MB from version 1, once the code of opening
+has run over a small manifest (a machine that had to map torch's code in anew counted
+30 MB more of it).
 """
 
 from __future__ import annotations
@@ -39,13 +42,13 @@ def test_a_billion_samples_open_within_the_memory_bounds_in_the_main_process_and
 ) -> None:
     opened = figures[case]
     assert opened["samples"] == SHARDS * SAMPLES
-    assert opened["peak"] < OPEN, opened  # type: ignore[operator]
+    assert opened["peak"] < OPEN, str(opened)  # type: ignore[operator]
     workers = opened["workers"]
-    assert len(workers) == 1, opened  # type: ignore[arg-type]
+    assert len(workers) == 1, str(opened)  # type: ignore[arg-type]
     for worker in workers:  # type: ignore[attr-defined]
-        assert worker["private"] < WORKER, opened
-    assert opened["state"] < STATE, opened  # type: ignore[operator]
+        assert worker["private"] < WORKER, str(opened)
+    assert opened["state"] < STATE, str(opened)  # type: ignore[operator]
     if opened["dataset"] == "shard":
-        assert opened["loader_state"] < STATE, opened  # type: ignore[operator]
+        assert opened["loader_state"] < STATE, str(opened)  # type: ignore[operator]
     else:
-        assert opened["sampler_peak"] < OPEN, opened  # type: ignore[operator]
+        assert opened["sampler_peak"] < OPEN, str(opened)  # type: ignore[operator]

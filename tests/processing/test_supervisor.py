@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import pickle
 import signal
@@ -13,6 +14,7 @@ import pytest
 from conftest import assert_all_gone, assert_gone
 from numbered_samples import numbered, run_map, tmp_fixture  # noqa: F401
 
+from tarkit.engines.leftovers import start_time
 from tarkit.errors import CommandFailed
 from tarkit.processing.commands import Command, Rejection
 from tarkit.processing.supervisor import map_command, run_sample
@@ -117,17 +119,22 @@ def test_a_workspace_is_not_reused_while_something_its_command_left_may_live(
     tmp: Path, tmp_path: Path
 ) -> None:
     # s00 leaves a process that no mark finds (env -i clears its environment): it is not
-    # killed, but s01 runs in a new directory, out of its reach.
+    # killed, but s01 runs in a new directory, out of its reach. s00 ends once that
+    # process is sleep (its environment read while env execs may be empty for a moment).
     pid_file = tmp_path / "pid"
     script = (
         f'[ "$TARKIT_KEY" = s00 ] && {{ env -i setsid sleep 30 & echo $! > {pid_file}; '
-        "while grep -qz TARKIT_COMMAND /proc/$!/environ; do sleep 0.01; done; }; "
+        'n=0; until [ "$(cat /proc/$!/comm)" = sleep ] || [ $n = 1000 ]; do '
+        "sleep 0.01; n=$((n + 1)); done; }; "
         "pwd > sample.dir"
     )
     try:
         out = run_map(numbered(3), script, tmp)
+        left = int(pid_file.read_text())
+        assert start_time(left) is not None, "the process no mark finds was killed"
     finally:
-        os.kill(int(pid_file.read_text()), signal.SIGKILL)
+        with contextlib.suppress(ProcessLookupError, FileNotFoundError, ValueError):
+            os.kill(int(pid_file.read_text()), signal.SIGKILL)
     directories = [sample.data()["dir"] for sample in out]
     assert directories[0] != directories[1]
 
