@@ -74,21 +74,35 @@ def throughput(urls: list[str], repeat: int) -> dict[str, tuple[float, int]]:
 
 def scaling(urls: list[str], repeat: int) -> dict[str, float]:
     """samples/s of ``tarkit.loader`` on the tiny-image set, bytes only and decoded, with 0
-    and 2 persistent workers (later epochs: no start-up), batches of ``BATCH``."""
+    and 2 persistent workers (later epochs: no start-up), batches of ``BATCH``. Bytes only,
+    the two run in turn, round after round, and ``bytes ratio`` is the median of the
+    rounds' ratios (a machine shared with other jobs changes speed from one second to the
+    next); ``main CPU µs`` is the main process's processor time per sample with 2 workers."""
     import tarkit
 
-    results = {}
-    for decoded in (False, True):
-        options: dict[str, object] = {"decode": "rgb8", "to_tuple": "jpg cls"} if decoded else {}
-        for workers in (0, 2):
-            loader = tarkit.loader(urls, BATCH, workers, persistent_workers=workers > 0, **options)
-            if decoded:
-                seconds, count = _timed(lambda loader=loader: _batches(loader), repeat)
-            else:
-                seconds, count = _timed(
-                    lambda loader=loader: sum(len(b["jpg"]) for b in loader), repeat
-                )
-            results[f"{'decoded' if decoded else 'bytes'}, {workers} workers"] = count / seconds
+    results: dict[str, float] = {}
+    loaders = {w: tarkit.loader(urls, BATCH, w, persistent_workers=w > 0) for w in (0, 2)}
+    for loader in loaders.values():
+        sum(len(b["jpg"]) for b in loader)  # workers started, caches warm
+    rates: dict[int, list[float]] = {0: [], 2: []}
+    main_cpu = []
+    for _ in range(max(repeat, 3)):
+        for workers, loader in loaders.items():
+            start, cpu = time.perf_counter(), time.process_time()
+            count = sum(len(b["jpg"]) for _ in range(3) for b in loader)
+            rates[workers].append(count / (time.perf_counter() - start))
+            if workers:
+                main_cpu.append((time.process_time() - cpu) / count)
+    for workers, rate in rates.items():
+        results[f"bytes, {workers} workers"] = median(rate)
+    results["bytes ratio"] = median([b / a for a, b in zip(rates[0], rates[2], strict=True)])
+    results["main CPU µs"] = median(main_cpu) * 1e6
+    del loaders
+    options: dict[str, object] = {"decode": "rgb8", "to_tuple": "jpg cls"}
+    for workers in (0, 2):
+        loader = tarkit.loader(urls, BATCH, workers, persistent_workers=workers > 0, **options)
+        seconds, count = _timed(lambda loader=loader: _batches(loader), repeat)
+        results[f"decoded, {workers} workers"] = count / seconds
     return results
 
 
@@ -230,14 +244,20 @@ def run(workdir: Path, quick: bool) -> str:
         "",
         "| case | samples/s |",
         "|---|---:|",
-        *(f"| {name} | {rate:,.0f} |" for name, rate in tiny.items()),
+        *(f"| {name} | {rate:,.0f} |" for name, rate in tiny.items() if "workers" in name),
+        "",
+        "Bytes only, the main process spent "
+        f"{tiny['main CPU µs']:.1f} µs of processor time per sample with 2 workers "
+        "(unpickling the bundles the workers ship through shared memory: every key and "
+        "value is a new object); the workers' reading costs what it costs in one process.",
     ]
-    tiny_bytes = tiny["bytes, 2 workers"] / tiny["bytes, 0 workers"]
+    tiny_bytes = tiny["bytes ratio"]
     tiny_decoded = tiny["decoded, 2 workers"] / tiny["decoded, 0 workers"]
     checks += [
         ("tiny set, 2 workers vs 0, decoded", f"{tiny_decoded:.2f}×", "≥ 1.85×",
          tiny_decoded >= 1.85),
-        ("tiny set, 2 workers vs 0, bytes only", f"{tiny_bytes:.2f}×", "≥ 1×", tiny_bytes >= 1),
+        ("tiny set, 2 workers vs 0, bytes only (median of paired rounds)",
+         f"{tiny_bytes:.2f}×", "≥ 1.6× (issue 25)", tiny_bytes >= 1.6),
     ]  # fmt: skip
     lines += ["", "| target | measured | goal | verdict |", "|---|---:|---|---|"]
     for what, measured, goal, ok in checks:

@@ -42,7 +42,7 @@ from .shuffle import buffer_size
 from .skips import COUNTER_ROWS, WARNED_IDLE, SharedState, SkipCounts
 from .state import LoaderState
 from .transforms import Transforms
-from .transport import worker_collator
+from .transport import worker_collator, worker_pool
 
 Derived = tuple[list[WorkerPosition], "int | None"]
 
@@ -377,7 +377,8 @@ class ShardDataset(IterableDataset):
         items = counted(items, run, mixed)
         if self.in_loader:
             generation = run.layout.generation if run.layout is not None else 0
-            items = handed_over(items, run, epoch, generation, self.bundle if info else 1)
+            pool = worker_pool() if info is not None else None
+            items = handed_over(items, run, epoch, generation, self.bundle if info else 1, pool)
         return items
 
     def _collator(self, in_worker: bool) -> Callable[[list[Any]], Any]:

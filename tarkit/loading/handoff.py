@@ -8,7 +8,9 @@ has delivered — not what it has prefetched.
 Deliveries travel in a :class:`Bundle`: a worker sends batches without tensors (bytes,
 strings, numbers: what crosses by pickling) up to :data:`BUNDLE` at a time, since torch's
 hand-over costs about 0.4 ms per item whatever its size — as much as reading 64 small
-samples. Batches with tensors (in shared memory, transport.py) go one per bundle. The
+samples — and ships such a bundle through its shared memory (transport.py
+:meth:`~tarkit.loading.transport.BatchPool.ship`). Batches with tensors (in shared memory too)
+go one per bundle. The
 main process puts the deliveries back in the order torch gives single items
 (:class:`Interleaved`: round robin over the workers, each dropping out after its last), so
 the batches, their order and the loader's state are those of one batch per item.
@@ -35,14 +37,15 @@ from torch.utils.data import get_worker_info
 
 from ..errors import CarriedError, TarkitError
 from .epoch_layout import WorkerPosition
-from .transport import Packed, unpacked
+from .transport import BatchPool, Packed, Shipped, unpacked
 
-BUNDLE = 8  # batches without tensors a worker hands over at most in one item
+BUNDLE = 32  # batches without tensors a worker hands over at most in one item
+BUNDLE_BYTES = 16 << 20  # and about as many bytes as this, once shipped (transport.py)
 
 
 class Delivery:
     """One item from a worker and where the worker stood after it; ``pool`` names the
-    worker's pool of shared memory when the item came packed in it (transport.py)."""
+    worker's pool of shared memory, which the item may have come through (transport.py)."""
 
     __slots__ = ("item", "worker", "epoch", "generation", "position", "pool")
 
@@ -121,26 +124,37 @@ class _Run(Protocol):
 
 
 def handed_over(
-    items: Iterator[Any], run: _Run, epoch: int, generation: int, most: int = BUNDLE
+    items: Iterator[Any],
+    run: _Run,
+    epoch: int,
+    generation: int,
+    most: int = BUNDLE,
+    pool: BatchPool | None = None,
 ) -> Iterator[Bundle]:
     """``items`` as deliveries in bundles: batches without tensors 1, 2, 4 … up to
-    ``most`` at a time (the first is not held back), any other alone; the last bundle
-    says so and ends with a :class:`WorkerError` instead of raising a tarkit error."""
+    ``most`` at a time (the first is not held back), shipped through ``pool`` (a worker's)
+    when there is one, and then fewer if a bundle came to more than :data:`BUNDLE_BYTES`;
+    any other alone. The last bundle says so and ends with a :class:`WorkerError` instead
+    of raising a tarkit error."""
     worker = run.worker
+    token = pool.token if pool is not None else None
+    ship = pool.ship if pool is not None else _unshipped
     bundle: list[Delivery | WorkerError] = []
     size = 1
     try:
         for item in items:
-            pool = item.token if type(item) is Packed else None
-            delivery = Delivery(item, worker, epoch, generation, run.snapshot(), pool)
-            if pool is None and _pickled_whole(item):
+            delivery = Delivery(item, worker, epoch, generation, run.snapshot(), token)
+            if type(item) is not Packed and _pickled_whole(item):
                 bundle.append(delivery)
                 if len(bundle) >= size:
-                    yield Bundle(bundle, worker)
+                    out = ship(Bundle(bundle, worker))
+                    if type(out) is Shipped and out.nbytes > BUNDLE_BYTES:
+                        most = max(1, size * BUNDLE_BYTES // out.nbytes)
+                    yield out
                     bundle, size = [], min(2 * size, most)
                 continue
             if bundle:
-                yield Bundle(bundle, worker)
+                yield ship(Bundle(bundle, worker))
                 bundle = []
             yield Bundle([delivery], worker)
     except TarkitError as exc:
@@ -149,7 +163,11 @@ def handed_over(
         info = get_worker_info()
         where = f"in DataLoader worker process {info.id}" if info else "in the main process"
         bundle.append(WorkerError(ExceptionWrapper(where=where)))
-    yield Bundle(bundle, worker, last=True)
+    yield ship(Bundle(bundle, worker, last=True))
+
+
+def _unshipped(bundle: Bundle) -> Bundle:
+    return bundle
 
 
 def _pickled_whole(batch: Any) -> bool:

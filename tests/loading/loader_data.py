@@ -1,11 +1,14 @@
-"""Small shards for the loader tests: known keys, a manifest with keys and offsets."""
+"""Small shards for the loader tests: known keys, a manifest with keys and offsets; and
+an item through a pipe as a DataLoader worker's goes."""
 
 from __future__ import annotations
 
 import gzip
 import io
+import pickle
 from collections import Counter
 from collections.abc import Iterable
+from multiprocessing.reduction import ForkingPickler
 from pathlib import Path
 from typing import Any
 
@@ -84,3 +87,10 @@ def same(a: Any, b: Any) -> bool:
     if isinstance(a, (list, tuple)):
         return len(a) == len(b) and all(same(x, y) for x, y in zip(a, b, strict=True))
     return bool(a == b)
+
+
+def through_a_pipe(item: Any) -> Any:
+    """``item`` pickled as a worker pickles it and unpickled as the main process does."""
+    out = io.BytesIO()
+    ForkingPickler(out, pickle.HIGHEST_PROTOCOL).dump(item)
+    return pickle.loads(out.getvalue())

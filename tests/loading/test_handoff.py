@@ -11,14 +11,22 @@ import pytest
 import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from loader_data import make_shards, same
+from loader_data import make_shards, same, through_a_pipe
 from torch.utils.data import DataLoader
 
 import tarkit
 from tarkit.errors import InputError
 from tarkit.loading import ShardDataset
 from tarkit.loading.epoch_layout import WorkerPosition
-from tarkit.loading.handoff import BUNDLE, Bundle, Interleaved, WorkerError, handed_over
+from tarkit.loading.handoff import (
+    BUNDLE,
+    BUNDLE_BYTES,
+    Bundle,
+    Interleaved,
+    WorkerError,
+    handed_over,
+)
+from tarkit.loading.transport import BatchPool, Shipped
 
 pytestmark = pytest.mark.filterwarnings(
     "ignore:.* some workers have nothing to read", "ignore:This DataLoader will create"
@@ -98,9 +106,26 @@ def test_a_worker_bundles_batches_without_tensors_and_never_holds_back_the_first
     for bundle in handed_over(items(), run, epoch=0, generation=0):
         sizes.append(len(bundle.deliveries))
         taken_at.append(run.taken)
-    assert sizes == [1, 2, 4, 8, 8, 8, 8, 1, 1, 0]  # the last: the end, empty
+    assert sizes == [1, 2, 4, 8, 16, 9, 1, 0]  # the last: the end, empty
     assert taken_at[0] == 1  # the first batch went out as soon as it was read
-    assert BUNDLE == 8
+    assert BUNDLE == 32
+
+
+def test_a_workers_bundles_are_shipped_through_its_pool_and_shrink_to_the_byte_bound() -> None:
+    pool = BatchPool()
+    batch = BUNDLE_BYTES // 4 + 1000  # bytes of one batch: four make a bundle past the bound
+    items = [{"__key__": [f"k{i}"], "bin": [bytes([i]) * batch]} for i in range(12)]
+    shipped = list(handed_over(iter(items), _Run(), epoch=0, generation=0, pool=pool))
+    assert [type(item) for item in shipped] == [Shipped] * 5
+    assert pool.busy.sum() == 5  # each bundle in a slot of its own while it travels
+    bundles = [through_a_pipe(item) for item in shipped]
+    assert [len(b.deliveries) for b in bundles] == [1, 2, 4, 3, 2]  # 3 a bundle past the 4
+    assert [b.last for b in bundles] == [False] * 4 + [True]
+    assert not pool.busy.any()  # each slot free once its bundle was unpickled
+    bundles = [through_a_pipe(item) for item in handed_over(iter(items), _Run(), 0, 0, pool=pool)]
+    got = [delivery.item for bundle in bundles for delivery in bundle.deliveries]
+    assert got == items
+    assert {d.pool for b in bundles for d in b.deliveries} == {pool.token}
 
 
 def test_torchs_own_iterator_is_run_to_its_end_which_stops_its_workers() -> None:

@@ -5,24 +5,21 @@ tensors) is held, persistent workers, and a worker that dies."""
 from __future__ import annotations
 
 import gc
-import io
 import multiprocessing
 import os
-import pickle
 import signal
 import threading
-from multiprocessing.reduction import ForkingPickler
 from typing import Any
 
 import numpy as np
 import pytest
 import torch
 from conftest import assert_gone
-from loader_data import make_shards, same
+from loader_data import make_shards, same, through_a_pipe
 from torch.utils.data import DataLoader
 
 import tarkit
-from tarkit.loading import ShardDataset
+from tarkit.loading import ShardDataset, transport
 from tarkit.loading.epoch_layout import WorkerPosition
 from tarkit.loading.handoff import Delivery
 from tarkit.loading.transport import SLOTS, BatchPool, unpacked
@@ -45,13 +42,6 @@ def torch_way(manifest: str, batch_size: int = 4, **options: Any) -> list[Any]:
     into new shared memory, as before the pool."""
     dataset = ShardDataset(manifest, batch_size=batch_size, **options)
     return list(DataLoader(dataset, batch_size=None, num_workers=2))
-
-
-def through_a_pipe(item: Any) -> Any:
-    """``item`` pickled as a worker pickles it and unpickled as the main process does."""
-    out = io.BytesIO()
-    ForkingPickler(out, pickle.HIGHEST_PROTOCOL).dump(item)
-    return pickle.loads(out.getvalue())
 
 
 @pytest.mark.parametrize("options", [DECODED, {}], ids=["decoded", "bytes"])
@@ -162,3 +152,19 @@ def test_a_killed_worker_raises_torchs_error_and_received_batches_stay_intact(ma
     del error, iterator  # the error's frames hold torch's iterator
     gc.collect()
     assert not multiprocessing.active_children()
+
+
+def test_batches_of_bytes_come_through_the_workers_pools_which_are_forgotten_at_the_end(
+    manifest,
+):
+    before = set(transport._POOLS)
+    expected = torch_way(manifest, **SHUFFLED)
+    iterator = iter(tarkit.loader(manifest, 4, 2, **SHUFFLED))  # bytes only
+    got = [next(iterator) for _ in range(3)]
+    pools = set(transport._POOLS) - before
+    assert len(pools) == 2  # each worker's bundles came through its slots, not the pipe
+    got += list(iterator)
+    assert all(same(a, b) for a, b in zip(got, expected, strict=True))
+    del iterator
+    gc.collect()
+    assert not pools & set(transport._POOLS)
