@@ -7,9 +7,11 @@ process): about 10 ms for a batch of 64 small images, as much as decoding a thir
 them. Here each worker of a :class:`~tarkit.loading.ShardLoader` keeps a
 :class:`BatchPool`: a few shared-memory *slots*, made once and reused. A batch's tensors
 are collated straight into a free slot (:func:`~tarkit.loading.collate.collate`), and
-only a small *skeleton* — the batch's structure, its bytes, strings and small values, and
-where each tensor lies in the slot — travels through the pipe. A slot's memory is handed
-to the main process once, with the first batch that uses it.
+a *skeleton* — the batch's structure, its bytes, strings and small values, and where
+each tensor lies in the slot — is pickled into the slot after them, so that only the
+slot's number and where the skeleton lies travel through the pipe (a column of JPEGs of
+50 KB is 3 MB a batch; through the pipe, it cost more than torch's own hand-over). A
+slot's memory is handed to the main process once, with the first batch that uses it.
 
 Batches without tensors (bytes, strings, numbers) travel in bundles of several
 (handoff.py), and a bundle is *shipped* through a slot too (:meth:`BatchPool.ship`): pickled
@@ -128,6 +130,8 @@ class BatchPool:
         self.flags_sent = False
         self.slots: list[_Slot] = []
         self.estimate = 0  # bytes the last batch packed: the next one's likely size
+        self.tail = 0  # bytes of the last batch's pickled skeleton
+        self.shipped = 0  # bytes of the last value shipped
 
     def collator(self, inner: Callable[[list[Any]], Any] | None) -> Callable[[list[Any]], Any]:
         """A collate function whose batches come out packed (``inner``: the user's, else
@@ -176,30 +180,50 @@ class BatchPool:
                 self.busy[slot.index] = 0
             return out
         outside = sum(_aligned(_nbytes(t)) for t in tensors if slot is None or not slot.holds(t))
-        if slot is None or slot.used + outside > slot.capacity:
+        if slot is None or slot.used + outside + self.tail > slot.capacity:
             if slot is not None:
                 self.busy[slot.index] = 0
-            slot = self._acquire(sum(_aligned(_nbytes(t)) for t in tensors))
+            slot = self._acquire(sum(_aligned(_nbytes(t)) for t in tensors) + self.tail)
             if slot is None:
                 return out  # every slot is held: torch's way
         refs = [slot.place(t) for t in tensors]
-        self.estimate = slot.used
+        filled = _fill(skeleton, refs)
         storage, flags = self._handles(slot)
-        return Packed(self.token, slot.index, slot.version, storage, flags, _fill(skeleton, refs))
+        start = slot.used
+        written = _dumped_into(slot.array, start, filled)
+        if written is None:  # no room left (or it does not pickle): through the pipe
+            data = _pickled(filled)
+            self.tail = _aligned(len(data)) if data is not None else 0
+            self.estimate = slot.used + self.tail
+            return Packed(self.token, slot.index, slot.version, storage, flags, filled)
+        self.tail = _aligned(written)
+        slot.used += self.tail
+        self.estimate = slot.used
+        return Packed(self.token, slot.index, slot.version, storage, flags, None,
+                      (start, written))  # fmt: skip
 
     def ship(self, value: Any) -> Any:
         """``value`` pickled into a free slot, as a :class:`Shipped` (``value`` itself if
-        it does not pickle, or if every slot is held)."""
-        try:
-            data = pickle.dumps(value, pickle.HIGHEST_PROTOCOL)
-        except Exception:  # whatever pickle refuses goes torch's way, which may know it
-            return value
-        slot = self._acquire(len(data))
+        it does not pickle, or if every slot is held). Pickled straight into a slot as large
+        as the last one shipped; if it does not fit, pickled first to learn its size."""
+        slot = self._acquire(self.shipped) if self.shipped else None
+        written = _dumped_into(slot.array, 0, value) if slot is not None else None
+        if slot is not None and written is None:
+            self.busy[slot.index] = 0
+            slot = None
         if slot is None:
-            return value
-        slot.array[: len(data)] = np.frombuffer(data, dtype=np.uint8)
+            data = _pickled(value)
+            if data is None:
+                return value
+            slot = self._acquire(len(data))
+            if slot is None:
+                return value
+            written = len(data)
+            slot.array[:written] = np.frombuffer(data, dtype=np.uint8)
+        assert written is not None
+        self.shipped = written
         storage, flags = self._handles(slot)
-        return Shipped(self.token, slot.index, slot.version, storage, flags, len(data))
+        return Shipped(self.token, slot.index, slot.version, storage, flags, written)
 
     def _handles(self, slot: _Slot) -> tuple[Any, Any]:
         """The memory of ``slot`` and of the pool's flags, each the first time it goes
@@ -212,6 +236,50 @@ class BatchPool:
 
 
 _POOL: list[BatchPool] = []  # this worker process's pool, once it has batched
+
+
+class _Full(Exception):
+    """A slot has no room for what is being pickled into it."""
+
+
+class _SlotWriter:
+    """A file for :class:`pickle.Pickler` that writes into a slot's memory from ``at``:
+    the pickler writes a large bytes object straight through, with no copy of its own."""
+
+    __slots__ = ("array", "at")
+
+    def __init__(self, array: np.ndarray, at: int) -> None:
+        self.array = array
+        self.at = at
+
+    def write(self, data: Any) -> int:
+        view = memoryview(data).cast("B")
+        end = self.at + view.nbytes
+        if end > len(self.array):
+            raise _Full
+        self.array[self.at : end] = np.frombuffer(view, dtype=np.uint8)
+        self.at = end
+        return view.nbytes
+
+
+def _dumped_into(array: np.ndarray, at: int, value: Any) -> int | None:
+    """Pickle ``value`` into ``array`` from byte ``at``: the bytes written, or None if it
+    does not fit or does not pickle."""
+    writer = _SlotWriter(array, at)
+    try:
+        pickle.Pickler(writer, pickle.HIGHEST_PROTOCOL).dump(value)
+    except Exception:
+        return None
+    return writer.at - at
+
+
+def _pickled(value: Any) -> bytes | None:
+    """``value`` pickled, or None if pickle refuses it (it then goes torch's way, whose
+    pickler may know it)."""
+    try:
+        return pickle.dumps(value, pickle.HIGHEST_PROTOCOL)
+    except Exception:
+        return None
 
 
 def worker_pool() -> BatchPool:
@@ -295,23 +363,26 @@ def _fill(skeleton: Any, refs: list[_Ref]) -> Any:
 
 
 class Packed:
-    """A batch packed into a slot of a worker's pool (what travels through the pipe)."""
+    """A batch packed into a slot of a worker's pool (what travels through the pipe): its
+    skeleton, or where in the slot it lies pickled (``pickled``: offset and length)."""
 
-    __slots__ = ("token", "index", "version", "storage", "flags", "skeleton")
+    __slots__ = ("token", "index", "version", "storage", "flags", "skeleton", "pickled")
 
     def __init__(
-        self, token: str, index: int, version: int, storage: Any, flags: Any, skeleton: Any
-    ) -> None:
+        self, token: str, index: int, version: int, storage: Any, flags: Any, skeleton: Any,
+        pickled: tuple[int, int] | None = None,
+    ) -> None:  # fmt: skip
         self.token = token
         self.index = index
         self.version = version
         self.storage = storage
         self.flags = flags
         self.skeleton = skeleton
+        self.pickled = pickled
 
     def __reduce__(self) -> tuple[Any, ...]:
         return _received, (self.token, self.index, self.version, self.storage, self.flags,
-                           self.skeleton)  # fmt: skip
+                           self.skeleton, self.pickled)  # fmt: skip
 
 
 class _PoolView:
@@ -412,11 +483,16 @@ def _slot_memory(
 
 
 def _received(
-    token: str, index: int, version: int, storage: Any, flags: Any, skeleton: Any
-) -> Received:
+    token: str, index: int, version: int, storage: Any, flags: Any, skeleton: Any,
+    pickled: tuple[int, int] | None = None,
+) -> Received:  # fmt: skip
     """Unpickling a :class:`Packed` in the main process."""
     pool, memory = _slot_memory(token, index, version, storage, flags)
-    return Received(token, memory, skeleton, _Lease(pool.flags, index))
+    lease = _Lease(pool.flags, index)
+    if pickled is not None:
+        start, nbytes = pickled
+        skeleton = pickle.loads(memory.data[start : start + nbytes])
+    return Received(token, memory, skeleton, lease)
 
 
 class Shipped:

@@ -89,8 +89,13 @@ def same(a: Any, b: Any) -> bool:
     return bool(a == b)
 
 
-def through_a_pipe(item: Any) -> Any:
-    """``item`` pickled as a worker pickles it and unpickled as the main process does."""
+def piped(item: Any) -> bytes:
+    """``item`` pickled as a worker pickles it: what goes through the pipe."""
     out = io.BytesIO()
     ForkingPickler(out, pickle.HIGHEST_PROTOCOL).dump(item)
-    return pickle.loads(out.getvalue())
+    return out.getvalue()
+
+
+def through_a_pipe(item: Any) -> Any:
+    """``item`` pickled as a worker pickles it and unpickled as the main process does."""
+    return pickle.loads(piped(item))

@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 import torch
 from conftest import assert_gone
-from loader_data import make_shards, same, through_a_pipe
+from loader_data import make_shards, piped, same, through_a_pipe
 from torch.utils.data import DataLoader
 
 import tarkit
@@ -168,3 +168,26 @@ def test_batches_of_bytes_come_through_the_workers_pools_which_are_forgotten_at_
     del iterator
     gc.collect()
     assert not pools & set(transport._POOLS)
+
+
+def test_a_batchs_bytes_travel_in_its_slot_beside_its_tensors_not_through_the_pipe():
+    pool = BatchPool()
+    collate = pool.collator(None)
+    samples = [(bytes([i]) * 50_000, i) for i in range(8)]
+    sizes = []
+    for _ in range(3):  # the first batch's slot was sized for its tensors alone
+        packed = collate(samples)
+        sizes.append(len(piped(packed)))
+        jpegs, labels = unpacked(through_a_pipe(packed))
+        assert list(jpegs) == [s[0] for s in samples] and labels.tolist() == list(range(8))
+    assert sizes[0] > 400_000 and max(sizes[1:]) < 1000  # 400 KB of JPEG-like bytes
+
+
+def test_values_shipped_larger_than_the_last_still_arrive_whole():
+    pool = BatchPool()
+    values = [[b"a" * 10], [b"b" * 100_000], [b"c" * 5], [b"d" * 3_000_000]]
+    for value in values:
+        shipped = pool.ship(value)
+        assert type(shipped).__name__ == "Shipped" and len(piped(shipped)) < 1000
+        assert through_a_pipe(shipped) == value
+    assert not pool.busy.any()
