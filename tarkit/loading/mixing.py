@@ -64,6 +64,9 @@ class Source:
         return total_samples(self.infos)
 
 
+_SCHEDULES = 4  # schedules a Mixture keeps (each keeps the blocks it drew)
+
+
 class Mixture:
     """The sources of a mixed :class:`~tarkit.loading.ShardDataset`, their weights, and
     the epoch rule."""
@@ -84,15 +87,27 @@ class Mixture:
         self.epoch_samples = epoch_samples
         self.seed = seed
         self.shuffle = shuffle
+        self._schedules: dict[tuple[int, int, int, int], MixSchedule] = {}
 
     def shuffling(self, epoch: int, source: int) -> Shuffling:
         seed = stable_seed(self.seed, "source", self.sources[source].name)
         return Shuffling(self.shuffle, min(self.shuffle, INITIAL), seed, epoch)
 
     def schedule(self, epoch: int, generation: int, rank: int, worker: int) -> MixSchedule:
-        return MixSchedule(
-            self.weights, seed=("loader", self.seed, epoch, generation, rank, worker)
-        )
+        """The schedule of one worker's pass: the last few asked for are kept, so that the
+        blocks drawn to find a pass's length are those its samples then follow."""
+        key = (epoch, generation, rank, worker)
+        found = self._schedules.get(key)
+        if found is None:
+            if len(self._schedules) >= _SCHEDULES:
+                self._schedules.clear()
+            found = self._schedules[key] = MixSchedule(
+                self.weights, seed=("loader", self.seed, *key)
+            )
+        return found
+
+    def __getstate__(self) -> dict[str, Any]:
+        return {**self.__dict__, "_schedules": {}}  # drawn again where they are used
 
     @staticmethod
     def source_topology(topology: Topology) -> Topology:

@@ -15,6 +15,7 @@ from loader_data import make_shards
 
 import tarkit
 from tarkit.errors import UsageError
+from tarkit.stream.combining import MixSchedule
 
 pytestmark = pytest.mark.filterwarnings(
     "ignore:.* some workers have nothing to read", "ignore:This DataLoader will create"
@@ -187,3 +188,19 @@ def test_a_mixture_state_split_more_ways_than_a_mixture_allows_is_refused(source
     state["history"] = [_generation(64, 64)] * 2
     with pytest.raises(UsageError, match=r"split the epoch 8192 ways .*, more than 4096$"):
         mixed(sources).load_state_dict(state)
+
+
+def test_a_pass_draws_each_block_of_its_schedule_once(sources, monkeypatch):
+    # Its length (where the first source runs out) and its samples follow one schedule.
+    drawn: Counter[tuple[object, int]] = Counter()
+    block = MixSchedule.block
+
+    def counted(schedule: MixSchedule, number: int) -> list[int]:
+        if number not in schedule._blocks:
+            drawn[(schedule.seed, number)] += 1
+        return block(schedule, number)
+
+    monkeypatch.setattr(MixSchedule, "block", counted)
+    got = keys(mixed(sources))
+    assert len(got) >= 7000 and len(drawn) >= 7
+    assert max(drawn.values()) == 1
