@@ -36,8 +36,9 @@ from torch._utils import ExceptionWrapper
 from torch.utils.data import get_worker_info
 
 from ..errors import CarriedError, TarkitError
+from .arrivals import Packed, Shipped, unpacked
 from .epoch_layout import WorkerPosition
-from .transport import BatchPool, Packed, Shipped, unpacked
+from .transport import BatchPool
 
 BUNDLE = 32  # batches without tensors a worker hands over at most in one item
 BUNDLE_BYTES = 16 << 20  # and about as many bytes as this, once shipped (transport.py)

@@ -9,12 +9,12 @@ from typing import Any
 
 from torch.utils.data import DataLoader
 
+from .arrivals import forget, unpacked
 from .dataset import ShardDataset
 from .epoch_layout import Generation, WorkerPosition
 from .handoff import BUNDLE, Delivery, Interleaved, WorkerError
 from .skips import SkipCounts
 from .state import LoaderState
-from .transport import forget, unpacked
 
 
 class ShardLoader(DataLoader):

@@ -37,14 +37,13 @@ from __future__ import annotations
 
 import pickle
 import secrets
-import threading
-import weakref
 from collections.abc import Callable
 from typing import Any
 
 import numpy as np
 import torch
 
+from .arrivals import PLAIN, Packed, Ref, Shipped
 from .collate import collate, empty
 
 SLOTS = 8  # slots a worker keeps at most
@@ -92,7 +91,7 @@ class _Slot:
     def holds(self, tensor: torch.Tensor) -> bool:
         return tensor.untyped_storage().data_ptr() == self.pointer
 
-    def place(self, tensor: torch.Tensor) -> _Ref:
+    def place(self, tensor: torch.Tensor) -> Ref:
         """Where ``tensor`` lies in the slot, copying it in unless it was collated there."""
         nbytes = _nbytes(tensor)
         if self.holds(tensor):
@@ -102,22 +101,7 @@ class _Slot:
             self.used += _aligned(nbytes)
             if nbytes:
                 self.bytes[offset : offset + nbytes].view(tensor.dtype).copy_(tensor.reshape(-1))
-        return _Ref(offset, nbytes, tensor.dtype, tuple(tensor.shape))
-
-
-class _Ref:
-    """Where a tensor of a batch lies in its slot (in a skeleton)."""
-
-    __slots__ = ("offset", "nbytes", "dtype", "shape")
-
-    def __init__(self, offset: int, nbytes: int, dtype: torch.dtype, shape: tuple[int, ...]):
-        self.offset = offset
-        self.nbytes = nbytes
-        self.dtype = dtype
-        self.shape = shape
-
-    def __reduce__(self) -> tuple[Any, ...]:
-        return _Ref, (self.offset, self.nbytes, self.dtype, self.shape)
+        return Ref(offset, nbytes, tensor.dtype, tuple(tensor.shape))
 
 
 class BatchPool:
@@ -238,10 +222,6 @@ class BatchPool:
 _POOL: list[BatchPool] = []  # this worker process's pool, once it has batched
 
 
-class _Full(Exception):
-    """A slot has no room for what is being pickled into it."""
-
-
 class _SlotWriter:
     """A file for :class:`pickle.Pickler` that writes into a slot's memory from ``at``:
     the pickler writes a large bytes object straight through, with no copy of its own."""
@@ -256,7 +236,7 @@ class _SlotWriter:
         view = memoryview(data).cast("B")
         end = self.at + view.nbytes
         if end > len(self.array):
-            raise _Full
+            raise BufferError("the slot is full")
         self.array[self.at : end] = np.frombuffer(view, dtype=np.uint8)
         self.at = end
         return view.nbytes
@@ -314,9 +294,6 @@ def _packable(tensor: torch.Tensor) -> bool:
     )
 
 
-_PLAIN = frozenset((bytes, str, int, float, bool, type(None)))
-
-
 class _Leaf:
     """A tensor's place in a skeleton while it is being packed."""
 
@@ -338,202 +315,22 @@ def _strip(value: Any, tensors: list[torch.Tensor]) -> Any:
     if kind is dict:
         return {k: _strip(v, tensors) for k, v in value.items()}
     if kind is list or kind is tuple:
-        if not value or type(value[0]) in _PLAIN:
+        if not value or type(value[0]) in PLAIN:
             return value  # a column of keys, bytes or numbers: pickled as it is
         items = [_strip(v, tensors) for v in value]
         return items if kind is list else tuple(items)
     return value
 
 
-def _fill(skeleton: Any, refs: list[_Ref]) -> Any:
+def _fill(skeleton: Any, refs: list[Ref]) -> Any:
     kind = type(skeleton)
     if kind is _Leaf:
         return refs[skeleton.index]
     if kind is dict:
         return {k: _fill(v, refs) for k, v in skeleton.items()}
     if kind is list or kind is tuple:
-        if not skeleton or type(skeleton[0]) in _PLAIN:
+        if not skeleton or type(skeleton[0]) in PLAIN:
             return skeleton
         items = [_fill(v, refs) for v in skeleton]
         return items if kind is list else tuple(items)
     return skeleton
-
-
-# -- the main process -----------------------------------------------------------------
-
-
-class Packed:
-    """A batch packed into a slot of a worker's pool (what travels through the pipe): its
-    skeleton, or where in the slot it lies pickled (``pickled``: offset and length)."""
-
-    __slots__ = ("token", "index", "version", "storage", "flags", "skeleton", "pickled")
-
-    def __init__(
-        self, token: str, index: int, version: int, storage: Any, flags: Any, skeleton: Any,
-        pickled: tuple[int, int] | None = None,
-    ) -> None:  # fmt: skip
-        self.token = token
-        self.index = index
-        self.version = version
-        self.storage = storage
-        self.flags = flags
-        self.skeleton = skeleton
-        self.pickled = pickled
-
-    def __reduce__(self) -> tuple[Any, ...]:
-        return _received, (self.token, self.index, self.version, self.storage, self.flags,
-                           self.skeleton, self.pickled)  # fmt: skip
-
-
-class _PoolView:
-    """The main process's view of a worker's pool: its flags and its slots' memory."""
-
-    def __init__(self, flags: np.ndarray) -> None:
-        self.flags = flags
-        self.slots: dict[int, tuple[int, np.ndarray]] = {}
-
-
-_POOLS: dict[str, _PoolView] = {}
-_LEASES: set[_Lease] = set()  # leases of batches not yet wholly freed
-
-
-def _array(storage: Any) -> np.ndarray:
-    return torch.empty(0, dtype=torch.uint8).set_(storage).numpy()
-
-
-class _Lease:
-    """A slot held by a received batch: free again when every holder is gone."""
-
-    __slots__ = ("flags", "index", "count", "lock", "watched", "__weakref__")
-
-    def __init__(self, flags: np.ndarray, index: int) -> None:
-        self.flags = flags
-        self.index = index
-        self.count = 1  # the received batch itself
-        self.lock = threading.Lock()
-        self.watched: list[weakref.ref[np.ndarray]] = []
-        _LEASES.add(self)
-
-    def watch(self, array: np.ndarray) -> None:
-        """Hold the slot while ``array`` (the memory of one rebuilt tensor) lives."""
-        with self.lock:
-            self.count += 1
-        self.watched.append(weakref.ref(array, self.release))
-
-    def release(self, _: object = None) -> None:
-        with self.lock:
-            self.count -= 1
-            done = self.count == 0
-        if done:
-            self.flags[self.index] = 0
-            _LEASES.discard(self)
-
-
-class Received:
-    """A packed batch in the main process; :meth:`unpack` rebuilds it. Holds its slot
-    until it and every tensor rebuilt from it are gone."""
-
-    __slots__ = ("token", "memory", "skeleton", "lease", "__weakref__")
-
-    def __init__(self, token: str, memory: np.ndarray, skeleton: Any, lease: _Lease) -> None:
-        self.token = token
-        self.memory = memory
-        self.skeleton = skeleton
-        self.lease = lease
-
-    def unpack(self) -> Any:
-        """The batch as the worker collated it."""
-        return self._rebuild(self.skeleton)
-
-    def _rebuild(self, value: Any) -> Any:
-        kind = type(value)
-        if kind is _Ref:
-            array = self.memory[value.offset : value.offset + value.nbytes]
-            self.lease.watch(array)
-            return torch.from_numpy(array).view(value.dtype).view(value.shape)
-        if kind is dict:
-            return {k: self._rebuild(v) for k, v in value.items()}
-        if kind is list or kind is tuple:
-            if not value or type(value[0]) in _PLAIN:
-                return value
-            items = [self._rebuild(v) for v in value]
-            return items if kind is list else tuple(items)
-        return value
-
-    def __del__(self) -> None:
-        self.lease.release()
-
-
-def _slot_memory(
-    token: str, index: int, version: int, storage: Any, flags: Any
-) -> tuple[_PoolView, np.ndarray]:
-    """The main process's view of a worker's pool and of one of its slots. Its memory is
-    taken in the order the worker sent it (a slot's first batch brings the slot)."""
-    pool = _POOLS.get(token)
-    if pool is None:
-        if flags is None:
-            raise RuntimeError("tarkit: a batch from a worker pool that was never announced")
-        pool = _POOLS[token] = _PoolView(_array(flags))
-    if storage is not None:
-        pool.slots[index] = (version, _array(storage))
-    known, memory = pool.slots[index]
-    if known != version:
-        raise RuntimeError("tarkit: a batch in a slot whose memory was never received")
-    return pool, memory
-
-
-def _received(
-    token: str, index: int, version: int, storage: Any, flags: Any, skeleton: Any,
-    pickled: tuple[int, int] | None = None,
-) -> Received:  # fmt: skip
-    """Unpickling a :class:`Packed` in the main process."""
-    pool, memory = _slot_memory(token, index, version, storage, flags)
-    lease = _Lease(pool.flags, index)
-    if pickled is not None:
-        start, nbytes = pickled
-        skeleton = pickle.loads(memory.data[start : start + nbytes])
-    return Received(token, memory, skeleton, lease)
-
-
-class Shipped:
-    """A value pickled into a slot of a worker's pool (what travels through the pipe);
-    unpickled in the main process, it is that value, and the slot is free again."""
-
-    __slots__ = ("token", "index", "version", "storage", "flags", "nbytes")
-
-    def __init__(
-        self, token: str, index: int, version: int, storage: Any, flags: Any, nbytes: int
-    ) -> None:
-        self.token = token
-        self.index = index
-        self.version = version
-        self.storage = storage
-        self.flags = flags
-        self.nbytes = nbytes
-
-    def __reduce__(self) -> tuple[Any, ...]:
-        return _arrived, (self.token, self.index, self.version, self.storage, self.flags,
-                          self.nbytes)  # fmt: skip
-
-
-def _arrived(token: str, index: int, version: int, storage: Any, flags: Any, nbytes: int) -> Any:
-    """Unpickling a :class:`Shipped` in the main process: the value, copied out of its
-    slot, which is then free."""
-    pool, memory = _slot_memory(token, index, version, storage, flags)
-    try:
-        return pickle.loads(memory.data[:nbytes])
-    finally:
-        pool.flags[index] = 0
-
-
-def unpacked(item: Any) -> Any:
-    """``item``, rebuilt if it came packed."""
-    return item.unpack() if type(item) is Received else item
-
-
-def forget(tokens: set[str]) -> None:
-    """Drop the main process's views of these pools (their workers are gone); batches
-    still alive keep their memory."""
-    for token in tokens:
-        _POOLS.pop(token, None)
-    tokens.clear()

@@ -17,6 +17,7 @@ from torch.utils.data import DataLoader
 import tarkit
 from tarkit.errors import InputError
 from tarkit.loading import ShardDataset
+from tarkit.loading.arrivals import Shipped
 from tarkit.loading.epoch_layout import WorkerPosition
 from tarkit.loading.handoff import (
     BUNDLE,
@@ -26,7 +27,7 @@ from tarkit.loading.handoff import (
     WorkerError,
     handed_over,
 )
-from tarkit.loading.transport import BatchPool, Shipped
+from tarkit.loading.transport import BatchPool
 
 pytestmark = pytest.mark.filterwarnings(
     "ignore:.* some workers have nothing to read", "ignore:This DataLoader will create"

@@ -19,10 +19,11 @@ from loader_data import make_shards, piped, same, through_a_pipe
 from torch.utils.data import DataLoader
 
 import tarkit
-from tarkit.loading import ShardDataset, transport
+from tarkit.loading import ShardDataset, arrivals
+from tarkit.loading.arrivals import unpacked
 from tarkit.loading.epoch_layout import WorkerPosition
 from tarkit.loading.handoff import Delivery
-from tarkit.loading.transport import SLOTS, BatchPool, unpacked
+from tarkit.loading.transport import SLOTS, BatchPool
 
 COUNTS = [9, 4, 12, 1, 7, 10, 6]  # 49 samples
 DECODED = {"decode": "rgb8", "to_tuple": "jpg cls"}
@@ -157,17 +158,17 @@ def test_a_killed_worker_raises_torchs_error_and_received_batches_stay_intact(ma
 def test_batches_of_bytes_come_through_the_workers_pools_which_are_forgotten_at_the_end(
     manifest,
 ):
-    before = set(transport._POOLS)
+    before = set(arrivals._POOLS)
     expected = torch_way(manifest, **SHUFFLED)
     iterator = iter(tarkit.loader(manifest, 4, 2, **SHUFFLED))  # bytes only
     got = [next(iterator) for _ in range(3)]
-    pools = set(transport._POOLS) - before
+    pools = set(arrivals._POOLS) - before
     assert len(pools) == 2  # each worker's bundles came through its slots, not the pipe
     got += list(iterator)
     assert all(same(a, b) for a, b in zip(got, expected, strict=True))
     del iterator
     gc.collect()
-    assert not pools & set(transport._POOLS)
+    assert not pools & set(arrivals._POOLS)
 
 
 def test_a_batchs_bytes_travel_in_its_slot_beside_its_tensors_not_through_the_pipe():
