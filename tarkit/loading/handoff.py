@@ -41,7 +41,7 @@ from .epoch_layout import WorkerPosition
 from .transport import BatchPool
 
 BUNDLE = 32  # batches without tensors a worker hands over at most in one item
-BUNDLE_BYTES = 16 << 20  # and about as many bytes as this, once shipped (transport.py)
+BUNDLE_BYTES = 4 << 20  # and about as many bytes as this, once shipped (transport.py)
 
 
 class Delivery:
