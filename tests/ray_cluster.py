@@ -108,6 +108,26 @@ def loopback_only() -> Iterator[None]:
         os.close(original)
         if back != 0:
             raise OSError(ctypes.get_errno(), "cannot return to the original network namespace")
+        stop_forkserver_elsewhere()
+
+
+def stop_forkserver_elsewhere() -> None:
+    """Stop this process's forkserver if it runs in another network namespace than the
+    calling thread: started while the thread was in a cluster's (a local map there), it
+    would start every later worker of the process there, out of reach of the servers of
+    the tests that follow ("Connection refused"). The next one that is needed starts
+    where the thread is."""
+    from multiprocessing import forkserver
+
+    pid = getattr(forkserver._forkserver, "_forkserver_pid", None)
+    if pid is None:
+        return
+    try:
+        elsewhere = namespace_of(pid) != namespace_of("thread-self")
+    except OSError:  # gone
+        elsewhere = True
+    if elsewhere:
+        forkserver._forkserver._stop()
 
 
 def namespace_of(pid: int | str) -> str:

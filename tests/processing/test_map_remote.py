@@ -54,6 +54,28 @@ def test_map_over_faulty_http_inputs_gives_the_local_outputs_and_counts_reconnec
     ]
 
 
+def test_a_forkserver_started_in_a_clusters_namespace_is_not_used_after_it(
+    tmp_path: Path, http_server: ShardServer
+) -> None:
+    # A local map inside a Ray cluster's test starts this process's forkserver in the
+    # cluster's namespace; later maps must not start their workers there.
+    from multiprocessing import forkserver
+
+    from ray_cluster import loopback_only, namespace_of
+
+    forkserver._forkserver._stop()  # type: ignore[attr-defined]
+    with loopback_only():
+        forkserver.ensure_running()
+        inside = namespace_of(forkserver._forkserver._forkserver_pid)  # type: ignore[attr-defined]
+    assert inside != namespace_of("thread-self")
+    write_inputs(tmp_path / "in", shards=2, per_shard=5)
+    for s in range(2):
+        http_server.files[f"/in-{s}.tar"] = (tmp_path / "in" / f"in-{s}.tar").read_bytes()
+    urls = [f"{http_server.url}/in-{s}.tar" for s in range(2)]
+    result = map_shards(fns.shout, urls, str(tmp_path / "out-{0..1}.tar"), workers=2)
+    assert result.samples_in == 10 and result.processed == 2
+
+
 @pytest.fixture
 def bucket(s3_env: dict[str, str], s3_server: str) -> str:
     import s3fs
