@@ -13,6 +13,7 @@ the worker (:func:`forget`).
 
 from __future__ import annotations
 
+import os
 import pickle
 import threading
 import weakref
@@ -150,6 +151,7 @@ def _slot_memory(
     if pool is None:
         if flags is None:
             raise RuntimeError("tarkit: a batch from a worker pool that was never announced")
+        _forget_the_dead()
         pool = _POOLS[token] = _PoolView(_array(flags))
     if storage is not None:
         pool.slots[index] = (version, _array(storage))
@@ -206,6 +208,20 @@ def _arrived(token: str, index: int, version: int, storage: Any, flags: Any, nby
 def unpacked(item: Any) -> Any:
     """``item``, rebuilt if it came packed."""
     return item.unpack() if type(item) is Received else item
+
+
+def _forget_the_dead() -> None:
+    """Drop the views of pools whose worker process is gone. A loader forgets its
+    workers' pools when its iterator goes (:func:`forget`), but only those it handed a
+    batch from: a worker with nothing to read, or one whose batches were never taken,
+    announced its pool all the same. Its token starts with its process id."""
+    for token in list(_POOLS):
+        try:
+            os.kill(int(token.split("-", 1)[0]), 0)
+        except ProcessLookupError:
+            del _POOLS[token]
+        except (ValueError, OSError):  # not a process id, or not ours to signal: kept
+            pass
 
 
 def forget(tokens: set[str]) -> None:

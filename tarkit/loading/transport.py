@@ -35,6 +35,7 @@ start: nothing is left in /dev/shm).
 
 from __future__ import annotations
 
+import os
 import pickle
 import secrets
 from collections.abc import Callable
@@ -108,7 +109,7 @@ class BatchPool:
     """A worker's shared-memory slots, and the packing of its batches into them."""
 
     def __init__(self) -> None:
-        self.token = secrets.token_hex(8)
+        self.token = f"{os.getpid()}-{secrets.token_hex(8)}"  # arrivals.py reads the pid
         self.flags = torch.zeros(SLOTS, dtype=torch.uint8).share_memory_()
         self.busy = self.flags.numpy()  # 1: in use (set here), 0: free (set by the receiver)
         self.flags_sent = False

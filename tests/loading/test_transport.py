@@ -7,8 +7,10 @@ from __future__ import annotations
 import gc
 import multiprocessing
 import os
+import shutil
 import signal
 import threading
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -192,3 +194,21 @@ def test_values_shipped_larger_than_the_last_still_arrive_whole():
         assert type(shipped).__name__ == "Shipped" and len(piped(shipped)) < 1000
         assert through_a_pipe(shipped) == value
     assert not pool.busy.any()
+
+
+def test_the_pools_of_workers_that_are_gone_are_forgotten_those_unused_too(tmp_path):
+    # Two shards without a manifest, four workers: two of them read nothing and hand no
+    # batch over, yet announce their pools; and a pass left early leaves batches untaken.
+    bare = tmp_path / "bare"
+    bare.mkdir()
+    two = []
+    for path in make_shards(tmp_path, [200, 200])[0]:  # (without the manifest beside them)
+        two.append(str(bare / Path(path).name))
+        shutil.copy(path, two[-1])
+    before = set(arrivals._POOLS)
+    loader = tarkit.loader(two, 8, 4)  # bytes only, workers anew each pass
+    for _ in range(3):
+        next(iter(loader))
+        assert len(list(loader)) == 50
+    gc.collect()
+    assert len(set(arrivals._POOLS) - before) <= 4  # the last pass's, at most
