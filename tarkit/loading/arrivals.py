@@ -1,7 +1,7 @@
 """What a worker's pool (:mod:`tarkit.loading.transport`) sends the main process, and how
 the main process takes it in.
 
-A :class:`Packed` batch names its slot and holds its skeleton (or where in the slot the
+A :class:`Packed` batch names its slot (a :class:`SlotAddress`) and holds its skeleton (or where in the slot the
 skeleton lies pickled), each tensor a :class:`Ref` to its place in the slot; a
 :class:`Shipped` value names the slot it was pickled into. Unpickled in the main process
 (torch's queue does it, or its pinning thread), a Packed batch becomes :class:`Received`,
@@ -17,7 +17,7 @@ import os
 import pickle
 import threading
 import weakref
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 import torch
@@ -40,27 +40,33 @@ class Ref:
         return Ref, (self.offset, self.nbytes, self.dtype, self.shape)
 
 
+class SlotAddress(NamedTuple):
+    """Where a packed batch or a shipped value lies: its worker pool's token, the slot's
+    number and version, and the memory of the slot and of the pool's flags, each the first
+    time it goes out (None after: the main process keeps them)."""
+
+    token: str
+    number: int  # the slot's
+    version: int
+    storage: Any
+    flags: Any
+
+
 class Packed:
     """A batch packed into a slot of a worker's pool (what travels through the pipe): its
     skeleton, or where in the slot it lies pickled (``pickled``: offset and length)."""
 
-    __slots__ = ("token", "index", "version", "storage", "flags", "skeleton", "pickled")
+    __slots__ = ("slot", "skeleton", "pickled")
 
     def __init__(
-        self, token: str, index: int, version: int, storage: Any, flags: Any, skeleton: Any,
-        pickled: tuple[int, int] | None = None,
-    ) -> None:  # fmt: skip
-        self.token = token
-        self.index = index
-        self.version = version
-        self.storage = storage
-        self.flags = flags
+        self, slot: SlotAddress, skeleton: Any, pickled: tuple[int, int] | None = None
+    ) -> None:
+        self.slot = slot
         self.skeleton = skeleton
         self.pickled = pickled
 
     def __reduce__(self) -> tuple[Any, ...]:
-        return _received, (self.token, self.index, self.version, self.storage, self.flags,
-                           self.skeleton, self.pickled)  # fmt: skip
+        return _received, (self.slot, self.skeleton, self.pickled)
 
 
 class _PoolView:
@@ -142,67 +148,55 @@ class Received:
         self.lease.release()
 
 
-def _slot_memory(
-    token: str, index: int, version: int, storage: Any, flags: Any
-) -> tuple[_PoolView, np.ndarray]:
+def _slot_memory(slot: SlotAddress) -> tuple[_PoolView, np.ndarray]:
     """The main process's view of a worker's pool and of one of its slots. Its memory is
     taken in the order the worker sent it (a slot's first batch brings the slot)."""
-    pool = _POOLS.get(token)
+    pool = _POOLS.get(slot.token)
     if pool is None:
-        if flags is None:
+        if slot.flags is None:
             raise RuntimeError("tarkit: a batch from a worker pool that was never announced")
         _forget_the_dead()
-        pool = _POOLS[token] = _PoolView(_array(flags))
-    if storage is not None:
-        pool.slots[index] = (version, _array(storage))
-    known, memory = pool.slots[index]
-    if known != version:
+        pool = _POOLS[slot.token] = _PoolView(_array(slot.flags))
+    if slot.storage is not None:
+        pool.slots[slot.number] = (slot.version, _array(slot.storage))
+    known, memory = pool.slots[slot.number]
+    if known != slot.version:
         raise RuntimeError("tarkit: a batch in a slot whose memory was never received")
     return pool, memory
 
 
-def _received(
-    token: str, index: int, version: int, storage: Any, flags: Any, skeleton: Any,
-    pickled: tuple[int, int] | None = None,
-) -> Received:  # fmt: skip
+def _received(slot: SlotAddress, skeleton: Any, pickled: tuple[int, int] | None = None) -> Received:
     """Unpickling a :class:`Packed` in the main process."""
-    pool, memory = _slot_memory(token, index, version, storage, flags)
-    lease = _Lease(pool.flags, index)
+    pool, memory = _slot_memory(slot)
+    lease = _Lease(pool.flags, slot.number)
     if pickled is not None:
         start, nbytes = pickled
         skeleton = pickle.loads(memory.data[start : start + nbytes])
-    return Received(token, memory, skeleton, lease)
+    return Received(slot.token, memory, skeleton, lease)
 
 
 class Shipped:
     """A value pickled into a slot of a worker's pool (what travels through the pipe);
     unpickled in the main process, it is that value, and the slot is free again."""
 
-    __slots__ = ("token", "index", "version", "storage", "flags", "nbytes")
+    __slots__ = ("slot", "nbytes")
 
-    def __init__(
-        self, token: str, index: int, version: int, storage: Any, flags: Any, nbytes: int
-    ) -> None:
-        self.token = token
-        self.index = index
-        self.version = version
-        self.storage = storage
-        self.flags = flags
+    def __init__(self, slot: SlotAddress, nbytes: int) -> None:
+        self.slot = slot
         self.nbytes = nbytes
 
     def __reduce__(self) -> tuple[Any, ...]:
-        return _arrived, (self.token, self.index, self.version, self.storage, self.flags,
-                          self.nbytes)  # fmt: skip
+        return _arrived, (self.slot, self.nbytes)
 
 
-def _arrived(token: str, index: int, version: int, storage: Any, flags: Any, nbytes: int) -> Any:
+def _arrived(slot: SlotAddress, nbytes: int) -> Any:
     """Unpickling a :class:`Shipped` in the main process: the value, copied out of its
     slot, which is then free."""
-    pool, memory = _slot_memory(token, index, version, storage, flags)
+    pool, memory = _slot_memory(slot)
     try:
         return pickle.loads(memory.data[:nbytes])
     finally:
-        pool.flags[index] = 0
+        pool.flags[slot.number] = 0
 
 
 def unpacked(item: Any) -> Any:

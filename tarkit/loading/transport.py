@@ -44,7 +44,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from .arrivals import PLAIN, Packed, Ref, Shipped
+from .arrivals import PLAIN, Packed, Ref, Shipped, SlotAddress
 from .collate import collate, empty
 
 SLOTS = 8  # slots a worker keeps at most
@@ -173,19 +173,18 @@ class BatchPool:
                 return out  # every slot is held: torch's way
         refs = [slot.place(t) for t in tensors]
         filled = _fill(skeleton, refs)
-        storage, flags = self._handles(slot)
+        address = self._address(slot)
         start = slot.used
         written = _dumped_into(slot.array, start, filled)
         if written is None:  # no room left (or it does not pickle): through the pipe
             data = _pickled(filled)
             self.tail = _aligned(len(data)) if data is not None else 0
             self.estimate = slot.used + self.tail
-            return Packed(self.token, slot.index, slot.version, storage, flags, filled)
+            return Packed(address, filled)
         self.tail = _aligned(written)
         slot.used += self.tail
         self.estimate = slot.used
-        return Packed(self.token, slot.index, slot.version, storage, flags, None,
-                      (start, written))  # fmt: skip
+        return Packed(address, None, (start, written))
 
     def ship(self, value: Any) -> Any:
         """``value`` pickled into a free slot, as a :class:`Shipped` (``value`` itself if
@@ -207,17 +206,16 @@ class BatchPool:
             slot.array[:written] = np.frombuffer(data, dtype=np.uint8)
         assert written is not None
         self.shipped = written
-        storage, flags = self._handles(slot)
-        return Shipped(self.token, slot.index, slot.version, storage, flags, written)
+        return Shipped(self._address(slot), written)
 
-    def _handles(self, slot: _Slot) -> tuple[Any, Any]:
-        """The memory of ``slot`` and of the pool's flags, each the first time it goes
-        out (None after: the main process keeps them)."""
+    def _address(self, slot: _Slot) -> SlotAddress:
+        """Where ``slot`` is, with its memory and the pool's flags the first time each
+        goes out."""
         storage = None if slot.sent else slot.storage
         slot.sent = True
         flags = None if self.flags_sent else self.flags.untyped_storage()
         self.flags_sent = True
-        return storage, flags
+        return SlotAddress(self.token, slot.index, slot.version, storage, flags)
 
 
 _POOL: list[BatchPool] = []  # this worker process's pool, once it has batched
